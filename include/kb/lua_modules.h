@@ -1,0 +1,20 @@
+/* The C modules kbrun preloads into every Lua state (see src/lua/modules.c).
+ * One file per module under src/lua/. */
+#ifndef KB_LUA_MODULES_H
+#define KB_LUA_MODULES_H
+
+#include <lua.h>
+
+int luaopen_kb_core(lua_State *L);   /* src/lua/core.c:   tasks, clock */
+int luaopen_kb_json(lua_State *L);   /* src/lua/json.c:   kb.json */
+int luaopen_kb_yaml(lua_State *L);   /* src/lua/yaml.c:   kb.yaml */
+int luaopen_kb_hist(lua_State *L);   /* src/lua/hist.c:   kb.hist */
+int luaopen_kb_http(lua_State *L);   /* src/lua/http.c:   kb.http client */
+int luaopen_kb_httpd(lua_State *L);  /* src/lua/httpd.c:  kb.httpd loopback server */
+int luaopen_kb_fs(lua_State *L);     /* src/lua/fs.c:     kb.fs */
+int luaopen_kb_log(lua_State *L);    /* src/lua/log.c:    kb.log */
+
+/* Adds every module above to package.preload. */
+void kb_lua_preload(lua_State *L);
+
+#endif

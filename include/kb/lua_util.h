@@ -1,0 +1,38 @@
+/* Helpers shared by the Lua bindings (src/lua/). */
+#ifndef KB_LUA_UTIL_H
+#define KB_LUA_UTIL_H
+
+#include <lua.h>
+#include <lauxlib.h>
+
+/* Error objects. Runtime failures (a refused connection, a malformed
+ * document) are raised as a table
+ *     { class = "connect", message = "...", [extra fields] }
+ * whose __tostring gives "class: message". Scenarios branch on err.class;
+ * printing it gives the human message. kb_error_new pushes the table and
+ * returns its index; the caller may add fields, then lua_error(). */
+int kb_error_new(lua_State *L, const char *cls, const char *fmt, ...);
+int kb_error_raise(lua_State *L, const char *cls, const char *fmt, ...);
+/* Pushes the "kb.error" metatable (creating it once). */
+void kb_error_push_meta(lua_State *L);
+
+/* Optional typed fields of an options table at index idx. */
+const char *kb_opt_string(lua_State *L, int idx, const char *key, const char *def);
+lua_Number kb_opt_number(lua_State *L, int idx, const char *key, lua_Number def);
+lua_Integer kb_opt_integer(lua_State *L, int idx, const char *key, lua_Integer def);
+int kb_opt_boolean(lua_State *L, int idx, const char *key, int def);
+
+/* Creates (once) a metatable `name` with the methods in `methods` reachable
+ * through __index plus the metamethods in `meta` (either may be NULL). */
+void kb_new_class(lua_State *L, const char *name, const luaL_Reg *methods,
+                  const luaL_Reg *meta);
+
+/* JSON/YAML conventions shared by kb.json, kb.yaml and every binding that
+ * converts documents: null is the light userdata NULL (kb.json.null), and a
+ * table carrying the metatable "kb.array" is an array even when empty. */
+void kb_push_null(lua_State *L);
+int kb_is_null(lua_State *L, int idx);
+void kb_mark_array(lua_State *L, int idx);
+int kb_is_marked_array(lua_State *L, int idx);
+
+#endif

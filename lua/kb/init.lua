@@ -1,0 +1,126 @@
+--- kb: the scenario API of kbrun.
+--
+-- Tasks, clocks and concurrency helpers live here; submodules (kb.http,
+-- kb.json, kb.yaml, kb.hist, kb.metrics, kb.fs, kb.log, ...) load on first
+-- use, so `kb.json.encode(t)` works without a separate require.
+local core = require "kb.core"
+
+local kb = {}
+
+--- Starts `fn(...)` as a new task on the next loop iteration.
+-- @return task with :wait(), :cancel(), :status(), :done()
+kb.spawn = core.spawn
+
+--- Suspends the calling task for `seconds` on the scenario clock.
+kb.sleep = core.sleep
+
+--- The scenario clock in seconds (float, microsecond resolution). Real
+-- monotonic time against a real cluster; the simulator's virtual time
+-- against the embedded simulator.
+kb.now = core.now
+
+--- Wall-clock time, seconds since the Unix epoch (float).
+kb.time = core.time
+
+--- A counting semaphore: sem:acquire() suspends while none is free.
+kb.semaphore = core.semaphore
+
+--- The error value a cancelled task raises; kb.is_cancelled(err) tests it.
+kb.cancelled = core.cancelled()
+kb.is_cancelled = core.is_cancelled
+
+--- Scenario parameters (command line over params file over defaults).
+kb.params = {}
+
+--- Waits for every task in `tasks` (a list) and returns a list with the
+-- first result of each, in order. If any failed, the first failure is
+-- raised once all have finished (no task is left running behind the error).
+function kb.all(tasks)
+  local results, first_err = {}, nil
+  for i, task in ipairs(tasks) do
+    local ok, value = pcall(task.wait, task)
+    if ok then
+      results[i] = value
+    elseif first_err == nil then
+      first_err = value
+    end
+  end
+  if first_err ~= nil then error(first_err, 0) end
+  return results
+end
+
+local Pool = {}
+Pool.__index = Pool
+
+--- A bounded-concurrency pool: at most `n` of its tasks run at once.
+--   local pool = kb.pool(64)
+--   for i = 1, 10000 do pool:spawn(work, i) end
+--   pool:wait()
+-- pool:spawn suspends the caller while the pool is full, so a loop of
+-- 10,000 spawns never holds more than n tasks (plus the caller) in memory.
+function kb.pool(n)
+  assert(math.type(n) == "integer" and n > 0, "kb.pool(n): n must be a positive integer")
+  return setmetatable({ limit = n, slots = core.semaphore(n), tasks = {}, failures = {} }, Pool)
+end
+
+--- Starts fn(...) in the pool once a slot is free; returns the task.
+function Pool:spawn(fn, ...)
+  self.slots:acquire()
+  local slots = self.slots
+  local task = core.spawn(function(...)
+    local result = table.pack(pcall(fn, ...))
+    slots:release()
+    if not result[1] then error(result[2], 0) end
+    return table.unpack(result, 2, result.n)
+  end, ...)
+  self.tasks[#self.tasks + 1] = task
+  return task
+end
+
+--- Waits for every task spawned so far; raises the first failure after all
+-- have finished. Returns the list of first results.
+function Pool:wait()
+  local tasks = self.tasks
+  self.tasks = {}
+  return kb.all(tasks)
+end
+
+--- Runs fn(item, index) for every item with the pool's concurrency and
+-- returns the list of results in item order.
+function Pool:map(items, fn)
+  for i, item in ipairs(items) do self:spawn(fn, item, i) end
+  return self:wait()
+end
+
+--- Runs fn with a deadline on the scenario clock: returns fn's results, or
+-- raises {class = "timeout"} (fn's task is cancelled) after `seconds`.
+function kb.timeout(seconds, fn, ...)
+  local work = core.spawn(fn, ...)
+  local timer = core.spawn(function()
+    core.sleep(seconds)
+    work:cancel()
+  end)
+  local result = table.pack(pcall(work.wait, work))
+  timer:cancel()
+  if not work:done() then work:cancel() end -- we were cancelled ourselves
+  if result[1] then return table.unpack(result, 2, result.n) end
+  if core.is_cancelled(result[2]) and work:status() == "cancelled" then
+    error(setmetatable({ class = "timeout",
+      message = string.format("gave up after %g s", seconds) },
+      getmetatable(kb.cancelled)), 2)
+  end
+  error(result[2], 0)
+end
+
+-- Submodules load on first use: kb.http -> require "kb.http".
+return setmetatable(kb, {
+  __index = function(t, name)
+    local ok, mod = pcall(require, "kb." .. name)
+    if not ok then
+      if tostring(mod):find("module 'kb." .. name .. "' not found", 1, true) then return nil end
+      error(mod, 2)
+    end
+    rawset(t, name, mod)
+    return mod
+  end,
+})

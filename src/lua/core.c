@@ -1,0 +1,268 @@
+/* kb.core: tasks, sleeping, clocks and semaphores for Lua. The friendlier
+ * `kb` module (lua/kb/init.lua) is built on top of these. */
+#include <stdlib.h>
+#include <sys/time.h>
+
+#include <lauxlib.h>
+
+#include "kb/lua_modules.h"
+#include "kb/lua_util.h"
+#include "kb/rt.h"
+#include "kb/version.h"
+
+void kb_task_register(lua_State *L);
+int kb_task_push_unobserved(lua_State *L);
+int kb_rt_pending_signal(kb_rt *rt);
+
+/* kb.spawn(fn, ...) -> task */
+static int l_spawn(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  kb_task_spawn(L, lua_gettop(L) - 1);
+  return 1;
+}
+
+/* ---- sleep ---------------------------------------------------------------- */
+
+typedef struct {
+  uv_timer_t timer;
+  kb_task *task;
+} sleep_op;
+
+static void sleep_free(uv_handle_t *h) { free(h->data); }
+
+static void sleep_done(uv_timer_t *timer) {
+  sleep_op *op = timer->data;
+  kb_task *t = op->task;
+  uv_close((uv_handle_t *)timer, sleep_free);
+  kb_task_wake(t, 0);
+}
+
+static void sleep_cancel(void *p) {
+  sleep_op *op = p;
+  uv_timer_stop(&op->timer);
+  uv_close((uv_handle_t *)&op->timer, sleep_free);
+}
+
+/* kb.sleep(seconds): suspends the task for that long on the scenario clock.
+ * kb.sleep(0) yields to every other ready task and to pending I/O. */
+static int l_sleep(lua_State *L) {
+  lua_Number s = luaL_checknumber(L, 1);
+  luaL_argcheck(L, s >= 0 && s == s, 1, "sleep time must be a non-negative number");
+  kb_task *t = kb_task_running(L);
+  kb_rt *rt = kb_task_rt(t);
+  sleep_op *op = malloc(sizeof *op);
+  if (!op) return luaL_error(L, "kb.sleep: out of memory");
+  uv_timer_init(kb_rt_loop(rt), &op->timer);
+  op->timer.data = op;
+  op->task = t;
+  uv_timer_start(&op->timer, sleep_done, kb_rt_real_ms(rt, s), 0);
+  return kb_task_await(L, t, sleep_cancel, op);
+}
+
+/* ---- clocks ------------------------------------------------------------------ */
+
+static int l_now(lua_State *L) {
+  lua_pushnumber(L, kb_rt_now(kb_rt_from_lua(L)));
+  return 1;
+}
+
+static int l_time(lua_State *L) {
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  lua_pushnumber(L, (lua_Number)tv.tv_sec + (lua_Number)tv.tv_usec / 1e6);
+  return 1;
+}
+
+static int l_clock_speed(lua_State *L) {
+  lua_pushnumber(L, kb_rt_clock(kb_rt_from_lua(L))->speed);
+  return 1;
+}
+
+/* ---- semaphores ------------------------------------------------------------------ */
+
+typedef struct sem_waiter {
+  kb_task *task;
+  struct sem_waiter *next;
+  struct semaphore *sem;
+} sem_waiter;
+
+typedef struct semaphore {
+  lua_Integer count;
+  sem_waiter *head, *tail;
+} semaphore;
+
+#define SEM_META "kb.semaphore"
+
+static void waiter_unlink(semaphore *s, sem_waiter *w) {
+  sem_waiter **p = &s->head, *prev = NULL;
+  while (*p && *p != w) {
+    prev = *p;
+    p = &(*p)->next;
+  }
+  if (!*p) return;
+  *p = w->next;
+  if (s->tail == w) s->tail = prev;
+}
+
+static void waiter_cancel(void *p) {
+  sem_waiter *w = p;
+  waiter_unlink(w->sem, w);
+  free(w);
+}
+
+/* kb.semaphore(n) -> sem with :acquire() (suspends while none is free),
+ * :release(), :available(). */
+static int l_semaphore(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  luaL_argcheck(L, n >= 0, 1, "count must be >= 0");
+  semaphore *s = lua_newuserdatauv(L, sizeof *s, 0);
+  s->count = n;
+  s->head = s->tail = NULL;
+  luaL_setmetatable(L, SEM_META);
+  return 1;
+}
+
+static int sem_acquire(lua_State *L) {
+  semaphore *s = luaL_checkudata(L, 1, SEM_META);
+  if (s->count > 0 && !s->head) {
+    s->count--;
+    return 0;
+  }
+  kb_task *t = kb_task_running(L);
+  sem_waiter *w = malloc(sizeof *w);
+  if (!w) return luaL_error(L, "semaphore: out of memory");
+  w->task = t;
+  w->next = NULL;
+  w->sem = s;
+  if (s->tail) s->tail->next = w;
+  else s->head = w;
+  s->tail = w;
+  return kb_task_await(L, t, waiter_cancel, w);
+}
+
+static int sem_release(lua_State *L) {
+  semaphore *s = luaL_checkudata(L, 1, SEM_META);
+  sem_waiter *w = s->head;
+  if (w) { /* hand the unit straight to the oldest waiter */
+    waiter_unlink(s, w);
+    kb_task *t = w->task;
+    free(w);
+    kb_task_wake(t, 0);
+  } else {
+    s->count++;
+  }
+  return 0;
+}
+
+static int sem_available(lua_State *L) {
+  semaphore *s = luaL_checkudata(L, 1, SEM_META);
+  lua_pushinteger(L, s->count);
+  return 1;
+}
+
+static int sem_gc(lua_State *L) {
+  semaphore *s = luaL_checkudata(L, 1, SEM_META);
+  /* Waiters hold the semaphore on their stacks, so none can be left here
+   * except at shutdown, when their tasks are already abandoned. */
+  while (s->head) {
+    sem_waiter *w = s->head;
+    s->head = w->next;
+    free(w);
+  }
+  return 0;
+}
+
+static const luaL_Reg sem_methods[] = {
+  {"acquire", sem_acquire},
+  {"release", sem_release},
+  {"available", sem_available},
+  {NULL, NULL}
+};
+
+static const luaL_Reg sem_meta[] = {
+  {"__gc", sem_gc},
+  {NULL, NULL}
+};
+
+/* ---- runtime control ------------------------------------------------------------- */
+
+/* kb.core.exit(code): stops the loop; kbrun exits with `code`. */
+static int l_exit(lua_State *L) {
+  kb_rt_stop(kb_rt_from_lua(L), (int)luaL_optinteger(L, 1, 0));
+  return 0;
+}
+
+static int l_unobserved_failures(lua_State *L) { return kb_task_push_unobserved(L); }
+
+static int l_live_tasks(lua_State *L) {
+  lua_pushinteger(L, kb_task_count_live(kb_rt_from_lua(L)));
+  return 1;
+}
+
+/* kb.core.in_task() -> true when the caller may suspend. */
+static int l_in_task(lua_State *L) {
+  kb_task *t = kb_task_of(L);
+  lua_pushboolean(L, t && kb_task_thread(t) == L);
+  return 1;
+}
+
+/* kb.core.on_signal(fn): fn(signame) runs from the loop on SIGINT/SIGTERM. */
+/* kb.core.cancel_all() -> n: cancels every task but the caller. */
+static int l_cancel_all(lua_State *L) {
+  kb_task *self = kb_task_of(L);
+  if (self && kb_task_thread(self) != L) self = NULL;
+  lua_pushinteger(L, kb_task_cancel_all(kb_rt_from_lua(L), self));
+  return 1;
+}
+
+static int l_on_signal(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_pushvalue(L, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, "kb.on_signal");
+  return 0;
+}
+
+static int l_pending_signal(lua_State *L) {
+  int sig = kb_rt_pending_signal(kb_rt_from_lua(L));
+  if (!sig) return 0;
+  lua_pushstring(L, sig == 2 ? "SIGINT" : "SIGTERM");
+  return 1;
+}
+
+static int l_cancelled(lua_State *L) {
+  kb_task_push_cancelled(L);
+  return 1;
+}
+
+static int l_is_cancelled(lua_State *L) {
+  lua_pushboolean(L, kb_task_is_cancelled_error(L, 1));
+  return 1;
+}
+
+static const luaL_Reg core_functions[] = {
+  {"spawn", l_spawn},
+  {"sleep", l_sleep},
+  {"now", l_now},
+  {"time", l_time},
+  {"clock_speed", l_clock_speed},
+  {"semaphore", l_semaphore},
+  {"exit", l_exit},
+  {"unobserved_failures", l_unobserved_failures},
+  {"live_tasks", l_live_tasks},
+  {"in_task", l_in_task},
+  {"on_signal", l_on_signal},
+  {"cancel_all", l_cancel_all},
+  {"pending_signal", l_pending_signal},
+  {"cancelled", l_cancelled},
+  {"is_cancelled", l_is_cancelled},
+  {NULL, NULL}
+};
+
+int luaopen_kb_core(lua_State *L) {
+  kb_task_register(L);
+  kb_new_class(L, SEM_META, sem_methods, sem_meta);
+  luaL_newlib(L, core_functions);
+  lua_pushliteral(L, KB_VERSION);
+  lua_setfield(L, -2, "version");
+  return 1;
+}

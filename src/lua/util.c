@@ -1,0 +1,84 @@
+/* Helpers shared by the Lua bindings: option tables, classes, null/array. */
+#include "kb/lua_util.h"
+
+static int opt_field(lua_State *L, int idx, const char *key, int type) {
+  if (lua_isnoneornil(L, idx)) return 0;
+  int t = lua_getfield(L, idx, key);
+  if (t == LUA_TNIL) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  if (t != type && !(type == LUA_TNUMBER && lua_isnumber(L, -1))) {
+    luaL_error(L, "option '%s' must be a %s, got %s", key, lua_typename(L, type),
+               luaL_typename(L, -1));
+  }
+  return 1;
+}
+
+const char *kb_opt_string(lua_State *L, int idx, const char *key, const char *def) {
+  if (!opt_field(L, idx, key, LUA_TSTRING)) return def;
+  const char *s = lua_tostring(L, -1);
+  lua_pop(L, 1); /* still anchored by the options table */
+  return s;
+}
+
+lua_Number kb_opt_number(lua_State *L, int idx, const char *key, lua_Number def) {
+  if (!opt_field(L, idx, key, LUA_TNUMBER)) return def;
+  lua_Number n = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return n;
+}
+
+lua_Integer kb_opt_integer(lua_State *L, int idx, const char *key, lua_Integer def) {
+  if (!opt_field(L, idx, key, LUA_TNUMBER)) return def;
+  int isint = 0;
+  lua_Integer n = lua_tointegerx(L, -1, &isint);
+  if (!isint) luaL_error(L, "option '%s' must be an integer", key);
+  lua_pop(L, 1);
+  return n;
+}
+
+int kb_opt_boolean(lua_State *L, int idx, const char *key, int def) {
+  if (!opt_field(L, idx, key, LUA_TBOOLEAN)) return def;
+  int b = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return b;
+}
+
+void kb_new_class(lua_State *L, const char *name, const luaL_Reg *methods,
+                  const luaL_Reg *meta) {
+  if (!luaL_newmetatable(L, name)) {
+    lua_pop(L, 1);
+    return;
+  }
+  if (meta) luaL_setfuncs(L, meta, 0);
+  if (methods) {
+    lua_newtable(L);
+    luaL_setfuncs(L, methods, 0);
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
+}
+
+void kb_push_null(lua_State *L) { lua_pushlightuserdata(L, NULL); }
+
+int kb_is_null(lua_State *L, int idx) {
+  return lua_type(L, idx) == LUA_TLIGHTUSERDATA && lua_touserdata(L, idx) == NULL;
+}
+
+void kb_mark_array(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  if (luaL_newmetatable(L, "kb.array")) {
+    lua_pushliteral(L, "kb.array");
+    lua_setfield(L, -2, "__name");
+  }
+  lua_setmetatable(L, idx);
+}
+
+int kb_is_marked_array(lua_State *L, int idx) {
+  if (!lua_getmetatable(L, idx)) return 0;
+  luaL_getmetatable(L, "kb.array");
+  int same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same;
+}

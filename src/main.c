@@ -1,0 +1,250 @@
+/* kbrun: the command line. Parses options, prepares the runtime and hands
+ * the scenario to the Lua runner (lua/kb/runner.lua). */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <lauxlib.h>
+#include <yaml.h>
+
+#include "kb/lua_modules.h"
+#include "kb/rt.h"
+#include "kb/version.h"
+
+#define EXIT_USAGE 2
+
+static void usage(FILE *out) {
+  fputs(
+    "usage: kbrun [options] SCENARIO.lua [key=value ...]\n"
+    "\n"
+    "Runs a Lua benchmark scenario. key=value pairs and --params set the\n"
+    "scenario's parameters (kb.params): the command line wins over the\n"
+    "params file, the file over the scenario's defaults.\n"
+    "\n"
+    "options:\n"
+    "  -p, --params FILE.yaml  scenario parameters from a YAML file\n"
+    "  -o, --out DIR           experiments folder (default ./experiments)\n"
+    "  -q, --quiet             only warnings and errors\n"
+    "  -v, --verbose           debug logging\n"
+    "      --seed N            random seed (default: from the clock, recorded)\n"
+    "  -h, --help              this help\n"
+    "      --version           versions of kbrun and its libraries\n"
+    "\n"
+    "exit codes: 0 success, 1 scenario failed, 2 usage error,\n"
+    "            130/143 interrupted by SIGINT/SIGTERM\n"
+    "environment: KBRUN_PATH adds folders to the Lua module search path\n",
+    out);
+}
+
+static void print_version(void) {
+  curl_version_info_data *cv = curl_version_info(CURLVERSION_NOW);
+  printf("kbrun %s\n", KB_VERSION);
+  printf("  %s\n", LUA_RELEASE);
+  printf("  libuv %s\n", uv_version_string());
+  printf("  libcurl %s (%s%s)\n", cv->version, cv->ssl_version ? cv->ssl_version : "no TLS",
+         (cv->features & CURL_VERSION_HTTP2) ? ", HTTP/2" : "");
+  printf("  cJSON %s\n", cJSON_Version());
+  printf("  libyaml %s\n", yaml_get_version_string());
+}
+
+/* More concurrent requests need more descriptors: take all we may. */
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+/* Folder of the running executable, for the installed Lua library. */
+static void exe_dir(char *buf, size_t len) {
+  ssize_t n = readlink("/proc/self/exe", buf, len - 1);
+  if (n <= 0) {
+    buf[0] = '\0';
+    return;
+  }
+  buf[n] = '\0';
+  char *slash = strrchr(buf, '/');
+  if (slash) *slash = '\0';
+}
+
+static int dir_exists(const char *path) { return access(path, R_OK | X_OK) == 0; }
+
+/* package.path: KBRUN_PATH, the scenario's folder, the in-tree lua/ (when
+ * run from a build tree), the installed library, then Lua's defaults. */
+static void set_lua_path(lua_State *L, const char *scenario) {
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "path"); /* package, defaults */
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  const char *extra = getenv("KBRUN_PATH");
+  if (extra && *extra) {
+    char *copy = strdup(extra), *save = NULL;
+    for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+      lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", dir, dir);
+      luaL_addvalue(&b);
+    }
+    free(copy);
+  }
+  if (scenario) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", scenario);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", dir, dir);
+    luaL_addvalue(&b);
+  }
+  char exe[PATH_MAX], installed[PATH_MAX + 32];
+  exe_dir(exe, sizeof exe);
+  snprintf(installed, sizeof installed, "%s/../share/kbrun/lua", exe);
+  const char *dirs[] = {KB_LUA_SOURCE_DIR, installed, KB_LUA_INSTALL_DIR};
+  for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+    if (!dir_exists(dirs[i])) continue;
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", dirs[i], dirs[i]);
+    luaL_addvalue(&b);
+  }
+  luaL_pushresult(&b);           /* package, defaults, ours */
+  lua_insert(L, -2);
+  lua_concat(L, 2);
+  lua_setfield(L, -2, "path");
+  lua_pop(L, 1);
+}
+
+typedef struct {
+  const char *params_file;
+  const char *out;
+  const char *seed;
+  int quiet, verbose;
+} options;
+
+/* Pushes the argument table the runner receives. */
+static void push_args(lua_State *L, const options *o, int argc, char **argv, int first) {
+  lua_newtable(L);
+  lua_pushstring(L, argv[first]);
+  lua_setfield(L, -2, "scenario");
+  if (o->params_file) {
+    lua_pushstring(L, o->params_file);
+    lua_setfield(L, -2, "params_file");
+  }
+  lua_pushstring(L, o->out ? o->out : "experiments");
+  lua_setfield(L, -2, "out");
+  if (o->seed) {
+    lua_pushstring(L, o->seed);
+    lua_setfield(L, -2, "seed");
+  }
+  lua_pushboolean(L, o->quiet);
+  lua_setfield(L, -2, "quiet");
+  lua_pushboolean(L, o->verbose);
+  lua_setfield(L, -2, "verbose");
+  lua_newtable(L);
+  for (int i = first + 1; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i - first);
+  }
+  lua_setfield(L, -2, "assignments");
+  lua_pushboolean(L, isatty(STDOUT_FILENO));
+  lua_setfield(L, -2, "tty");
+}
+
+static int run_scenario(const options *o, int argc, char **argv, int first) {
+  kb_rt *rt = kb_rt_new();
+  if (!rt) {
+    fprintf(stderr, "kbrun: cannot create the runtime (out of memory?)\n");
+    return 1;
+  }
+  lua_State *L = kb_rt_lua(rt);
+  kb_lua_preload(L);
+  set_lua_path(L, argv[first]);
+  kb_rt_signals_start(rt);
+
+  /* The runner itself runs as the first task: kb.core.spawn(runner.main, args) */
+  int code = 1;
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "kb.core");
+  if (kb_rt_pcall(rt, 1, 1) != LUA_OK) goto done;
+  lua_getfield(L, -1, "spawn");
+  lua_remove(L, -2);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "kb.runner");
+  if (kb_rt_pcall(rt, 1, 1) != LUA_OK) {
+    fprintf(stderr, "kbrun: the Lua library was not found or is broken; "
+                    "set KBRUN_PATH to the folder holding kb/runner.lua\n");
+    goto done;
+  }
+  lua_getfield(L, -1, "main");
+  lua_remove(L, -2);
+  push_args(L, o, argc, argv, first);
+  if (kb_rt_pcall(rt, 2, 0) != LUA_OK) goto done;
+  code = kb_rt_run(rt);
+  if (!kb_rt_stopping(rt)) {
+    fprintf(stderr, "kbrun: internal error: the scenario stopped without an outcome\n");
+    code = 1;
+  }
+done:
+  kb_rt_free(rt);
+  return code;
+}
+
+int main(int argc, char **argv) {
+  static const struct option longopts[] = {
+    {"params", required_argument, NULL, 'p'},
+    {"out", required_argument, NULL, 'o'},
+    {"quiet", no_argument, NULL, 'q'},
+    {"verbose", no_argument, NULL, 'v'},
+    {"seed", required_argument, NULL, 'S'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0}
+  };
+  options o = {0};
+  int c;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "p:o:qvh", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'p': o.params_file = optarg; break;
+    case 'o': o.out = optarg; break;
+    case 'q': o.quiet = 1; break;
+    case 'v': o.verbose = 1; break;
+    case 'S': {
+      char *end;
+      errno = 0;
+      (void)strtoull(optarg, &end, 10);
+      if (errno || *end || !*optarg) {
+        fprintf(stderr, "kbrun: --seed wants a non-negative integer, got '%s'\n", optarg);
+        return EXIT_USAGE;
+      }
+      o.seed = optarg;
+      break;
+    }
+    case 'h': usage(stdout); return 0;
+    case 'V': print_version(); return 0;
+    default:
+      if (optopt && optopt != '?')
+        fprintf(stderr, "kbrun: option -%c needs a value or is unknown\n", optopt);
+      else
+        fprintf(stderr, "kbrun: unknown option '%s'\n", argv[optind - 1]);
+      fputs("try 'kbrun --help'\n", stderr);
+      return EXIT_USAGE;
+    }
+  }
+  if (optind >= argc) {
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  raise_fd_limit();
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+  int code = run_scenario(&o, argc, argv, optind);
+  curl_global_cleanup();
+  return code;
+}

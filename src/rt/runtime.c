@@ -1,0 +1,159 @@
+/* The runtime object: the libuv loop, the Lua state, the scenario clock and
+ * the ready queue of tasks. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include "rt_internal.h"
+
+static const char RT_KEY = 'r'; /* registry key: the address is unique */
+
+static void ready_drain(uv_idle_t *idle) {
+  kb_rt *rt = idle->data;
+  /* Run only what is queued now: tasks woken by these resumes wait for the
+   * next iteration, so I/O callbacks are never starved. */
+  kb_task *t = rt->ready_head;
+  rt->ready_head = rt->ready_tail = NULL;
+  while (t) {
+    kb_task *next = t->next_ready;
+    t->next_ready = NULL;
+    t->queued = 0;
+    kb__task_resume(t, t->resume_nargs);
+    t = next;
+  }
+  if (!rt->ready_head) uv_idle_stop(&rt->ready_idle);
+}
+
+void kb__task_queue(kb_task *t) {
+  kb_rt *rt = t->rt;
+  if (t->queued) return;
+  t->queued = 1;
+  if (rt->ready_tail) rt->ready_tail->next_ready = t;
+  else rt->ready_head = t;
+  rt->ready_tail = t;
+  uv_idle_start(&rt->ready_idle, ready_drain);
+}
+
+kb_rt *kb_rt_new(void) {
+  kb_rt *rt = calloc(1, sizeof *rt);
+  if (!rt) return NULL;
+  if (uv_loop_init(&rt->loop) != 0) {
+    free(rt);
+    return NULL;
+  }
+  rt->loop.data = rt;
+  uv_idle_init(&rt->loop, &rt->ready_idle);
+  rt->ready_idle.data = rt;
+  kb_clock_init_real(&rt->real_clock);
+  rt->clock = &rt->real_clock;
+
+  rt->L = luaL_newstate();
+  if (!rt->L) {
+    uv_close((uv_handle_t *)&rt->ready_idle, NULL);
+    uv_run(&rt->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&rt->loop);
+    free(rt);
+    return NULL;
+  }
+  luaL_openlibs(rt->L);
+  lua_pushlightuserdata(rt->L, rt);
+  lua_rawsetp(rt->L, LUA_REGISTRYINDEX, &RT_KEY);
+  return rt;
+}
+
+static void close_any(uv_handle_t *h, void *arg) {
+  if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+void kb_rt_free(kb_rt *rt) {
+  if (!rt) return;
+  /* Operations of tasks still suspended are cancelled first (they free
+   * their own memory); then Lua's collector closes what Lua owns; whatever
+   * handle is left is closed before the loop goes. */
+  kb__tasks_abandon(rt);
+  kb__signals_stop(rt);
+  lua_close(rt->L);
+  rt->L = NULL;
+  uv_close((uv_handle_t *)&rt->ready_idle, NULL);
+  uv_run(&rt->loop, UV_RUN_DEFAULT);
+  uv_walk(&rt->loop, close_any, NULL);
+  uv_run(&rt->loop, UV_RUN_DEFAULT);
+  if (uv_loop_close(&rt->loop) != 0)
+    fprintf(stderr, "kbrun: warning: event loop closed with handles still open\n");
+  free(rt);
+}
+
+kb_rt *kb_rt_from_lua(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &RT_KEY);
+  kb_rt *rt = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  return rt;
+}
+
+lua_State *kb_rt_lua(kb_rt *rt) { return rt->L; }
+uv_loop_t *kb_rt_loop(kb_rt *rt) { return &rt->loop; }
+
+void kb_rt_set_clock(kb_rt *rt, kb_clock *clock) {
+  rt->clock = clock ? clock : &rt->real_clock;
+}
+
+kb_clock *kb_rt_clock(kb_rt *rt) { return rt->clock; }
+double kb_rt_now(kb_rt *rt) { return rt->clock->now(rt->clock); }
+
+uint64_t kb_rt_real_ms(kb_rt *rt, double scenario_seconds) {
+  if (!(scenario_seconds > 0)) return 0;
+  double ms = scenario_seconds * 1000.0 / rt->clock->speed;
+  if (ms > 9.0e15) return (uint64_t)9.0e15; /* "forever", without overflow */
+  uint64_t whole = (uint64_t)ms;
+  if ((double)whole < ms) whole++;
+  return whole ? whole : 1;
+}
+
+double kb_rt_scenario_seconds(kb_rt *rt, double real_seconds) {
+  return real_seconds * rt->clock->speed;
+}
+
+int kb_rt_run(kb_rt *rt) {
+  uv_run(&rt->loop, UV_RUN_DEFAULT);
+  return rt->exit_code;
+}
+
+void kb_rt_stop(kb_rt *rt, int exit_code) {
+  rt->stopping = 1;
+  rt->exit_code = exit_code;
+  uv_stop(&rt->loop);
+}
+
+int kb_rt_stopping(kb_rt *rt) { return rt->stopping; }
+
+static int traceback_handler(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (msg == NULL) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+      msg = lua_tostring(L, -1);
+    else
+      msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+int kb_rt_pcall(kb_rt *rt, int nargs, int nresults) {
+  lua_State *L = rt->L;
+  int base = lua_gettop(L) - nargs;
+  lua_pushcfunction(L, traceback_handler);
+  lua_insert(L, base);
+  rt->in_lua++;
+  rt->running = L;
+  int status = lua_pcall(L, nargs, nresults, base);
+  rt->running = NULL;
+  rt->in_lua--;
+  lua_remove(L, base);
+  if (status != LUA_OK) {
+    fprintf(stderr, "kbrun: %s\n", lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  return status;
+}

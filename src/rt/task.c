@@ -1,0 +1,451 @@
+/* Tasks: Lua coroutines scheduled on the runtime's loop.
+ *
+ * Life of a task:  READY --resume--> RUNNING --kb_task_await--> AWAITING
+ *                    ^                  |  ^                        |
+ *                    |                  |  +------- wake -----------+
+ *                    |                  +--> DONE | FAILED | CANCELLED
+ * The coroutine's stack keeps the results (or the error) after it finished,
+ * so waiters copy them from there; nothing else stores them. */
+#include <stdio.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "kb/lua_util.h"
+#include "rt_internal.h"
+
+static const char CANCELLED_KEY = 'c';
+static const char FAILED_KEY = 'f'; /* registry table: failed, not observed */
+
+#define TASK_META "kb.task"
+
+kb_task *kb_task_of(lua_State *L) {
+  return *(kb_task **)lua_getextraspace(L);
+}
+
+kb_task *kb_task_running(lua_State *L) {
+  kb_task *t = kb_task_of(L);
+  if (t == NULL || t->co != L)
+    luaL_error(L, "this call suspends and must run inside a kb task "
+                  "(not in the main chunk of a module or a plain coroutine)");
+  return t;
+}
+
+lua_State *kb_task_thread(kb_task *t) { return t->co; }
+kb_rt *kb_task_rt(kb_task *t) { return t->rt; }
+int kb_task_count_live(kb_rt *rt) { return rt->nlive; }
+
+void kb_task_push_cancelled(lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &CANCELLED_KEY) != LUA_TNIL) return;
+  lua_pop(L, 1);
+  lua_createtable(L, 0, 2);
+  lua_pushliteral(L, "cancelled");
+  lua_setfield(L, -2, "class");
+  lua_pushliteral(L, "the task was cancelled");
+  lua_setfield(L, -2, "message");
+  kb_error_push_meta(L);
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &CANCELLED_KEY);
+}
+
+int kb_task_is_cancelled_error(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  kb_task_push_cancelled(L);
+  int same = lua_rawequal(L, idx, -1);
+  lua_pop(L, 1);
+  return same;
+}
+
+/* ---- live list ----------------------------------------------------------- */
+
+static void live_add(kb_task *t) {
+  kb_rt *rt = t->rt;
+  t->next_live = rt->live;
+  if (rt->live) rt->live->prev_live = t;
+  rt->live = t;
+  rt->nlive++;
+}
+
+static void live_remove(kb_task *t) {
+  kb_rt *rt = t->rt;
+  if (t->prev_live) t->prev_live->next_live = t->next_live;
+  else rt->live = t->next_live;
+  if (t->next_live) t->next_live->prev_live = t->prev_live;
+  t->prev_live = t->next_live = NULL;
+  rt->nlive--;
+}
+
+/* ---- spawning ------------------------------------------------------------ */
+
+kb_task *kb_task_spawn(lua_State *L, int nargs) {
+  kb_rt *rt = kb_rt_from_lua(L);
+  int fn = lua_gettop(L) - nargs;
+  luaL_checktype(L, fn, LUA_TFUNCTION);
+
+  kb_task *t = lua_newuserdatauv(L, sizeof *t, 1);
+  memset(t, 0, sizeof *t);
+  luaL_setmetatable(L, TASK_META);
+  t->rt = rt;
+  t->id = ++rt->next_task_id;
+  t->co = lua_newthread(L);
+  lua_setiuservalue(L, -2, 1); /* the task owns its coroutine */
+  *(kb_task **)lua_getextraspace(t->co) = t;
+
+  lua_pushvalue(L, -1);
+  t->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+
+  /* Move the function and its arguments onto the coroutine. */
+  lua_insert(L, fn);             /* task, fn, args... */
+  lua_xmove(L, t->co, nargs + 1);
+  t->state = TASK_READY;
+  t->resume_nargs = nargs;
+  live_add(t);
+  kb__task_queue(t);
+  return t; /* the userdata is left on L's stack */
+}
+
+/* ---- finishing ------------------------------------------------------------ */
+
+/* Copies a finished task's outcome onto `to`: its results, or its error.
+ * Returns the number of values pushed, or -1 when an error was pushed. */
+static int push_outcome(kb_task *t, lua_State *to) {
+  lua_State *co = t->co;
+  t->observed = 1;
+  if (t->state == TASK_DONE) {
+    int n = t->nresults;
+    luaL_checkstack(to, n + 1, "too many task results");
+    for (int i = 1; i <= n; i++) lua_pushvalue(co, i);
+    lua_xmove(co, to, n);
+    return n;
+  }
+  if (t->state == TASK_CANCELLED) {
+    kb_task_push_cancelled(to);
+    return -1;
+  }
+  lua_pushvalue(co, -1);
+  lua_xmove(co, to, 1);
+  return -1;
+}
+
+static void forget_failed(kb_task *t) {
+  lua_State *L = t->rt->L;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &FAILED_KEY) == LUA_TTABLE) {
+    lua_pushnil(L);
+    lua_rawsetp(L, -2, t);
+  }
+  lua_pop(L, 1);
+}
+
+static void wake_waiters(kb_task *t) {
+  kb_task *w = t->waiters;
+  t->waiters = NULL;
+  while (w) {
+    kb_task *next = w->next_waiter;
+    w->next_waiter = NULL;
+    w->waiting_on = NULL;
+    w->cancel = NULL;
+    w->op = NULL;
+    int n = push_outcome(t, w->co);
+    w->wake = n < 0 ? WAKE_ERROR : WAKE_OK;
+    w->resume_nargs = n < 0 ? 1 : n;
+    kb__task_queue(w);
+    w = next;
+  }
+  if (t->state == TASK_FAILED && t->observed) forget_failed(t);
+}
+
+/* Adds the traceback to an error once: appended to a string message, or as
+ * the `traceback` field of an error table. */
+static void annotate_error(kb_task *t) {
+  lua_State *L = t->rt->L, *co = t->co;
+  int err = lua_gettop(co);
+  if (lua_type(co, err) == LUA_TSTRING) {
+    luaL_traceback(L, co, lua_tostring(co, err), 0);
+    lua_xmove(L, co, 1);
+    lua_replace(co, err);
+  } else if (lua_type(co, err) == LUA_TTABLE) {
+    if (lua_getfield(co, err, "traceback") == LUA_TNIL) {
+      luaL_traceback(L, co, NULL, 0);
+      lua_xmove(L, co, 1);
+      lua_setfield(co, err, "traceback");
+    }
+    lua_pop(co, 1);
+  }
+}
+
+static void finish(kb_task *t, task_state state) {
+  lua_State *L = t->rt->L;
+  t->state = state;
+  t->cancel = NULL;
+  t->op = NULL;
+  live_remove(t);
+  if (state == TASK_FAILED) {
+    annotate_error(t);
+    /* Remember it until someone looks, so exit can report it. */
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &FAILED_KEY) != LUA_TTABLE) {
+      lua_pop(L, 1);
+      lua_newtable(L);
+      lua_pushvalue(L, -1);
+      lua_rawsetp(L, LUA_REGISTRYINDEX, &FAILED_KEY);
+    }
+    lua_rawgeti(L, LUA_REGISTRYINDEX, t->ref);
+    lua_rawsetp(L, -2, t);
+    lua_pop(L, 1);
+  }
+  luaL_unref(L, LUA_REGISTRYINDEX, t->ref);
+  t->ref = LUA_NOREF;
+  wake_waiters(t);
+}
+
+/* ---- resuming ---------------------------------------------------------------- */
+
+void kb__task_resume(kb_task *t, int nargs) {
+  kb_rt *rt = t->rt;
+  if (t->state == TASK_CANCELLED) return; /* cancelled before it started */
+  t->state = TASK_RUNNING;
+  rt->in_lua++;
+  rt->running = t->co;
+  int nres = 0;
+  int status = lua_resume(t->co, rt->L, nargs, &nres);
+  rt->running = NULL;
+  rt->in_lua--;
+
+  if (status == LUA_YIELD) {
+    if (t->state == TASK_AWAITING) return;
+    /* A bare coroutine.yield() inside a task: nothing would ever resume it. */
+    lua_pop(t->co, nres);
+    lua_pushliteral(t->co, "coroutine.yield() called directly inside a kb task; "
+                           "use kb.sleep() or another kb call to wait");
+    luaL_traceback(rt->L, t->co, lua_tostring(t->co, -1), 0);
+    lua_pop(t->co, 1);
+    lua_xmove(rt->L, t->co, 1);
+    /* The coroutine is suspended for good; the task has failed. */
+    finish(t, TASK_FAILED);
+    return;
+  }
+  if (status == LUA_OK) {
+    t->nresults = nres;
+    finish(t, TASK_DONE);
+    return;
+  }
+  if (kb_task_is_cancelled_error(t->co, -1)) finish(t, TASK_CANCELLED);
+  else finish(t, TASK_FAILED);
+}
+
+/* ---- awaiting ----------------------------------------------------------------- */
+
+static int await_continue(lua_State *L, int status, lua_KContext base) {
+  kb_task *t = kb_task_of(L);
+  wake_mode mode = t->wake;
+  t->wake = WAKE_OK;
+  if (t->cancel_pending) {
+    t->cancel_pending = 0;
+    mode = WAKE_CANCEL;
+  }
+  if (mode == WAKE_CANCEL) {
+    kb_task_push_cancelled(L);
+    return lua_error(L);
+  }
+  if (mode == WAKE_ERROR) return lua_error(L);
+  return lua_gettop(L) - (int)base;
+}
+
+int kb_task_await(lua_State *L, kb_task *t, kb_cancel_fn cancel, void *op) {
+  if (t->co != L) return luaL_error(L, "kb_task_await: not the task's own thread");
+  if (t->cancel_pending) {
+    t->cancel_pending = 0;
+    if (cancel) cancel(op);
+    kb_task_push_cancelled(L);
+    return lua_error(L);
+  }
+  t->state = TASK_AWAITING;
+  t->cancel = cancel;
+  t->op = op;
+  t->wake = WAKE_OK;
+  return lua_yieldk(L, 0, (lua_KContext)lua_gettop(L), await_continue);
+}
+
+static void wake(kb_task *t, int nargs, wake_mode mode) {
+  if (t->state != TASK_AWAITING || t->queued) return;
+  t->cancel = NULL;
+  t->op = NULL;
+  t->wake = mode;
+  t->resume_nargs = nargs;
+  /* Resume right away from a loop callback; defer when Lua is running. */
+  if (t->rt->in_lua > 0) kb__task_queue(t);
+  else kb__task_resume(t, nargs);
+}
+
+void kb_task_wake(kb_task *t, int nresults) { wake(t, nresults, WAKE_OK); }
+void kb_task_fail(kb_task *t) { wake(t, 1, WAKE_ERROR); }
+
+void kb_task_cancel(kb_task *t) {
+  switch (t->state) {
+  case TASK_READY:
+    lua_settop(t->co, 0);
+    finish(t, TASK_CANCELLED);
+    break;
+  case TASK_AWAITING:
+    if (t->queued) { /* already woken: the continuation raises instead */
+      t->cancel_pending = 1;
+      break;
+    }
+    if (t->cancel) t->cancel(t->op);
+    t->cancel = NULL;
+    t->op = NULL;
+    t->wake = WAKE_CANCEL;
+    t->resume_nargs = 0;
+    kb__task_queue(t);
+    break;
+  default: /* running (it cancels itself) or already finished */
+    break;
+  }
+}
+
+int kb_task_cancel_all(kb_rt *rt, kb_task *except) {
+  int n = 0;
+  kb_task *t = rt->live;
+  while (t) {
+    kb_task *next = t->next_live; /* cancelling a READY task unlinks it */
+    if (t != except && t->state != TASK_RUNNING) {
+      kb_task_cancel(t);
+      n++;
+    }
+    t = next;
+  }
+  return n;
+}
+
+/* At shutdown: cancel every pending operation without running Lua again. */
+void kb__tasks_abandon(kb_rt *rt) {
+  rt->ready_head = rt->ready_tail = NULL;
+  uv_idle_stop(&rt->ready_idle);
+  while (rt->live) {
+    kb_task *t = rt->live;
+    if (t->state == TASK_AWAITING && t->cancel) t->cancel(t->op);
+    t->cancel = NULL;
+    t->op = NULL;
+    live_remove(t);
+    t->state = TASK_CANCELLED;
+  }
+}
+
+/* ---- the Lua face of a task ---------------------------------------------------- */
+
+static kb_task *check_task(lua_State *L, int idx) {
+  return luaL_checkudata(L, idx, TASK_META);
+}
+
+static void cancel_wait(void *op) {
+  kb_task *w = op, *target = w->waiting_on, **p;
+  if (!target) return;
+  for (p = &target->waiters; *p; p = &(*p)->next_waiter) {
+    if (*p == w) {
+      *p = w->next_waiter;
+      break;
+    }
+  }
+  w->next_waiter = NULL;
+  w->waiting_on = NULL;
+}
+
+/* task:wait() -> the task's results, or raises its error. */
+static int task_wait(lua_State *L) {
+  kb_task *t = check_task(L, 1);
+  if (t->state == TASK_DONE || t->state == TASK_FAILED || t->state == TASK_CANCELLED) {
+    int n = push_outcome(t, L);
+    if (t->state == TASK_FAILED) forget_failed(t);
+    return n < 0 ? lua_error(L) : n;
+  }
+  kb_task *self = kb_task_running(L);
+  if (self == t) return luaL_error(L, "a task cannot wait for itself");
+  self->waiting_on = t;
+  self->next_waiter = t->waiters;
+  t->waiters = self;
+  return kb_task_await(L, self, cancel_wait, self);
+}
+
+static int task_cancel(lua_State *L) {
+  kb_task *t = check_task(L, 1);
+  if (t->state == TASK_RUNNING) {
+    kb_task_push_cancelled(L); /* a task cancelling itself stops here */
+    return lua_error(L);
+  }
+  kb_task_cancel(t);
+  return 0;
+}
+
+static const char *state_name(task_state s) {
+  static const char *names[] = {"ready", "running", "awaiting", "done", "failed", "cancelled"};
+  return names[s];
+}
+
+static int task_status(lua_State *L) {
+  lua_pushstring(L, state_name(check_task(L, 1)->state));
+  return 1;
+}
+
+static int task_done(lua_State *L) {
+  task_state s = check_task(L, 1)->state;
+  lua_pushboolean(L, s == TASK_DONE || s == TASK_FAILED || s == TASK_CANCELLED);
+  return 1;
+}
+
+static int task_id(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)check_task(L, 1)->id);
+  return 1;
+}
+
+static int task_tostring(lua_State *L) {
+  kb_task *t = check_task(L, 1);
+  lua_pushfstring(L, "kb.task %d (%s)", (int)t->id, state_name(t->state));
+  return 1;
+}
+
+static const luaL_Reg task_methods[] = {
+  {"wait", task_wait},
+  {"cancel", task_cancel},
+  {"status", task_status},
+  {"done", task_done},
+  {"id", task_id},
+  {NULL, NULL}
+};
+
+/* Registers the kb.task class; called by luaopen_kb_core. */
+void kb_task_register(lua_State *L) {
+  if (!luaL_newmetatable(L, TASK_META)) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pushcfunction(L, task_tostring);
+  lua_setfield(L, -2, "__tostring");
+  luaL_newlib(L, task_methods);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+}
+
+/* Pushes a list of {id=, error=} for tasks that failed and were never
+ * waited on, and marks them reported. */
+int kb_task_push_unobserved(lua_State *L) {
+  lua_newtable(L);
+  int list = lua_gettop(L), n = 0;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &FAILED_KEY) == LUA_TTABLE) {
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+      kb_task *t = lua_touserdata(L, -1);
+      lua_createtable(L, 0, 2);
+      lua_pushinteger(L, (lua_Integer)t->id);
+      lua_setfield(L, -2, "id");
+      lua_pushvalue(t->co, -1);
+      lua_xmove(t->co, L, 1);
+      lua_setfield(L, -2, "error");
+      lua_rawseti(L, list, ++n);
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  lua_pushnil(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &FAILED_KEY);
+  return 1;
+}
