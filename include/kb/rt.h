@@ -91,6 +91,9 @@ kb_rt *kb_task_rt(kb_task *t);
 int kb_task_await(lua_State *L, kb_task *t, kb_cancel_fn cancel, void *op);
 void kb_task_wake(kb_task *t, int nresults);
 void kb_task_fail(kb_task *t);
+/* Suspends the running task behind every task that is ready now (use as
+ * `return kb_task_yield(L);`). */
+int kb_task_yield(lua_State *L);
 
 /* Spawn the function at stack index `fn` with the `nargs` values above it
  * (all popped) as a new task; pushes the task userdata. Starts on the next

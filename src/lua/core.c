@@ -50,6 +50,7 @@ static int l_sleep(lua_State *L) {
   luaL_argcheck(L, s >= 0 && s == s, 1, "sleep time must be a non-negative number");
   kb_task *t = kb_task_running(L);
   kb_rt *rt = kb_task_rt(t);
+  if (kb_rt_real_ms(rt, s) == 0) return kb_task_yield(L);
   sleep_op *op = malloc(sizeof *op);
   if (!op) return luaL_error(L, "kb.sleep: out of memory");
   uv_timer_init(kb_rt_loop(rt), &op->timer);

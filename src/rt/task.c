@@ -266,6 +266,15 @@ int kb_task_await(lua_State *L, kb_task *t, kb_cancel_fn cancel, void *op) {
   return lua_yieldk(L, 0, (lua_KContext)lua_gettop(L), await_continue);
 }
 
+int kb_task_yield(lua_State *L) {
+  kb_task *t = kb_task_running(L);
+  if (!t->cancel_pending) { /* else kb_task_await raises the cancellation */
+    t->resume_nargs = 0;
+    kb__task_queue(t); /* lua_yieldk never returns: queue first */
+  }
+  return kb_task_await(L, t, NULL, NULL);
+}
+
 static void wake(kb_task *t, int nargs, wake_mode mode) {
   if (t->state != TASK_AWAITING || t->queued) return;
   t->cancel = NULL;

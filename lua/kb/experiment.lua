@@ -1,0 +1,83 @@
+--- kb.experiment: the folder of one experiment and its files.
+--
+--   <out>/<id>/config/   resolved parameters, generated manifests
+--   <out>/<id>/output/   raw outputs (journal.jsonl, logs)
+--   <out>/<id>/result/   result.json and the derived reports
+local fs = require "kb.fs"
+local json = require "kb.json"
+
+local M = {}
+local Experiment = {}
+Experiment.__index = Experiment
+
+local ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+-- The id suffix must differ between runs even with the same --seed, so it
+-- comes from the kernel, not from math.random.
+local function random_suffix(n)
+  local f = io.open("/dev/urandom", "rb")
+  local bytes = f and f:read(n) or tostring(os.time()):rep(n)
+  if f then f:close() end
+  local out = {}
+  for i = 1, n do
+    local b = bytes:byte(i) % #ALPHABET + 1
+    out[i] = ALPHABET:sub(b, b)
+  end
+  return table.concat(out)
+end
+
+--- Lower-cases a name and replaces everything but [a-z0-9-] with '-', as
+-- Kubebench names experiments; never empty, never a path.
+function M.sanitize(name)
+  local s = tostring(name):lower():gsub("[^a-z0-9-]", "-"):gsub("^-+", ""):gsub("-+$", "")
+  if s == "" then s = "experiment" end
+  return s:sub(1, 40)
+end
+
+--- `<name>-YYYYMMDDhhmm-xxxx` (UTC), Kubebench's experiment id format.
+function M.new_id(name)
+  return string.format("%s-%s-%s", M.sanitize(name), os.date("!%Y%m%d%H%M"), random_suffix(4))
+end
+
+--- Creates the experiment folders under `out` and returns the experiment.
+-- opts: out (folder), name, id (optional, sanitized).
+function M.create(opts)
+  local id = opts.id and M.sanitize(opts.id) or M.new_id(opts.name or "experiment")
+  local dir = fs.join(opts.out, id)
+  local exp = setmetatable({
+    id = id,
+    dir = dir,
+    config_dir = fs.join(dir, "config"),
+    output_dir = fs.join(dir, "output"),
+    result_dir = fs.join(dir, "result"),
+    out = opts.out,
+  }, Experiment)
+  for _, d in ipairs({ exp.config_dir, exp.output_dir, exp.result_dir }) do fs.mkdir(d) end
+  return exp
+end
+
+--- Path of a file inside one of the experiment's folders, refusing names
+-- that would escape it.
+function Experiment:path(folder, name)
+  assert(folder == "config" or folder == "output" or folder == "result", "unknown folder " .. tostring(folder))
+  if name:find("..", 1, true) or name:sub(1, 1) == "/" then
+    error(string.format("file name '%s' would leave the experiment folder", name), 2)
+  end
+  return fs.join(self.dir, folder, name)
+end
+
+--- Writes a JSON document atomically into one of the folders.
+function Experiment:write_json(folder, name, value)
+  local path = self:path(folder, name)
+  fs.write(path, json.encode(value, { pretty = true }) .. "\n")
+  return path
+end
+
+--- Writes text atomically into one of the folders.
+function Experiment:write(folder, name, text)
+  local path = self:path(folder, name)
+  fs.write(path, text)
+  return path
+end
+
+return M

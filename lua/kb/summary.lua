@@ -1,0 +1,102 @@
+--- kb.summary: the table kbrun prints at the end of a run.
+local M = {}
+
+local function color(on, code, text)
+  if not on then return text end
+  return string.format("\27[%sm%s\27[0m", code, text)
+end
+
+--- Formats a duration in seconds with a unit that keeps 3-4 digits.
+function M.duration(s)
+  if s == nil then return "-" end
+  if s < 1e-3 then return string.format("%.0f us", s * 1e6) end
+  if s < 1 then return string.format("%.2f ms", s * 1e3) end
+  if s < 120 then return string.format("%.3f s", s) end
+  return string.format("%.1f min", s / 60)
+end
+
+local function label_text(labels)
+  local keys = {}
+  for k in pairs(labels or {}) do keys[#keys + 1] = k end
+  if #keys == 0 then return "" end
+  table.sort(keys)
+  local parts = {}
+  for _, k in ipairs(keys) do parts[#parts + 1] = k .. "=" .. tostring(labels[k]) end
+  return "{" .. table.concat(parts, ",") .. "}"
+end
+
+local function pad(s, n)
+  s = tostring(s)
+  return s .. string.rep(" ", math.max(0, n - #s))
+end
+
+local function lpad(s, n)
+  s = tostring(s)
+  return string.rep(" ", math.max(0, n - #s)) .. s
+end
+
+--- Lines of the histogram table.
+function M.histogram_lines(snapshot)
+  local lines = {}
+  local rows = {}
+  for _, m in ipairs(snapshot and snapshot.metrics or {}) do
+    if m.kind == "histogram" and m.summary and m.summary.count > 0 then
+      rows[#rows + 1] = { m.name .. label_text(m.labels), m.summary }
+    end
+  end
+  if #rows == 0 then return lines end
+  table.sort(rows, function(a, b) return a[1] < b[1] end)
+  local w = 10
+  for _, r in ipairs(rows) do w = math.max(w, #r[1]) end
+  lines[1] = pad("histogram", w) .. lpad("count", 9) .. lpad("p50", 11) .. lpad("p90", 11)
+    .. lpad("p99", 11) .. lpad("max", 11)
+  for _, r in ipairs(rows) do
+    local s = r[2]
+    lines[#lines + 1] = pad(r[1], w) .. lpad(s.count, 9) .. lpad(M.duration(s.p50), 11)
+      .. lpad(M.duration(s.p90), 11) .. lpad(M.duration(s.p99), 11) .. lpad(M.duration(s.max), 11)
+  end
+  return lines
+end
+
+--- Lines of the counter/gauge table.
+function M.counter_lines(snapshot)
+  local rows = {}
+  for _, m in ipairs(snapshot and snapshot.metrics or {}) do
+    if m.kind == "counter" or m.kind == "gauge" then
+      rows[#rows + 1] = { m.name .. label_text(m.labels), m.value }
+    end
+  end
+  table.sort(rows, function(a, b) return a[1] < b[1] end)
+  local lines = {}
+  for _, r in ipairs(rows) do lines[#lines + 1] = pad(r[1], 40) .. " " .. tostring(r[2]) end
+  return lines
+end
+
+--- Prints the summary of a result document (see kb.runner) to stdout.
+function M.print(doc, exp, opts)
+  opts = opts or {}
+  local tty = opts.tty and os.getenv("TERM") ~= "dumb" and os.getenv("NO_COLOR") == nil
+  local out = {}
+  local status = doc.status == "passed" and color(tty, "32", "passed") or color(tty, "31", doc.status)
+  out[#out + 1] = string.format("\n%s: %s in %s (%s clock%s)", doc.experiment_id, status,
+    M.duration(doc.duration), doc.clock.kind,
+    doc.clock.speed ~= 1 and string.format(", x%g", doc.clock.speed) or "")
+  for _, line in ipairs(M.histogram_lines(doc.metrics)) do out[#out + 1] = "  " .. line end
+  local counters = M.counter_lines(doc.metrics)
+  if #counters > 0 then
+    out[#out + 1] = ""
+    for _, line in ipairs(counters) do out[#out + 1] = "  " .. line end
+  end
+  if doc.thresholds and #doc.thresholds > 0 then
+    out[#out + 1] = ""
+    for _, t in ipairs(doc.thresholds) do
+      local mark = t.passed and color(tty, "32", "ok  ") or color(tty, "31", "FAIL")
+      out[#out + 1] = string.format("  %s %s %s %s %s (actual %s)", mark, t.name, t.stat, t.op,
+        tostring(t.limit), t.actual == nil and "missing" or tostring(t.actual))
+    end
+  end
+  if exp then out[#out + 1] = "  results: " .. exp.result_dir end
+  io.stdout:write(table.concat(out, "\n"), "\n")
+end
+
+return M
