@@ -1,4 +1,96 @@
-/* Placeholder until the kb.log binding lands; replaced by its real file. */
+/* kb.log: the C logger (include/kb/log.h) for Lua scenarios.
+ *
+ *   local log = require "kb.log"
+ *   log.info("run %s created in %.1f s", id, dt)  -- string.format with args
+ *   log.warn(err)                                -- any value, via tostring
+ *   log.level("debug")                           -- set; returns the previous
+ *   log.level()                                  -- current: "info"
+ *   log.enabled("debug")                         -- skip costly messages
+ *   log.redact(text)                             -- kb_redact for reports
+ *
+ * Every line is redacted (see include/kb/redact.h) before it reaches
+ * stderr. Writing blocks the loop for the duration of one write(2). */
 #include <lauxlib.h>
+#include <lualib.h>
+
+#include "kb/log.h"
 #include "kb/lua_modules.h"
-int luaopen_kb_log(lua_State *L) { return luaL_error(L, "kb.log is not built yet"); }
+#include "kb/redact.h"
+
+static kb_log_level check_level(lua_State *L, int arg) {
+  const char *name = luaL_checkstring(L, arg);
+  kb_log_level level;
+  if (kb_log_level_parse(name, &level) != 0)
+    return luaL_argerror(L, arg, lua_pushfstring(L,
+      "unknown log level '%s' (expected debug, info, warn, error or off)", name));
+  return level;
+}
+
+/* The message: string.format(...) (upvalue 1) when there are arguments
+ * after the format, else tostring of the single value. */
+static int log_at(lua_State *L, kb_log_level level) {
+  int n = lua_gettop(L);
+  /* bad arguments raise at every level, not only when the level is on */
+  if (n > 1) luaL_checkstring(L, 1);
+  else luaL_checkany(L, 1);
+  if (!kb_log_enabled(level)) return 0;
+  size_t len;
+  const char *msg;
+  if (n > 1) {
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, n, 1);
+    msg = lua_tolstring(L, -1, &len);
+  } else {
+    msg = luaL_tolstring(L, 1, &len);
+  }
+  kb_log_msg(level, msg, len);
+  return 0;
+}
+
+static int l_debug(lua_State *L) { return log_at(L, KB_LOG_DEBUG); }
+static int l_info(lua_State *L) { return log_at(L, KB_LOG_INFO); }
+static int l_warn(lua_State *L) { return log_at(L, KB_LOG_WARN); }
+static int l_error(lua_State *L) { return log_at(L, KB_LOG_ERROR); }
+
+/* level([name]) -> previous (or current) level name */
+static int l_level(lua_State *L) {
+  kb_log_level old = kb_log_get_level();
+  if (!lua_isnoneornil(L, 1)) kb_log_set_level(check_level(L, 1));
+  lua_pushstring(L, kb_log_level_name(old));
+  return 1;
+}
+
+static int l_enabled(lua_State *L) {
+  lua_pushboolean(L, kb_log_enabled(check_level(L, 1)));
+  return 1;
+}
+
+static int l_redact(lua_State *L) {
+  size_t len;
+  const char *in = luaL_checklstring(L, 1, &len);
+  luaL_Buffer b;
+  size_t cap = len + 64;
+  char *out = luaL_buffinitsize(L, &b, cap);
+  size_t n = kb_redact(in, len, out, cap);
+  if (n >= cap) {
+    out = luaL_prepbuffsize(&b, n + 1);
+    kb_redact(in, len, out, n + 1);
+  }
+  luaL_pushresultsize(&b, n);
+  return 1;
+}
+
+int luaopen_kb_log(lua_State *L) {
+  static const luaL_Reg formatted[] = {
+    {"debug", l_debug}, {"info", l_info}, {"warn", l_warn}, {"error", l_error}, {NULL, NULL}};
+  static const luaL_Reg plain[] = {
+    {"level", l_level}, {"enabled", l_enabled}, {"redact", l_redact}, {NULL, NULL}};
+  lua_newtable(L);
+  luaL_requiref(L, LUA_STRLIBNAME, luaopen_string, 0);
+  lua_getfield(L, -1, "format");
+  lua_remove(L, -2);
+  luaL_setfuncs(L, formatted, 1);
+  luaL_setfuncs(L, plain, 0);
+  return 1;
+}

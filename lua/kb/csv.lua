@@ -1,0 +1,332 @@
+--- kb.csv: RFC 4180 CSV for results (report.csv, runs.csv, latencies.csv).
+--
+--   local csv = require "kb.csv"
+--   csv.encode_row({ "taxi", 12, 0.25 })      --> 'taxi,12,0.25' (no line end)
+--   csv.encode(rows, header [, opts])          --> the whole text
+--   local w = csv.writer(path, header [, opts])
+--   w:write({ "taxi", 12, 0.25 })              -- a list, in header order
+--   w:write({ name = "taxi", runs = 12 })      -- or a map; missing -> empty
+--   w:close()
+--   csv.parse(text [, opts])                   --> rows (lists of strings)
+--
+-- Quoting: a field is quoted when it contains a comma, a double quote, CR or
+-- LF, or starts or ends with a space or tab; inner quotes are doubled. Any
+-- other byte (UTF-8 included) is written as is.
+--
+-- Line endings: "\n" by default; opts.eol = "\r\n" gives strict RFC 4180
+-- (what Excel writes). csv.parse accepts both, and lone CR.
+--
+-- Values: nil and kb.json.null -> empty cell; booleans -> true / false;
+-- integers as integers; floats in the shortest of %.14g .. %.17g that reads
+-- back to the same number (0.1 -> 0.1, 0.1 + 0.2 -> 0.30000000000000004),
+-- NaN -> nan, infinities -> inf / -inf; anything else through tostring.
+-- csv.parse returns strings only: it cannot know which cells were numbers.
+local fs = require "kb.fs"
+local json = require "kb.json"
+
+local M = {}
+
+local byte, find, sub, format = string.byte, string.find, string.sub, string.format
+local QUOTE, COMMA, CR, LF = 34, 44, 13, 10
+
+-- Errors in the data (not in the calling code) are kb error objects.
+local Error = { __name = "kb.error" }
+Error.__index = Error
+Error.__tostring = function(e) return e.class .. ": " .. e.message end
+
+local function data_error(fmt, ...)
+  error(setmetatable({ class = "csv", message = format(fmt, ...) }, Error), 0)
+end
+
+--- The cell text of a number: integers exactly, floats in the shortest
+-- round-tripping %.Ng form.
+function M.format_number(v)
+  if math.type(v) == "integer" then return format("%d", v) end
+  if v ~= v then return "nan" end
+  if v == math.huge then return "inf" end
+  if v == -math.huge then return "-inf" end
+  local s
+  for precision = 14, 17 do
+    s = format("%." .. precision .. "g", v)
+    if tonumber(s) == v then break end
+  end
+  return s
+end
+
+local function cell(v)
+  local t = type(v)
+  if t == "string" then return v end
+  if t == "number" then return M.format_number(v) end
+  if v == nil or v == json.null then return "" end
+  return tostring(v)
+end
+
+local function quote(s)
+  if find(s, '[,"\r\n]') or find(s, "^[ \t]") or find(s, "[ \t]$") then
+    return '"' .. (s:gsub('"', '""')) .. '"'
+  end
+  return s
+end
+
+local function line_ending(opts, who)
+  local eol = opts and opts.eol or "\n"
+  if eol ~= "\n" and eol ~= "\r\n" then
+    error(format('%s: opts.eol must be "\\n" or "\\r\\n"', who), 3)
+  end
+  return eol
+end
+
+--- Encodes one row (a list; `list.n` counts trailing nils) as a line without
+-- its line ending.
+function M.encode_row(list)
+  local n = list.n or #list
+  local out = {}
+  for i = 1, n do out[i] = quote(cell(list[i])) end
+  -- a lone empty field would be a blank line, which parse skips
+  if n == 1 and out[1] == "" then return '""' end
+  return table.concat(out, ",", 1, n)
+end
+
+local function is_list(row)
+  return row[1] ~= nil or next(row) == nil
+end
+
+-- The cells of `row` in `columns` order. A list row is positional in
+-- `names` (the caller's header); a map row is keyed by column names.
+local function row_cells(row, columns, names, who)
+  if type(row) ~= "table" then
+    error(format("%s: a row must be a table, got %s", who, type(row)), 3)
+  end
+  if not columns then return row end
+  local cells = {}
+  if is_list(row) then
+    if #row > #names then
+      error(format("%s: row has %d fields but the header has %d", who, #row, #names), 3)
+    end
+    local by_name = {}
+    for i, name in ipairs(names) do by_name[name] = row[i] end
+    row = by_name
+  else
+    local known = {}
+    for _, name in ipairs(columns) do known[name] = true end
+    for k in pairs(row) do
+      if not known[k] then
+        error(format("%s: column %s is not in the header", who, format("%q", tostring(k))), 3)
+      end
+    end
+  end
+  for i, name in ipairs(columns) do cells[i] = row[name] end
+  cells.n = #columns
+  return cells
+end
+
+--- Encodes rows (lists, or maps keyed by header names) as CSV text, the
+-- header first when given; every line ends with opts.eol.
+function M.encode(rows, header, opts)
+  local eol = line_ending(opts, "kb.csv.encode")
+  local out = {}
+  if header then out[1] = M.encode_row(header) end
+  for _, row in ipairs(rows) do
+    if not header and type(row) == "table" and not is_list(row) then
+      error("kb.csv.encode: map rows need a header to order their columns", 2)
+    end
+    out[#out + 1] = M.encode_row(row_cells(row, header, header, "kb.csv.encode"))
+  end
+  if #out == 0 then return "" end
+  return table.concat(out, eol) .. eol
+end
+
+local function line_of(text, pos)
+  local line = 1
+  for _ in sub(text, 1, pos - 1):gmatch("\n") do line = line + 1 end
+  return line
+end
+
+-- Parses the quoted field whose opening quote is at i; returns the field
+-- and the position after its closing quote.
+local function quoted_field(text, i)
+  local parts, j = {}, i + 1
+  while true do
+    local q = find(text, '"', j, true)
+    if not q then data_error("kb.csv.parse: unterminated quoted field starting on line %d", line_of(text, i)) end
+    parts[#parts + 1] = sub(text, j, q - 1)
+    if byte(text, q + 1) ~= QUOTE then return table.concat(parts), q + 1 end
+    parts[#parts + 1] = '"'
+    j = q + 2
+  end
+end
+
+local function parse_rows(text, limit)
+  local rows, row, blank = {}, {}, true
+  local i, n = 1, #text
+  local function finish()
+    if not (blank and #row == 1) then rows[#rows + 1] = row end
+    row, blank = {}, true
+  end
+  while i <= n do
+    local field
+    if byte(text, i) == QUOTE then
+      field, i = quoted_field(text, i)
+      blank = false
+    else
+      local e = find(text, "[,\r\n]", i) or n + 1
+      field = sub(text, i, e - 1)
+      if e > i then blank = false end
+      i = e
+    end
+    row[#row + 1] = field
+    local b = byte(text, i)
+    if b == COMMA then
+      blank = false
+      i = i + 1
+      if i > n then row[#row + 1] = "" end
+    elseif b == CR or b == LF then
+      i = i + ((b == CR and byte(text, i + 1) == LF) and 2 or 1)
+      finish()
+      if #rows >= limit then return rows end
+    elseif b then
+      data_error("kb.csv.parse: unexpected %q after a closing quote on line %d", string.char(b), line_of(text, i))
+    end
+  end
+  if #row > 0 then finish() end
+  return rows
+end
+
+--- Parses CSV text into a list of rows, each a list of strings. Quoted
+-- fields may hold commas, doubled quotes and line breaks; blank lines are
+-- skipped. With opts.header = true, returns a list of maps keyed by the
+-- first row, and that header. opts.limit stops after that many rows.
+-- Malformed text raises a kb error of class "csv" naming the line.
+function M.parse(text, opts)
+  opts = opts or {}
+  local rows = parse_rows(text, opts.limit or math.huge)
+  if not opts.header then return rows end
+  local header = table.remove(rows, 1) or {}
+  for r, row in ipairs(rows) do
+    if #row > #header then
+      data_error("kb.csv.parse: record %d has %d fields but the header has %d", r, #row, #header)
+    end
+    local record = {}
+    for j, name in ipairs(header) do record[name] = row[j] end
+    rows[r] = record
+  end
+  return rows, header
+end
+
+-- ---- writer ---------------------------------------------------------------
+
+local Writer = {}
+Writer.__index = Writer
+
+local function same_list(a, b)
+  if #a ~= #b then return false end
+  for i = 1, #a do
+    if a[i] ~= b[i] then return false end
+  end
+  return true
+end
+
+-- Brings the file's header in line with the writer's: writes it into a new
+-- (or empty) file, adopts an existing one that has every column (opts.extend)
+-- or the same ones, and otherwise either rewrites the file with the new
+-- columns appended (opts.extend) or raises.
+function Writer:_sync_header()
+  local text = fs.exists(self.path) and fs.read(self.path) or ""
+  if text == "" then
+    fs.append(self.path, M.encode_row(self.header) .. self.eol)
+    self.columns = self.header
+    return
+  end
+  local existing = parse_rows(text, 1)[1] or {}
+  if same_list(existing, self.header) then
+    self.columns = existing
+    return
+  end
+  if not self.extend then
+    data_error("kb.csv.writer: '%s' has the columns %s, not %s (pass {extend = true} to add columns)",
+      self.path, M.encode_row(existing), M.encode_row(self.header))
+  end
+  local union, seen = {}, {}
+  for _, name in ipairs(existing) do union[#union + 1], seen[name] = name, true end
+  for _, name in ipairs(self.header) do
+    if not seen[name] then union[#union + 1], seen[name] = name, true end
+  end
+  if #union > #existing then
+    local rows = parse_rows(text, math.huge)
+    rows[1] = union
+    for r = 2, #rows do
+      for j = #rows[r] + 1, #union do rows[r][j] = "" end
+    end
+    fs.write(self.path, M.encode(rows, nil, { eol = self.eol }))
+  end
+  self.columns = union
+end
+
+function Writer:_locked(fn)
+  if self.lock then return fs.with_lock(self.path, fn, self) end
+  return fn(self)
+end
+
+--- Opens a CSV file for appending rows, creating it (and its directory)
+-- with the header line if it is new or empty. Every :write appends and
+-- flushes one line (a single write(2)), so a killed run keeps its rows.
+-- opts.eol: line ending ("\n").
+-- opts.extend: if the file exists with other columns, keep its columns and
+--   append the missing ones (rewriting the file atomically, old rows get
+--   empty cells) instead of raising.
+-- opts.lock: for a file shared by concurrent kbrun processes (report.csv):
+--   each :write takes kb.fs.with_lock(path), re-reads the header (another
+--   process may have added columns) and appends. Costs a read of the whole
+--   file per row, so use it for one-row-per-experiment files only.
+function M.writer(path, header, opts)
+  opts = opts or {}
+  if type(path) ~= "string" then error("kb.csv.writer: path must be a string", 2) end
+  if type(header) ~= "table" or #header == 0 then
+    error("kb.csv.writer: header must be a non-empty list of column names", 2)
+  end
+  local names, seen = {}, {}
+  for i, name in ipairs(header) do
+    if type(name) ~= "string" or seen[name] then
+      error(format("kb.csv.writer: header[%d] must be a unique string", i), 2)
+    end
+    names[i], seen[name] = name, true
+  end
+  local w = setmetatable({ path = path, header = names, eol = line_ending(opts, "kb.csv.writer"),
+    extend = opts.extend or false, lock = opts.lock or false, rows = 0 }, Writer)
+  fs.mkdir(fs.dirname(path))
+  w:_locked(w._sync_header)
+  if not w.lock then w.out = fs.open_append(path) end
+  return w
+end
+
+--- Appends one row: a list in the order of the writer's header, or a map
+-- keyed by column names (missing or nil -> empty cell; an unknown column
+-- is an error).
+function Writer:write(row)
+  if self.closed then error(format("kb.csv.writer: '%s' is closed", self.path), 2) end
+  local function line(w)
+    return M.encode_row(row_cells(row, w.columns, w.header, "kb.csv.writer")) .. w.eol
+  end
+  if self.lock then
+    self:_locked(function(w)
+      w:_sync_header()
+      fs.append(w.path, line(w))
+    end)
+  else
+    self.out:write(line(self))
+  end
+  self.rows = self.rows + 1
+  return self
+end
+
+--- Closes the file (fsync); further writes raise. Also runs at the end of
+-- a `local w <close> = csv.writer(...)` scope.
+function Writer:close()
+  if self.closed then return end
+  self.closed = true
+  if self.out then self.out:close() end
+end
+
+Writer.__close = Writer.close
+
+return M

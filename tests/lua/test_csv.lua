@@ -1,0 +1,181 @@
+-- kb.csv (lua/kb/csv.lua).
+local T = require "kb.testing"
+local fs = require "kb.fs"
+local json = require "kb.json"
+local csv = require "kb.csv"
+
+local root
+do
+  local out = os.getenv("KBRUN_TEST_OUT")
+  if out then
+    root = fs.join(fs.abspath(out), "test_csv")
+    fs.remove(root, { recursive = true })
+    fs.mkdir(root)
+  else
+    root = fs.tmpdir("kbrun-test-csv")
+  end
+end
+
+T.case("quoting: comma, quote, CR, LF, edge spaces, unicode", function()
+  T.eq(csv.encode_row({ "plain", "a,b", 'say "hi"', "two\nlines", "cr\rx", " lead", "trail ",
+    "\ttab", "in side", "", "ünï, cødé", "日本語" }),
+    'plain,"a,b","say ""hi""","two\nlines","cr\rx"," lead","trail ","\ttab",in side,,"ünï, cødé",日本語')
+  T.eq(csv.encode_row({ '"' }), '""""')
+  T.eq(csv.encode_row({ "" }), '""') -- not a blank line
+  T.eq(csv.encode_row({ "", "" }), ",")
+  T.eq(csv.encode_row({}), "")
+end)
+
+T.case("values: numbers without loss, booleans, nil and null", function()
+  T.eq(csv.encode_row({ 1, -7, 0, math.maxinteger, math.mininteger }),
+    "1,-7,0,9223372036854775807,-9223372036854775808")
+  T.eq(csv.encode_row({ 0.1, 0.25, 1 / 3, 0.1 + 0.2, 3.0, -0.5, 1e300, 2 ^ 53 }),
+    "0.1,0.25,0.3333333333333333,0.30000000000000004,3,-0.5,1e+300,9007199254740992")
+  T.eq(csv.encode_row({ 0 / 0, math.huge, -math.huge }), "nan,inf,-inf")
+  T.eq(csv.encode_row({ true, false, json.null, n = 4 }), "true,false,,")
+  T.eq(csv.encode_row({ 1, nil, 3, n = 3 }), "1,,3")
+  for _, v in ipairs({ 0.1, 1 / 3, math.pi, 1e-310, 123456.789, 2 ^ -40, 6.02214076e23 }) do
+    T.eq(tonumber(csv.format_number(v)), v, "round trip of " .. string.format("%.17g", v))
+  end
+end)
+
+T.case("encode with a header, list and map rows", function()
+  local text = csv.encode({ { "taxi", 12, 0.5 }, { name = "cnn", mean = 1.5 }, { runs = 3 } },
+    { "name", "runs", "mean" })
+  T.eq(text, "name,runs,mean\ntaxi,12,0.5\ncnn,,1.5\n,3,\n")
+  T.eq(csv.encode({ { "a", "b" } }, nil, { eol = "\r\n" }), "a,b\r\n")
+  T.eq(csv.encode({}), "")
+  T.raises(csv.encode, "kb.csv.encode: map rows need a header", { { a = 1 } })
+  T.raises(csv.encode, 'kb.csv.encode: column "b" is not in the header', { { b = 1 } }, { "a" })
+  T.raises(csv.encode, "kb.csv.encode: row has 2 fields but the header has 1", { { 1, 2 } }, { "a" })
+  T.raises(csv.encode, 'opts.eol must be "\\n" or "\\r\\n"', {}, nil, { eol = ";" })
+end)
+
+T.case("parse: quotes, embedded line breaks, line endings, blanks", function()
+  T.same(csv.parse('a,b,c\n1,"x, y","say ""hi"""\n'), { { "a", "b", "c" }, { "1", "x, y", 'say "hi"' } })
+  T.same(csv.parse('id,note\r\n1,"two\r\nlines"\r\n2,"lf\nonly"'),
+    { { "id", "note" }, { "1", "two\r\nlines" }, { "2", "lf\nonly" } })
+  T.same(csv.parse("a,,c,\n,\n"), { { "a", "", "c", "" }, { "", "" } })
+  T.same(csv.parse("x\n\n\ny\n"), { { "x" }, { "y" } })
+  T.same(csv.parse('""\n'), { { "" } })
+  T.same(csv.parse("a\rb\r"), { { "a" }, { "b" } })
+  T.same(csv.parse("trailing,"), { { "trailing", "" } })
+  T.same(csv.parse("ünï,日本語\n"), { { "ünï", "日本語" } })
+  T.same(csv.parse(""), {})
+  T.same(csv.parse('lenient "inner" quotes,x'), { { 'lenient "inner" quotes', "x" } })
+  T.same(csv.parse("a\nb\nc\n", { limit = 2 }), { { "a" }, { "b" } })
+end)
+
+T.case("parse with a header gives records", function()
+  local records, header = csv.parse("name,runs\ntaxi,12\ncnn\n", { header = true })
+  T.same(header, { "name", "runs" })
+  T.same(records, { { name = "taxi", runs = "12" }, { name = "cnn" } })
+  local err = T.raises(csv.parse, nil, "a\n1,2\n", { header = true })
+  T.eq(err.message, "kb.csv.parse: record 1 has 2 fields but the header has 1")
+end)
+
+T.case("parse errors name the line", function()
+  local err = T.raises(csv.parse, nil, 'a,b\n1,"open\n\nstill open')
+  T.eq(err.class, "csv")
+  T.eq(err.message, "kb.csv.parse: unterminated quoted field starting on line 2")
+  T.eq(tostring(err), "csv: " .. err.message)
+  err = T.raises(csv.parse, nil, 'ok\n"q"x,2\n')
+  T.eq(err.message, 'kb.csv.parse: unexpected "x" after a closing quote on line 2')
+end)
+
+T.case("parse(encode(rows)) round trips awkward text", function()
+  local alphabet = { "a", "Z", "0", ",", '"', "\n", "\r", "\r\n", " ", "\t", "é", "日", "'", ";", "" }
+  local state = 12345 -- a fixed LCG: the same rows every run
+  local function rand(n)
+    state = (state * 1103515245 + 12345) % 2147483648
+    return state % n + 1
+  end
+  local rows = {}
+  for r = 1, 200 do
+    local row = {}
+    for c = 1, rand(6) do
+      local parts = {}
+      for k = 1, rand(8) - 1 do parts[k] = alphabet[rand(#alphabet)] end
+      row[c] = table.concat(parts)
+    end
+    rows[r] = row
+  end
+  T.same(csv.parse(csv.encode(rows)), rows)
+  T.same(csv.parse(csv.encode(rows, nil, { eol = "\r\n" })), rows)
+end)
+
+T.case("writer: header once, list and map rows, flushed per row", function()
+  local file = fs.join(root, "w1", "runs.csv")
+  local w = csv.writer(file, { "run", "status", "seconds" })
+  T.eq(fs.read(file), "run,status,seconds\n")
+  w:write({ "r1", "Succeeded", 12.5 })
+  T.eq(fs.read(file), "run,status,seconds\nr1,Succeeded,12.5\n") -- before close
+  w:write({ run = "r2", seconds = 3 })
+  T.eq(w:write({ "r3, quoted" }), w)
+  w:close()
+  w:close()
+  T.eq(fs.read(file), 'run,status,seconds\nr1,Succeeded,12.5\nr2,,3\n"r3, quoted",,\n')
+  T.raises(w.write, "kb.csv.writer: '" .. file .. "' is closed", w, { "x" })
+  T.eq(w.rows, 3)
+
+  do -- reopening appends without a second header
+    local again <close> = csv.writer(file, { "run", "status", "seconds" })
+    again:write({ "r4", "Failed", 1 })
+  end
+  local rows = csv.parse(fs.read(file))
+  T.eq(#rows, 5)
+  T.same(rows[5], { "r4", "Failed", "1" })
+
+  local w2 = csv.writer(file, { "run", "status", "seconds" })
+  T.raises(w2.write, 'kb.csv.writer: column "oops" is not in the header', w2, { oops = 1 })
+  T.raises(w2.write, "kb.csv.writer: row has 4 fields but the header has 3", w2, { 1, 2, 3, 4 })
+  T.raises(w2.write, "kb.csv.writer: a row must be a table, got string", w2, "r5")
+  w2:close()
+  T.raises(csv.writer, "header must be a non-empty list", file, {})
+  T.raises(csv.writer, "header[2] must be a unique string", file, { "a", "a" })
+end)
+
+T.case("writer: other columns raise, or extend the file", function()
+  local file = fs.join(root, "w2", "report.csv")
+  local w = csv.writer(file, { "id", "mean" })
+  w:write({ "e1", 1.5 })
+  w:close()
+  local err = T.raises(csv.writer, nil, file, { "id", "mean", "p99" })
+  T.eq(err.class, "csv")
+  T.eq(err.message, "kb.csv.writer: '" .. file ..
+    "' has the columns id,mean, not id,mean,p99 (pass {extend = true} to add columns)")
+
+  w = csv.writer(file, { "id", "p99", "mean" }, { extend = true })
+  T.eq(fs.read(file), "id,mean,p99\ne1,1.5,\n") -- rewritten, old row padded
+  w:write({ "e2", 9, 2.5 }) -- a list follows the writer's own header order
+  w:write({ id = "e3", mean = 3 })
+  w:close()
+  T.eq(fs.read(file), "id,mean,p99\ne1,1.5,\ne2,2.5,9\ne3,3,\n")
+
+  w = csv.writer(file, { "id" }, { extend = true }) -- a subset: nothing to rewrite
+  w:write({ "e4" })
+  w:close()
+  T.eq(fs.read(file), "id,mean,p99\ne1,1.5,\ne2,2.5,9\ne3,3,\ne4,,\n")
+end)
+
+T.case("writer: lock mode for files shared between processes", function()
+  local file = fs.join(root, "w3", "report.csv")
+  local a = csv.writer(file, { "id", "mean" }, { lock = true, extend = true })
+  local b = csv.writer(file, { "id", "mean", "p50" }, { lock = true, extend = true })
+  a:write({ "a1", 1 }) -- sees b's extra column, writes an empty cell
+  b:write({ "b1", 2, 3 })
+  a:close()
+  b:close()
+  T.eq(fs.read(file), "id,mean,p50\na1,1,\nb1,2,3\n")
+  T.eq(fs.exists(file .. ".lock"), "file")
+end)
+
+T.case("writer: CRLF files", function()
+  local file = fs.join(root, "w4", "excel.csv")
+  local w <close> = csv.writer(file, { "a", "b" }, { eol = "\r\n" })
+  w:write({ 1, "x\r\ny" })
+  T.eq(fs.read(file), 'a,b\r\n1,"x\r\ny"\r\n')
+end)
+
+T.run()
+if not os.getenv("KBRUN_TEST_OUT") then fs.remove(root, { recursive = true }) end
