@@ -1,0 +1,192 @@
+/* The virtual clock and the event queue.
+ *
+ * Events sit in a binary min-heap keyed by (time, sequence): the sequence
+ * number is the insertion order, so events due at the same instant run in
+ * the order they were scheduled and a run is reproducible bit for bit.
+ *
+ * Manual mode (tests, kbrun's deterministic mode): time only moves in
+ * kb_sim_advance_to / kb_sim_run_until_idle. Attached mode: a uv timer is
+ * armed for the next event's real due time, now = (hrtime - origin) *
+ * speed. */
+#include <math.h>
+#include <stdlib.h>
+#include <uv.h>
+
+#include "sim_internal.h"
+
+static int ev_less(const sim_event *x, const sim_event *y) {
+  if (x->t != y->t) return x->t < y->t;
+  return x->seq < y->seq;
+}
+
+static void ev_swap(sim_event *x, sim_event *y) {
+  sim_event t = *x;
+  *x = *y;
+  *y = t;
+}
+
+int sim_heap_push(sim_heap *h, double t, uint32_t kind, uint32_t a, uint32_t b) {
+  if (sim_reserve((void **)&h->ev, &h->cap, h->n + 1, sizeof *h->ev)) return KB_SIM_ENOMEM;
+  size_t i = h->n++;
+  h->ev[i] = (sim_event){t, h->seq++, kind, a, b};
+  while (i > 0) {
+    size_t p = (i - 1) / 2;
+    if (!ev_less(&h->ev[i], &h->ev[p])) break;
+    ev_swap(&h->ev[i], &h->ev[p]);
+    i = p;
+  }
+  return 0;
+}
+
+const sim_event *sim_heap_peek(const sim_heap *h) { return h->n ? &h->ev[0] : NULL; }
+
+int sim_heap_pop(sim_heap *h, sim_event *out) {
+  if (!h->n) return 0;
+  *out = h->ev[0];
+  h->ev[0] = h->ev[--h->n];
+  size_t i = 0;
+  for (;;) {
+    size_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < h->n && ev_less(&h->ev[l], &h->ev[m])) m = l;
+    if (r < h->n && ev_less(&h->ev[r], &h->ev[m])) m = r;
+    if (m == i) break;
+    ev_swap(&h->ev[i], &h->ev[m]);
+    i = m;
+  }
+  return 1;
+}
+
+void sim_heap_free(sim_heap *h) {
+  free(h->ev);
+  *h = (sim_heap){0};
+}
+
+/* ---- clock ---- */
+
+static double wall_now(const kb_sim *sim) {
+  return (double)(uv_hrtime() - sim->origin_ns) / 1e9 * sim->speed;
+}
+
+double kb_sim_now(const kb_sim *sim) {
+  if (!sim->loop) return sim->now;
+  double t = wall_now(sim);
+  return t > sim->now ? t : sim->now;
+}
+
+void kb_sim_clock_params(const kb_sim *sim, uint64_t *origin_ns, double *speed) {
+  if (origin_ns) *origin_ns = sim->loop ? sim->origin_ns : 0;
+  if (speed) *speed = sim->loop ? sim->speed : 0;
+}
+
+double kb_sim_next_event_time(const kb_sim *sim) {
+  const sim_event *e = sim_heap_peek(&sim->heap);
+  return e ? e->t : INFINITY;
+}
+
+static void dispatch(kb_sim *sim, const sim_event *ev) {
+  sim->now = ev->t;
+  sim->events_processed++;
+  switch (ev->kind) {
+  case EV_SCHEDULE: sim_sched_pass(sim); break;
+  case EV_NODE_WORK: sim_node_work_due(sim, ev->a, ev->b); break;
+  default: sim_run_event(sim, ev); break;
+  }
+}
+
+/* Process every event due at or before t. */
+static long drain(kb_sim *sim, double t) {
+  long n = 0;
+  sim_event ev;
+  sim->in_dispatch = 1;
+  while (sim->heap.n && sim->heap.ev[0].t <= t) {
+    sim_heap_pop(&sim->heap, &ev);
+    dispatch(sim, &ev);
+    n++;
+  }
+  sim->in_dispatch = 0;
+  return n;
+}
+
+int kb_sim_advance_to(kb_sim *sim, double t) {
+  if (sim->loop) return KB_SIM_ESTATE;
+  if (!(t >= sim->now)) return KB_SIM_EINVAL;
+  drain(sim, t);
+  sim->now = t;
+  return 0;
+}
+
+long kb_sim_run_until_idle(kb_sim *sim, double limit) {
+  if (sim->loop) return KB_SIM_ESTATE;
+  long n = 0;
+  while (sim->heap.n && sim->heap.ev[0].t <= limit) n += drain(sim, sim->heap.ev[0].t);
+  return n;
+}
+
+static void arm(kb_sim *sim);
+
+static void on_timer(uv_timer_t *t) {
+  kb_sim *sim = t->data;
+  kb_sim_sync(sim);
+}
+
+void kb_sim_sync(kb_sim *sim) {
+  if (!sim->loop || sim->in_dispatch) return;
+  double t = wall_now(sim);
+  if (t < sim->now) t = sim->now;
+  drain(sim, t);
+  sim->now = t;
+  arm(sim);
+}
+
+/* Arm the timer for the next event (real milliseconds, rounded up). */
+static void arm(kb_sim *sim) {
+  uv_timer_t *timer = sim->timer;
+  if (!timer) return;
+  const sim_event *e = sim_heap_peek(&sim->heap);
+  if (!e) {
+    uv_timer_stop(timer);
+    return;
+  }
+  double dt = (e->t - wall_now(sim)) / sim->speed * 1e3;
+  uint64_t ms = dt <= 0 ? 0 : (uint64_t)ceil(dt);
+  uv_timer_start(timer, on_timer, ms, 0);
+}
+
+/* Called whenever an event is scheduled: an earlier event may need an
+ * earlier wake-up. */
+int sim_schedule(kb_sim *sim, double t, sim_ev_kind kind, uint32_t a, uint32_t b) {
+  if (t < sim->now) t = sim->now;
+  int rc = sim_heap_push(&sim->heap, t, kind, a, b);
+  if (!rc && sim->loop && !sim->in_dispatch && sim->heap.ev[0].seq == sim->heap.seq - 1)
+    arm(sim);
+  return rc;
+}
+
+int kb_sim_attach(kb_sim *sim, uv_loop_t *loop) {
+  if (sim->loop) return KB_SIM_ESTATE;
+  uv_timer_t *t = malloc(sizeof *t);
+  if (!t) return KB_SIM_ENOMEM;
+  if (uv_timer_init(loop, t)) {
+    free(t);
+    return KB_SIM_EINVAL;
+  }
+  t->data = sim;
+  sim->timer = t;
+  sim->loop = loop;
+  /* Continue from the current virtual time. */
+  sim->origin_ns = uv_hrtime() - (uint64_t)(sim->now / sim->speed * 1e9);
+  arm(sim);
+  return 0;
+}
+
+static void free_handle(uv_handle_t *h) { free(h); }
+
+void kb_sim_detach(kb_sim *sim) {
+  if (!sim->loop) return;
+  kb_sim_sync(sim);
+  uv_timer_t *t = sim->timer;
+  uv_timer_stop(t);
+  uv_close((uv_handle_t *)t, free_handle);
+  sim->timer = NULL;
+  sim->loop = NULL;
+}

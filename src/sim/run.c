@@ -1,0 +1,604 @@
+/* Runs: one execution of an expanded pipeline.
+ *
+ * Timeline of a step (calibration rows in brackets):
+ *   deps done -> +argo.pod_create: pod object (Pending)
+ *   -> scheduler (D7) binds it -> image pull if the node lacks it (D9, D10)
+ *   -> +k8s.pod_startup (D2): container Running
+ *   -> work W from the step's duration model, stretched when the node's cpu
+ *      is oversubscribed (cluster.c)
+ *   -> +argo.wait_exit: pod Succeeded / Failed
+ *   -> +argo.completion_detect (E2, E6): the controller marks the node done
+ *      and creates the next pods.
+ * A run starts kfp_run.create_to_workflow_running after creation; what the
+ * KFP API reports changes only when the persistence agent (B6, B7) has
+ * processed the workflow: see report(). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sim_internal.h"
+
+static sim_pipeline *pipe_of(const kb_sim *sim, const sim_run *r) {
+  return sim->pipelines[r->pipeline];
+}
+
+const sim_step *sim_pod_step(const kb_sim *sim, uint32_t pi) {
+  const sim_pod *p = &sim->pods[pi];
+  return &pipe_of(sim, &sim->runs[p->run])->steps[p->step];
+}
+
+const char *kb_sim_run_state_name(kb_sim_run_state s) {
+  static const char *names[] = {"RUNTIME_STATE_UNSPECIFIED", "PENDING", "RUNNING", "SUCCEEDED",
+                                "SKIPPED", "FAILED", "CANCELING", "CANCELED", "PAUSED"};
+  return (unsigned)s < sizeof names / sizeof *names ? names[s] : "RUNTIME_STATE_UNSPECIFIED";
+}
+
+const char *kb_sim_pod_phase_name(kb_sim_pod_phase p) {
+  static const char *names[] = {"Pending", "Running", "Succeeded", "Failed", "Unknown"};
+  return (unsigned)p < sizeof names / sizeof *names ? names[p] : "Unknown";
+}
+
+static void history_add(sim_run *r, double t, kb_sim_run_state s) {
+  if (r->n_history == KB_SIM_RUN_HISTORY) {
+    memmove(r->history, r->history + 1, sizeof r->history[0] * (KB_SIM_RUN_HISTORY - 1));
+    r->n_history--;
+  }
+  r->history[r->n_history].time = t;
+  r->history[r->n_history].state = s;
+  r->n_history++;
+}
+
+/* The persistence agent as a fluid queue: its workers spend, every resync
+ * period, service_time on each stored workflow (B6, B7). That load, plus
+ * one service time per update, builds a backlog whenever it exceeds the
+ * workers; an update reaches the API after lag + backlog. O(1) per update. */
+static void report(kb_sim *sim, uint32_t ri, kb_sim_run_state state) {
+  const kb_sim_config *c = sim->cfg;
+  sim_run *r = &sim->runs[ri];
+  kb_sim_rng rng;
+  kb_sim_rng_seed(&rng, kb_sim_seed_mix(sim->seed, ri, 0x10000 + (uint64_t)state));
+  double workers = c->pa_workers > 0 ? c->pa_workers : 1;
+  double dt = sim->now - sim->pa_t;
+  double load = c->pa_resync_period > 0
+                    ? (sim->wf_active * c->pa_service_active + sim->wf_finished * c->pa_service_finished) /
+                          c->pa_resync_period / workers
+                    : 0;
+  sim->pa_backlog += dt * (load - 1);
+  if (sim->pa_backlog < 0) sim->pa_backlog = 0;
+  sim->pa_t = sim->now;
+  double svc = (state == KB_SIM_RUN_RUNNING ? c->pa_service_active : c->pa_service_finished) / workers;
+  double at = sim->now + kb_sim_dist_sample(&c->pa_lag, &rng) + sim->pa_backlog + svc;
+  sim->pa_backlog += svc;
+  if (at < r->last_report_t) at = r->last_report_t;
+  r->last_report_t = at;
+  sim_schedule(sim, at, EV_RUN_REPORT, ri, (uint32_t)state);
+}
+
+static void deliver_report(kb_sim *sim, uint32_t ri, kb_sim_run_state state) {
+  sim_run *r = &sim->runs[ri];
+  if (r->deleted) return;
+  r->state = state;
+  history_add(r, sim->now, state);
+  if (state == KB_SIM_RUN_SUCCEEDED || state == KB_SIM_RUN_FAILED || state == KB_SIM_RUN_CANCELED)
+    r->finished_reported = r->wf_finished;
+  sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
+}
+
+static double step_fail_prob(const kb_sim *sim, const sim_run *r, const sim_step *st) {
+  if (st->info.kind != KB_SIM_STEP_EXECUTOR) return 0;
+  if (st->info.fail_prob >= 0) return st->info.fail_prob;
+  if (r->fail_prob >= 0) return r->fail_prob;
+  return sim->cfg->step_fail_prob;
+}
+
+/* A step's dependencies are done: draw its times from its own stream and
+ * have Argo create its pod. */
+static void step_ready(kb_sim *sim, uint32_t ri, size_t si) {
+  sim_run *r = &sim->runs[ri];
+  const sim_step *st = &pipe_of(sim, r)->steps[si];
+  uint32_t pi = sim_pod_new(sim);
+  r = &sim->runs[ri];
+  if (pi == SIM_NONE) return; /* out of memory: the step never starts */
+  kb_sim_rng rng;
+  kb_sim_rng_seed(&rng, kb_sim_seed_mix(sim->seed, ri, si + 1));
+  const kb_sim_config *c = sim->cfg;
+  sim_pod *p = &sim->pods[pi];
+  p->run = ri;
+  p->step = (uint16_t)si;
+  p->work = kb_sim_dist_sample(&st->info.duration, &rng) + st->extra;
+  p->will_fail = kb_sim_rng_uniform(&rng) < step_fail_prob(sim, r, st);
+  p->startup = kb_sim_dist_sample(&c->pod_startup, &rng);
+  p->detect_delay = kb_sim_dist_sample(&c->completion_detect, &rng);
+  p->demand = st->info.cpu_demand;
+  char node_name[512];
+  snprintf(node_name, sizeof node_name, "%s%s", r->workflow, pipe_of(sim, r)->gnodes[st->gnode].suffix);
+  p->name = sim_arena_printf(&sim->arena, "%s-%s-%u", r->workflow, st->template_name,
+                             sim_fnv32a(node_name));
+  p->created = sim->now + c->argo_pod_create;
+  r->steps[si].pod = pi;
+  r->steps[si].state = ST_CREATED;
+  r->inflight++;
+  sim_schedule(sim, p->created, EV_POD_CREATE, pi, 0);
+}
+
+static void release_ready(kb_sim *sim, uint32_t ri, int exit_part) {
+  sim_pipeline *pl = pipe_of(sim, &sim->runs[ri]);
+  for (size_t i = 0; i < pl->n_steps; i++) {
+    sim_stepstate *ss = &sim->runs[ri].steps[i];
+    if (ss->state == ST_WAIT && !ss->deps_left && pl->steps[i].info.exit_handler == exit_part)
+      step_ready(sim, ri, i);
+  }
+}
+
+static void run_finish(kb_sim *sim, uint32_t ri) {
+  sim_run *r = &sim->runs[ri];
+  r->wf_finished = sim->now;
+  r->wf_phase = r->failed ? "Failed" : "Succeeded";
+  r->true_state = r->failed ? KB_SIM_RUN_FAILED : KB_SIM_RUN_SUCCEEDED;
+  if (sim->wf_active) sim->wf_active--;
+  sim->wf_finished++;
+  sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
+  report(sim, ri, r->true_state);
+}
+
+static void run_check_done(kb_sim *sim, uint32_t ri) {
+  sim_run *r = &sim->runs[ri];
+  if (r->inflight || r->wf_finished >= 0) return;
+  sim_pipeline *pl = pipe_of(sim, r);
+  if (!r->exit_started && pl->n_steps > pl->n_main) {
+    r->exit_started = 1;
+    release_ready(sim, ri, 1);
+    if (sim->runs[ri].inflight) return;
+  }
+  run_finish(sim, ri);
+}
+
+static void on_run_start(kb_sim *sim, uint32_t ri) {
+  sim_run *r = &sim->runs[ri];
+  if (r->terminated || r->deleted) return;
+  r->wf_phase = "Running";
+  r->wf_started = sim->now;
+  r->true_state = KB_SIM_RUN_RUNNING;
+  sim->wf_active++;
+  sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
+  report(sim, ri, KB_SIM_RUN_RUNNING);
+  release_ready(sim, ri, 0);
+  run_check_done(sim, ri);
+}
+
+static void on_pod_create(kb_sim *sim, uint32_t pi) {
+  sim_pod *p = &sim->pods[pi];
+  if (p->phase != KB_SIM_POD_PENDING) return; /* cancelled before creation */
+  p->exists = 1;
+  p->cstate = CS_WAITING;
+  sim_touch(sim, KB_SIM_KIND_POD, pi, &p->rv);
+  sim_sched_enqueue(sim, pi);
+}
+
+void sim_pod_bound(kb_sim *sim, uint32_t pi) {
+  sim_pod *p = &sim->pods[pi];
+  const sim_step *st = sim_pod_step(sim, pi);
+  double ready = sim->now;
+  if (st->image_id >= 0) {
+    ready = sim_image_pull_ready(sim, p->node, st->image_id);
+    if (ready > sim->now) {
+      sim_event_emit(sim, "Normal", "Pulling", KB_SIM_KIND_POD, pi, "Pulling image \"%s\"", st->image);
+      sim_event_emit(sim, "Normal", "Pulled", KB_SIM_KIND_POD, pi,
+                     "Successfully pulled image \"%s\" in %.3fs (waited for the node's pulls)",
+                     st->image, ready - sim->now);
+    } else {
+      ready = sim->now;
+      sim_event_emit(sim, "Normal", "Pulled", KB_SIM_KIND_POD, pi,
+                     "Container image \"%s\" already present on machine", st->image);
+    }
+  }
+  p->reason = "ContainerCreating";
+  sim_touch(sim, KB_SIM_KIND_POD, pi, &p->rv);
+  sim_schedule(sim, ready + p->startup, EV_POD_START, pi, 0);
+}
+
+static void on_pod_start(kb_sim *sim, uint32_t pi) {
+  sim_pod *p = &sim->pods[pi];
+  if (p->phase != KB_SIM_POD_PENDING || p->scheduled != 1) return;
+  p->phase = KB_SIM_POD_RUNNING;
+  p->cstate = CS_RUNNING;
+  p->reason = NULL;
+  p->started = sim->now;
+  sim_touch(sim, KB_SIM_KIND_POD, pi, &p->rv);
+  sim_event_emit(sim, "Normal", "Started", KB_SIM_KIND_POD, pi, "Started container main");
+  sim_node_add_running(sim, p->node, pi);
+}
+
+void sim_pod_work_done(kb_sim *sim, uint32_t pi) {
+  sim_pod *p = &sim->pods[pi];
+  p->finished = sim->now;
+  sim_schedule(sim, sim->now + sim->cfg->wait_exit, EV_POD_EXIT, pi, 0);
+}
+
+static void on_pod_exit(kb_sim *sim, uint32_t pi) {
+  sim_pod *p = &sim->pods[pi];
+  if (p->phase != KB_SIM_POD_RUNNING) return;
+  p->phase = p->will_fail ? KB_SIM_POD_FAILED : KB_SIM_POD_SUCCEEDED;
+  p->cstate = CS_TERMINATED;
+  p->reason = p->will_fail ? "Error" : "Completed";
+  p->exit_code = p->will_fail ? 1 : 0;
+  sim_touch(sim, KB_SIM_KIND_POD, pi, &p->rv);
+  sim_pod_unbind(sim, pi);
+  sim_schedule(sim, sim->now + p->detect_delay, EV_STEP_DETECT, pi, 0);
+}
+
+static void on_step_detect(kb_sim *sim, uint32_t pi) {
+  sim_pod *p = &sim->pods[pi];
+  sim_run *r = &sim->runs[p->run];
+  sim_stepstate *ss = &r->steps[p->step];
+  if (r->terminated || r->deleted || ss->state != ST_CREATED) return;
+  uint32_t ri = p->run;
+  const sim_step *st = sim_pod_step(sim, pi);
+  int ok = p->phase == KB_SIM_POD_SUCCEEDED;
+  p->detected = sim->now;
+  ss->state = ok ? ST_OK : ST_FAIL;
+  r->inflight--;
+  r->done_pods++;
+  if (!ok && !r->failed) {
+    r->failed = 1;
+    r->error = sim_arena_printf(&sim->arena, "step %s failed: %s", st->name,
+                                p->message ? p->message : p->reason ? p->reason : "Error");
+  }
+  sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
+  /* failFast: once a step failed no new step of the main DAG starts;
+   * the exit handler still runs. */
+  for (size_t i = 0; i < st->n_rdeps; i++) {
+    size_t d = st->rdeps[i];
+    sim_stepstate *ds = &sim->runs[ri].steps[d];
+    if (!ok || !ds->deps_left) continue;
+    if (--ds->deps_left) continue;
+    const sim_step *dst = &pipe_of(sim, &sim->runs[ri])->steps[d];
+    if (dst->info.exit_handler ? sim->runs[ri].exit_started : !sim->runs[ri].failed)
+      step_ready(sim, ri, d);
+  }
+  run_check_done(sim, ri);
+}
+
+void sim_run_event(kb_sim *sim, const sim_event *ev) {
+  switch (ev->kind) {
+  case EV_RUN_START: on_run_start(sim, ev->a); break;
+  case EV_POD_CREATE: on_pod_create(sim, ev->a); break;
+  case EV_POD_START: on_pod_start(sim, ev->a); break;
+  case EV_POD_EXIT: on_pod_exit(sim, ev->a); break;
+  case EV_STEP_DETECT: on_step_detect(sim, ev->a); break;
+  case EV_RUN_REPORT: deliver_report(sim, ev->a, (kb_sim_run_state)ev->b); break;
+  default: break;
+  }
+}
+
+void sim_pod_kill(kb_sim *sim, uint32_t pi, const char *reason, const char *msg) {
+  sim_pod *p = &sim->pods[pi];
+  if (p->phase == KB_SIM_POD_SUCCEEDED || p->phase == KB_SIM_POD_FAILED) return;
+  sim_sched_remove(sim, pi);
+  sim_pod_unbind(sim, pi);
+  p->phase = KB_SIM_POD_FAILED;
+  p->cstate = CS_TERMINATED;
+  p->reason = reason;
+  p->message = msg;
+  p->exit_code = 137;
+  p->will_fail = 1;
+  if (p->started >= 0 && p->finished < 0) p->finished = sim->now;
+  if (p->exists) sim_touch(sim, KB_SIM_KIND_POD, pi, &p->rv);
+  sim_run *r = &sim->runs[p->run];
+  if (!r->terminated && !r->deleted)
+    sim_schedule(sim, sim->now + p->detect_delay, EV_STEP_DETECT, pi, 0);
+}
+
+/* ---- public ---- */
+
+static const char name_chars[] = "bcdfghjklmnpqrstvwxz2456789";
+
+int kb_sim_run_create(kb_sim *sim, int pipeline, const kb_sim_run_opts *opts, kb_sim_error *err) {
+  kb_sim_sync(sim);
+  if (pipeline < 0 || (size_t)pipeline >= sim->n_pipelines)
+    return sim_fail(err, KB_SIM_ENOENT, "pipeline %d not found", pipeline);
+  if (opts && opts->fail_prob > 1)
+    return sim_fail(err, KB_SIM_EINVAL, "run fail_prob must be a probability 0..1");
+  sim_pipeline *pl = sim->pipelines[pipeline];
+  if (sim_reserve((void **)&sim->runs, &sim->cap_runs, sim->n_runs + 1, sizeof *sim->runs))
+    return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
+  uint32_t ri = (uint32_t)sim->n_runs;
+  sim_run *r = &sim->runs[ri];
+  memset(r, 0, sizeof *r);
+  r->steps = calloc(pl->n_steps, sizeof *r->steps);
+  if (!r->steps) return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
+  for (size_t i = 0; i < pl->n_steps; i++)
+    r->steps[i] = (sim_stepstate){SIM_NONE, (uint16_t)pl->steps[i].info.n_deps, ST_WAIT};
+  kb_sim_rng rng;
+  kb_sim_rng_seed(&rng, kb_sim_seed_mix(sim->seed, ri, 0));
+  if (opts && opts->workflow_name) {
+    r->workflow = sim_arena_strdup(&sim->arena, opts->workflow_name);
+  } else {
+    char sfx[6];
+    for (int i = 0; i < 5; i++) sfx[i] = name_chars[kb_sim_rng_next(&rng) % (sizeof name_chars - 1)];
+    sfx[5] = 0;
+    r->workflow = sim_arena_printf(&sim->arena, "%s%s", pl->generate_name, sfx);
+  }
+  r->name = opts && opts->name ? sim_arena_strdup(&sim->arena, opts->name) : r->workflow;
+  r->ns = sim_arena_strdup(&sim->arena, opts && opts->namespace_ ? opts->namespace_ : "kubeflow");
+  if (!r->workflow || !r->name || !r->ns) {
+    free(r->steps);
+    return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
+  }
+  sim->n_runs++;
+  r->pipeline = pipeline;
+  r->fail_prob = opts ? opts->fail_prob : -1;
+  r->created = sim->now;
+  r->wf_started = r->wf_finished = r->finished_reported = -1;
+  r->wf_phase = "";
+  r->true_state = r->state = KB_SIM_RUN_PENDING;
+  history_add(r, sim->now, KB_SIM_RUN_PENDING);
+  sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
+  sim_schedule(sim, sim->now + kb_sim_dist_sample(&sim->cfg->create_to_workflow_running, &rng),
+               EV_RUN_START, ri, 0);
+  return (int)ri;
+}
+
+static sim_run *run_at(const kb_sim *sim, int run) {
+  return run >= 0 && (size_t)run < sim->n_runs ? &sim->runs[run] : NULL;
+}
+
+/* Kill every live pod of the run and close its workflow. */
+static void stop_run(kb_sim *sim, uint32_t ri, const char *reason, const char *msg) {
+  sim_pipeline *pl = pipe_of(sim, &sim->runs[ri]);
+  for (size_t i = 0; i < pl->n_steps; i++) {
+    sim_stepstate *ss = &sim->runs[ri].steps[i];
+    if (ss->pod == SIM_NONE) continue;
+    sim_pod_kill(sim, ss->pod, reason, msg);
+    if (ss->state == ST_CREATED) {
+      ss->state = ST_FAIL;
+      sim->runs[ri].inflight--;
+    }
+  }
+}
+
+int kb_sim_run_terminate(kb_sim *sim, int run, kb_sim_error *err) {
+  kb_sim_sync(sim);
+  sim_run *r = run_at(sim, run);
+  if (!r || r->deleted) return sim_fail(err, KB_SIM_ENOENT, "run %d not found", run);
+  if (r->wf_finished >= 0 || r->terminated)
+    return sim_fail(err, KB_SIM_ESTATE, "run %s has already finished", r->name);
+  uint32_t ri = (uint32_t)run;
+  r->terminated = 1;
+  r->state = KB_SIM_RUN_CANCELING; /* written by the API server itself */
+  history_add(r, sim->now, KB_SIM_RUN_CANCELING);
+  int started = r->wf_started >= 0;
+  stop_run(sim, ri, "Error", "terminated");
+  r = &sim->runs[ri];
+  r->wf_finished = sim->now;
+  r->wf_phase = "Failed";
+  r->wf_message = "Stopped with strategy 'Terminate'";
+  r->true_state = KB_SIM_RUN_CANCELED;
+  if (started && sim->wf_active) sim->wf_active--;
+  sim->wf_finished++;
+  sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
+  report(sim, ri, KB_SIM_RUN_CANCELED);
+  return 0;
+}
+
+int kb_sim_run_delete(kb_sim *sim, int run, kb_sim_error *err) {
+  kb_sim_sync(sim);
+  sim_run *r = run_at(sim, run);
+  if (!r || r->deleted) return sim_fail(err, KB_SIM_ENOENT, "run %d not found", run);
+  uint32_t ri = (uint32_t)run;
+  int active = r->wf_started >= 0 && r->wf_finished < 0;
+  r->deleted = 1;
+  stop_run(sim, ri, "Error", "deleted");
+  r = &sim->runs[ri];
+  if (active && sim->wf_active) sim->wf_active--;
+  else if (r->wf_finished >= 0 && sim->wf_finished) sim->wf_finished--;
+  if (r->wf_finished < 0) r->wf_finished = sim->now;
+  sim_pipeline *pl = pipe_of(sim, r);
+  for (size_t i = 0; i < pl->n_steps; i++) {
+    uint32_t pi = r->steps[i].pod;
+    if (pi == SIM_NONE || !sim->pods[pi].exists) continue;
+    sim->pods[pi].exists = 0;
+    sim_touch(sim, KB_SIM_KIND_POD, pi, &sim->pods[pi].rv);
+  }
+  sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
+  return 0;
+}
+
+size_t kb_sim_run_count(const kb_sim *sim) { return sim->n_runs; }
+
+int kb_sim_run_get(const kb_sim *sim, int run, kb_sim_run_info *o) {
+  const sim_run *r = run_at(sim, run);
+  if (!r) return KB_SIM_ENOENT;
+  memset(o, 0, sizeof *o);
+  o->id = run;
+  o->pipeline = r->pipeline;
+  o->name = r->name;
+  o->workflow = r->workflow;
+  o->namespace_ = r->ns;
+  o->deleted = r->deleted;
+  o->state = r->state;
+  o->created_at = o->scheduled_at = r->created;
+  o->finished_at = r->finished_reported;
+  memcpy(o->history, r->history, sizeof o->history);
+  o->n_history = r->n_history;
+  o->error = r->state == KB_SIM_RUN_FAILED ? r->error : NULL;
+  o->wf_phase = r->wf_phase;
+  o->wf_message = r->wf_message;
+  o->wf_started_at = r->wf_started;
+  o->wf_finished_at = r->wf_finished;
+  o->pods_total = (int)pipe_of(sim, r)->n_steps;
+  o->pods_done = r->done_pods;
+  return 0;
+}
+
+/* ---- pods ---- */
+
+size_t kb_sim_pod_count(const kb_sim *sim) { return sim->n_pods; }
+
+int kb_sim_pod_get(const kb_sim *sim, int pod, kb_sim_pod_info *o) {
+  if (pod < 0 || (size_t)pod >= sim->n_pods || !sim->pods[pod].exists) return KB_SIM_ENOENT;
+  const sim_pod *p = &sim->pods[pod];
+  const sim_run *r = &sim->runs[p->run];
+  const sim_step *st = sim_pod_step(sim, (uint32_t)pod);
+  memset(o, 0, sizeof *o);
+  o->id = pod;
+  o->name = p->name;
+  o->namespace_ = r->ns;
+  o->node = p->node != SIM_NONE ? sim->nodes[p->node].name : NULL;
+  o->phase = p->phase;
+  o->container_state = p->cstate == CS_RUNNING ? "running" : p->cstate == CS_TERMINATED ? "terminated" : "waiting";
+  o->reason = p->reason;
+  o->message = p->message;
+  o->exit_code = p->exit_code;
+  o->image = st->image;
+  o->scheduled = p->scheduled != 0;
+  o->unschedulable_message = p->unsched_msg;
+  o->created_at = p->created;
+  o->scheduled_at = p->scheduled_at;
+  o->started_at = p->started;
+  o->finished_at = p->finished;
+  o->cpu_m = st->info.cpu_m;
+  o->memory = st->info.memory;
+  o->gpu = st->info.gpu;
+  o->run = (int)p->run;
+  o->step = p->step;
+  o->workflow = r->workflow;
+  o->template_name = st->template_name;
+  snprintf(o->node_name, sizeof o->node_name, "%s%s", r->workflow, pipe_of(sim, r)->gnodes[st->gnode].suffix);
+  snprintf(o->node_id, sizeof o->node_id, "%s-%u", r->workflow, sim_fnv32a(o->node_name));
+  o->resource_version = p->rv;
+  return 0;
+}
+
+void sim_runs_free(kb_sim *sim) {
+  for (size_t i = 0; i < sim->n_runs; i++) free(sim->runs[i].steps);
+  free(sim->runs);
+  sim->runs = NULL;
+  sim->n_runs = 0;
+}
+
+/* ---- Argo workflow status ---- */
+
+static void add_time(cJSON *o, const char *key, const kb_sim *sim, double t) {
+  if (t < 0) {
+    cJSON_AddNullToObject(o, key);
+    return;
+  }
+  time_t s = (time_t)floor(sim->epoch + t);
+  struct tm tm;
+  gmtime_r(&s, &tm);
+  char buf[32];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  cJSON_AddStringToObject(o, key, buf);
+}
+
+static const char *gtype_name(sim_gnode_type t) {
+  switch (t) {
+  case GN_POD: return "Pod";
+  case GN_DAG: return "DAG";
+  case GN_STEPS: return "Steps";
+  default: return "StepGroup";
+  }
+}
+
+static void node_id(const sim_run *r, const sim_gnode *g, char *out, size_t n) {
+  char name[512];
+  if (!*g->suffix) {
+    snprintf(out, n, "%s", r->workflow);
+    return;
+  }
+  snprintf(name, sizeof name, "%s%s", r->workflow, g->suffix);
+  snprintf(out, n, "%s-%u", r->workflow, sim_fnv32a(name));
+}
+
+static cJSON *gnode_json(const kb_sim *sim, const sim_run *r, const sim_pipeline *pl, int gi) {
+  const sim_gnode *g = &pl->gnodes[gi];
+  int ok = 0, fail = 0, live = 0, seen = 0;
+  double start = INFINITY, end = -1;
+  for (int s = g->first; s < g->end; s++) {
+    const sim_stepstate *ss = &r->steps[s];
+    if (ss->pod == SIM_NONE) continue;
+    const sim_pod *p = &sim->pods[ss->pod];
+    if (!p->exists && !r->deleted && p->phase == KB_SIM_POD_PENDING) continue; /* not created yet */
+    seen++;
+    if (p->created < start) start = p->created;
+    ok += ss->state == ST_OK;
+    fail += ss->state == ST_FAIL;
+    live += ss->state == ST_CREATED;
+    double e = p->detected >= 0 ? p->detected : p->finished;
+    if (e > end) end = e;
+  }
+  if (!seen && *g->suffix) return NULL;
+  int total = g->end - g->first;
+  const char *phase;
+  if (ok == total) phase = "Succeeded";
+  else if (live) phase = g->type == GN_POD && seen && sim->pods[r->steps[g->step].pod].phase == KB_SIM_POD_PENDING ? "Pending" : "Running";
+  else if (r->wf_finished >= 0 || fail) phase = fail || r->wf_finished >= 0 ? "Failed" : "Running";
+  else phase = "Running";
+  if (!*g->suffix && r->wf_finished < 0 && strcmp(phase, "Succeeded")) phase = "Running";
+  cJSON *o = cJSON_CreateObject();
+  char id[192], name[512], buf[64];
+  node_id(r, g, id, sizeof id);
+  snprintf(name, sizeof name, "%s%s", r->workflow, g->suffix);
+  cJSON_AddStringToObject(o, "id", id);
+  cJSON_AddStringToObject(o, "name", name);
+  cJSON_AddStringToObject(o, "displayName", *g->suffix ? g->display : r->workflow);
+  cJSON_AddStringToObject(o, "type", gtype_name(g->type));
+  cJSON_AddStringToObject(o, "templateName", g->template_name);
+  cJSON_AddStringToObject(o, "phase", phase);
+  for (int b = g->parent; b >= 0; b = pl->gnodes[b].parent)
+    if (pl->gnodes[b].type == GN_DAG || pl->gnodes[b].type == GN_STEPS) {
+      node_id(r, &pl->gnodes[b], buf, sizeof buf);
+      cJSON_AddStringToObject(o, "boundaryID", buf);
+      break;
+    }
+  cJSON *children = cJSON_AddArrayToObject(o, "children");
+  for (size_t c = 0; c < pl->n_gnodes; c++)
+    if (pl->gnodes[c].parent == gi) {
+      node_id(r, &pl->gnodes[c], buf, sizeof buf);
+      cJSON_AddItemToArray(children, cJSON_CreateString(buf));
+    }
+  add_time(o, "startedAt", sim, start < INFINITY ? start : r->wf_started);
+  int terminal = !strcmp(phase, "Succeeded") || !strcmp(phase, "Failed");
+  add_time(o, "finishedAt", sim, terminal ? (end >= 0 ? end : r->wf_finished) : -1);
+  snprintf(buf, sizeof buf, "%d/%d", ok + fail, total);
+  cJSON_AddStringToObject(o, "progress", buf);
+  if (g->type == GN_POD && r->steps[g->step].pod != SIM_NONE) {
+    const sim_pod *p = &sim->pods[r->steps[g->step].pod];
+    if (p->node != SIM_NONE) cJSON_AddStringToObject(o, "hostNodeName", sim->nodes[p->node].name);
+    if (p->phase == KB_SIM_POD_FAILED) {
+      cJSON_AddStringToObject(o, "message", p->message ? p->message : "Error (exit code 1)");
+      cJSON *out = cJSON_AddObjectToObject(o, "outputs");
+      cJSON_AddStringToObject(out, "exitCode", p->exit_code == 137 ? "137" : "1");
+    } else if (p->phase == KB_SIM_POD_SUCCEEDED) {
+      cJSON *out = cJSON_AddObjectToObject(o, "outputs");
+      cJSON_AddStringToObject(out, "exitCode", "0");
+    }
+  }
+  return o;
+}
+
+cJSON *kb_sim_run_workflow_status(const kb_sim *sim, int run) {
+  const sim_run *r = run_at(sim, run);
+  if (!r || r->deleted) return NULL;
+  const sim_pipeline *pl = pipe_of(sim, r);
+  cJSON *st = cJSON_CreateObject();
+  if (!st) return NULL;
+  cJSON_AddStringToObject(st, "phase", r->wf_phase);
+  add_time(st, "startedAt", sim, r->wf_started);
+  add_time(st, "finishedAt", sim, r->wf_finished >= 0 && r->wf_started >= 0 ? r->wf_finished : -1);
+  char buf[64];
+  snprintf(buf, sizeof buf, "%d/%zu", r->done_pods, pl->n_steps);
+  cJSON_AddStringToObject(st, "progress", buf);
+  if (r->wf_message) cJSON_AddStringToObject(st, "message", r->wf_message);
+  else if (r->failed && r->wf_finished >= 0) cJSON_AddStringToObject(st, "message", r->error);
+  cJSON *nodes = cJSON_AddObjectToObject(st, "nodes");
+  if (r->wf_started >= 0)
+    for (size_t g = 0; g < pl->n_gnodes; g++) {
+      cJSON *n = gnode_json(sim, r, pl, (int)g);
+      if (n) cJSON_AddItemToObject(nodes, cJSON_GetObjectItemCaseSensitive(n, "id")->valuestring, n);
+    }
+  return st;
+}

@@ -1,0 +1,262 @@
+/* The scheduler: places pending pods on nodes by resource requests
+ * (cpu, memory, nvidia.com/gpu, pod count), nodeSelector and taints.
+ *
+ * Pods wait in a FIFO; a pass places as many as the token bucket allows
+ * (D7: pods_per_s, burst of one second's worth). A pod no node can take
+ * stays Pending with PodScheduled=False/Unschedulable and a FailedScheduling
+ * event, and moves to the unschedulable list; every release of capacity
+ * (a pod finishing, a node coming back) puts those pods back at the front
+ * of the queue. Among feasible nodes the least loaded wins, load counted as
+ * kube-scheduler scores it: requests, with 100m for a pod without a cpu
+ * request; ties go to the lowest node index (deterministic). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim_internal.h"
+
+static uint32_t *list_head(kb_sim *sim, int which) { return which == 1 ? &sim->q_head : &sim->u_head; }
+static uint32_t *list_tail(kb_sim *sim, int which) { return which == 1 ? &sim->q_tail : &sim->u_tail; }
+
+static void push_back(kb_sim *sim, int which, uint32_t pi) {
+  uint32_t *h = list_head(sim, which), *t = list_tail(sim, which);
+  sim->pods[pi].q_next = SIM_NONE;
+  sim->pods[pi].in_queue = (uint8_t)which;
+  if (*t == SIM_NONE) *h = pi;
+  else sim->pods[*t].q_next = pi;
+  *t = pi;
+  if (which == 1) sim->q_len++;
+  else sim->u_len++;
+}
+
+static uint32_t pop_front(kb_sim *sim) {
+  uint32_t pi = sim->q_head;
+  if (pi == SIM_NONE) return pi;
+  sim->q_head = sim->pods[pi].q_next;
+  if (sim->q_head == SIM_NONE) sim->q_tail = SIM_NONE;
+  sim->pods[pi].q_next = SIM_NONE;
+  sim->pods[pi].in_queue = 0;
+  sim->q_len--;
+  return pi;
+}
+
+void sim_sched_kick(kb_sim *sim) {
+  if (sim->pass_scheduled || sim->q_head == SIM_NONE) return;
+  double at = sim->now;
+  double rate = sim->cfg->sched_pods_per_s;
+  if (rate > 0) {
+    double tokens = sim->tokens + (sim->now - sim->tokens_t) * rate;
+    if (tokens > rate) tokens = rate;
+    if (tokens < 1) at += (1 - tokens) / rate;
+  }
+  sim->pass_scheduled = 1;
+  sim_schedule(sim, at, EV_SCHEDULE, 0, 0);
+}
+
+void sim_sched_enqueue(kb_sim *sim, uint32_t pi) {
+  push_back(sim, 1, pi);
+  sim_sched_kick(sim);
+}
+
+void sim_sched_remove(kb_sim *sim, uint32_t pi) {
+  int which = sim->pods[pi].in_queue;
+  if (!which) return;
+  uint32_t *h = list_head(sim, which), *t = list_tail(sim, which);
+  uint32_t prev = SIM_NONE;
+  for (uint32_t q = *h; q != SIM_NONE; prev = q, q = sim->pods[q].q_next) {
+    if (q != pi) continue;
+    uint32_t next = sim->pods[q].q_next;
+    if (prev == SIM_NONE) *h = next;
+    else sim->pods[prev].q_next = next;
+    if (*t == pi) *t = prev;
+    break;
+  }
+  if (which == 1) sim->q_len--;
+  else sim->u_len--;
+  sim->pods[pi].in_queue = 0;
+  sim->pods[pi].q_next = SIM_NONE;
+}
+
+void sim_sched_capacity_freed(kb_sim *sim) {
+  if (sim->u_head == SIM_NONE) return;
+  for (uint32_t q = sim->u_head; q != SIM_NONE; q = sim->pods[q].q_next) sim->pods[q].in_queue = 1;
+  sim->pods[sim->u_tail].q_next = sim->q_head;
+  if (sim->q_tail == SIM_NONE) sim->q_tail = sim->u_tail;
+  sim->q_head = sim->u_head;
+  sim->q_len += sim->u_len;
+  sim->u_head = sim->u_tail = SIM_NONE;
+  sim->u_len = 0;
+  sim_sched_kick(sim);
+}
+
+/* ---- feasibility ---- */
+
+enum { R_NOTREADY, R_TAINT, R_SELECTOR, R_PODS, R_CPU, R_MEM, R_GPU, R_COUNT };
+
+static int label_of(const sim_node *n, const char *key, const char **value) {
+  for (size_t i = 0; i < n->n_labels; i++)
+    if (!strcmp(n->labels[i].key, key)) {
+      *value = n->labels[i].value;
+      return 1;
+    }
+  return 0;
+}
+
+static int tolerated(const sim_step *st, const kb_sim_taint *t) {
+  for (size_t i = 0; i < st->info.n_tolerations; i++) {
+    const kb_sim_taint *o = &st->tolerations[i];
+    int exists = !strcmp(st->tol_ops[i], "Exists");
+    if (*o->effect && strcmp(o->effect, t->effect)) continue;
+    if (!*o->key && exists) return 1;
+    if (strcmp(o->key, t->key)) continue;
+    if (exists || !strcmp(o->value, t->value)) return 1;
+  }
+  return 0;
+}
+
+/* First taint the step does not tolerate, or NULL. */
+static const kb_sim_taint *untolerated(const kb_sim *sim, const sim_node *n, const sim_step *st) {
+  const kb_sim_pool_config *pc = &sim->cfg->pools[n->pool];
+  for (size_t i = 0; i < pc->n_taints; i++) {
+    const kb_sim_taint *t = &pc->taints[i];
+    if (!strcmp(t->effect, "PreferNoSchedule")) continue;
+    if (!tolerated(st, t)) return t;
+  }
+  return NULL;
+}
+
+/* Bitmask of reasons the node cannot take the pod (0: it can). */
+static unsigned check_node(const kb_sim *sim, const sim_node *n, const sim_step *st,
+                           const kb_sim_taint **taint) {
+  if (!n->ready) return 1u << R_NOTREADY;
+  if ((*taint = untolerated(sim, n, st))) return 1u << R_TAINT;
+  for (size_t i = 0; i < st->info.n_node_selector; i++) {
+    const char *v;
+    if (!label_of(n, st->selector[i].key, &v) || strcmp(v, st->selector[i].value))
+      return 1u << R_SELECTOR;
+  }
+  unsigned r = 0;
+  if (n->npods + 1 > n->max_pods) r |= 1u << R_PODS;
+  if (n->req_cpu + st->info.cpu_m > n->cpu_m) r |= 1u << R_CPU;
+  if (n->req_mem + st->info.memory > n->memory) r |= 1u << R_MEM;
+  if (n->req_gpu + st->info.gpu > n->gpu) r |= 1u << R_GPU;
+  return r;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static const char *intern_msg(kb_sim *sim, const char *msg) {
+  /* The few distinct messages repeat for thousands of pods. */
+  static const int slots = 64;
+  for (size_t i = 0; i < sim->n_msgs; i++)
+    if (!strcmp(sim->msgs[i], msg)) return sim->msgs[i];
+  const char *s = sim_arena_strdup(&sim->arena, msg);
+  if (s && sim->n_msgs < (size_t)slots) sim->msgs[sim->n_msgs++] = s;
+  return s;
+}
+
+static void unschedulable(kb_sim *sim, uint32_t pi, const unsigned *counts, const char *taint) {
+  char parts[R_COUNT][160];
+  const char *sorted[R_COUNT];
+  int n = 0;
+  for (int r = 0; r < R_COUNT; r++) {
+    if (!counts[r]) continue;
+    switch (r) {
+    case R_NOTREADY:
+      snprintf(parts[n], sizeof parts[n], "%u node(s) had untolerated taint {node.kubernetes.io/unreachable: }", counts[r]);
+      break;
+    case R_TAINT:
+      snprintf(parts[n], sizeof parts[n], "%u node(s) had untolerated taint {%s}", counts[r], taint);
+      break;
+    case R_SELECTOR:
+      snprintf(parts[n], sizeof parts[n], "%u node(s) didn't match Pod's node affinity/selector", counts[r]);
+      break;
+    case R_PODS: snprintf(parts[n], sizeof parts[n], "%u Too many pods", counts[r]); break;
+    case R_CPU: snprintf(parts[n], sizeof parts[n], "%u Insufficient cpu", counts[r]); break;
+    case R_MEM: snprintf(parts[n], sizeof parts[n], "%u Insufficient memory", counts[r]); break;
+    case R_GPU: snprintf(parts[n], sizeof parts[n], "%u Insufficient nvidia.com/gpu", counts[r]); break;
+    }
+    sorted[n] = parts[n];
+    n++;
+  }
+  qsort(sorted, (size_t)n, sizeof *sorted, cmp_str);
+  char msg[600];
+  int len = snprintf(msg, sizeof msg, "0/%zu nodes are available", sim->n_nodes);
+  for (int i = 0; i < n && len < (int)sizeof msg; i++)
+    len += snprintf(msg + len, sizeof msg - (size_t)len, "%s%s", i ? ", " : ": ", sorted[i]);
+  if (len < (int)sizeof msg) snprintf(msg + len, sizeof msg - (size_t)len, ".");
+  sim_pod *p = &sim->pods[pi];
+  const char *m = intern_msg(sim, msg);
+  if (m != p->unsched_msg) {
+    p->unsched_msg = m;
+    sim_event_emit(sim, "Warning", "FailedScheduling", KB_SIM_KIND_POD, pi, "%s", msg);
+    sim_touch(sim, KB_SIM_KIND_POD, pi, &p->rv);
+  }
+  push_back(sim, 2, pi);
+}
+
+static void place(kb_sim *sim, uint32_t pi) {
+  const sim_step *st = sim_pod_step(sim, pi);
+  unsigned counts[R_COUNT] = {0};
+  char taint[200] = "";
+  uint32_t best = SIM_NONE;
+  double best_score = 0;
+  for (size_t i = 0; i < sim->n_nodes; i++) {
+    const sim_node *n = &sim->nodes[i];
+    const kb_sim_taint *t = NULL;
+    unsigned r = check_node(sim, n, st, &t);
+    if (r) {
+      for (int k = 0; k < R_COUNT; k++)
+        if (r & (1u << k)) counts[k]++;
+      if (t && !*taint) snprintf(taint, sizeof taint, "%s: %s", t->key, t->value);
+      continue;
+    }
+    int64_t c = st->info.cpu_m > 100 ? st->info.cpu_m : 100;
+    double score = (double)(n->score_cpu + c) / (double)n->cpu_m +
+                   (double)(n->req_mem + st->info.memory) / (double)n->memory;
+    if (best == SIM_NONE || score < best_score) {
+      best = (uint32_t)i;
+      best_score = score;
+    }
+  }
+  if (best == SIM_NONE) {
+    unschedulable(sim, pi, counts, taint);
+    return;
+  }
+  sim_node *n = &sim->nodes[best];
+  sim_pod *p = &sim->pods[pi];
+  n->req_cpu += st->info.cpu_m;
+  n->req_mem += st->info.memory;
+  n->req_gpu += st->info.gpu;
+  n->score_cpu += st->info.cpu_m > 100 ? st->info.cpu_m : 100;
+  n->npods++;
+  p->node = best;
+  p->scheduled = 1;
+  p->scheduled_at = sim->now;
+  p->unsched_msg = NULL;
+  sim_touch(sim, KB_SIM_KIND_NODE, best, &n->rv);
+  sim_event_emit(sim, "Normal", "Scheduled", KB_SIM_KIND_POD, pi,
+                 "Successfully assigned %s/%s to %s", sim->runs[p->run].ns, p->name, n->name);
+  sim_pod_bound(sim, pi);
+}
+
+void sim_sched_pass(kb_sim *sim) {
+  sim->pass_scheduled = 0;
+  double rate = sim->cfg->sched_pods_per_s;
+  if (rate > 0) {
+    sim->tokens += (sim->now - sim->tokens_t) * rate;
+    if (sim->tokens > rate) sim->tokens = rate;
+    sim->tokens_t = sim->now;
+  }
+  /* Pods that fail now wait in the unschedulable list, so one pass sees
+   * each queued pod at most once. */
+  size_t budget = sim->q_len;
+  while (budget-- && sim->q_head != SIM_NONE && (rate <= 0 || sim->tokens >= 1 - 1e-9)) {
+    uint32_t pi = pop_front(sim);
+    if (rate > 0) sim->tokens -= 1;
+    place(sim, pi);
+  }
+  sim_sched_kick(sim);
+}

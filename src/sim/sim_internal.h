@@ -1,0 +1,273 @@
+/* Shared state of the simulator's files. Not a public header. */
+#ifndef KB_SIM_INTERNAL_H
+#define KB_SIM_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdint.h>
+
+#include "kb/sim.h"
+
+#define SIM_NONE UINT32_MAX
+
+/* ---- helpers (sim.c) ---- */
+int sim_fail(kb_sim_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+char *sim_strdup(const char *s);
+/* Grow *arr (of elem bytes) to hold at least need elements. */
+int sim_reserve(void **arr, size_t *cap, size_t need, size_t elem);
+uint32_t sim_fnv32a(const char *s);
+
+/* String arena: names live until kb_sim_free. */
+typedef struct sim_arena {
+  char **chunks;
+  size_t n, cap;
+  size_t used, size; /* of the last chunk */
+} sim_arena;
+const char *sim_arena_strdup(sim_arena *a, const char *s);
+const char *sim_arena_printf(sim_arena *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void sim_arena_free(sim_arena *a);
+
+/* Kubernetes quantities (config.c): cpu "8", "500m", 0.5; memory "30Gi",
+ * "64Mi", "15G", 1024. Return 0 or -1. */
+int sim_parse_cpu(const cJSON *v, int64_t *millicores);
+int sim_parse_cpu_str(const char *s, int64_t *millicores);
+int sim_parse_mem(const cJSON *v, int64_t *bytes);
+int sim_parse_mem_str(const char *s, int64_t *bytes);
+
+/* ---- event queue (clock.c) ---- */
+typedef enum sim_ev_kind {
+  EV_RUN_START,    /* a = run: the workflow controller starts it */
+  EV_POD_CREATE,   /* a = pod: Argo creates the pod object */
+  EV_SCHEDULE,     /* a scheduler pass */
+  EV_POD_START,    /* a = pod: container starts (after pull + startup) */
+  EV_NODE_WORK,    /* a = node, b = gen: next pod finishes its work */
+  EV_POD_EXIT,     /* a = pod: wait container exits, pod terminal */
+  EV_STEP_DETECT,  /* a = pod: controller sees the pod is done */
+  EV_RUN_REPORT,   /* a = run, b = report index: persistence agent */
+} sim_ev_kind;
+
+typedef struct sim_event {
+  double t;
+  uint64_t seq;
+  uint32_t kind, a, b;
+} sim_event;
+
+typedef struct sim_heap {
+  sim_event *ev;
+  size_t n, cap;
+  uint64_t seq;
+} sim_heap;
+
+int sim_heap_push(sim_heap *h, double t, uint32_t kind, uint32_t a, uint32_t b);
+int sim_heap_pop(sim_heap *h, sim_event *out);
+const sim_event *sim_heap_peek(const sim_heap *h);
+void sim_heap_free(sim_heap *h);
+
+/* ---- pipelines (pipeline.c) ---- */
+typedef enum sim_gnode_type { GN_POD, GN_DAG, GN_STEPS, GN_STEPGROUP } sim_gnode_type;
+
+/* An Argo node of the expanded workflow: groups (DAG, Steps) and pods. */
+typedef struct sim_gnode {
+  char *suffix;        /* node name without the workflow name ("" = root) */
+  char *display;
+  char *template_name;
+  sim_gnode_type type;
+  int parent;          /* -1 for the root */
+  int step;            /* GN_POD: step index */
+  int first, end;      /* steps [first, end) below this node */
+} sim_gnode;
+
+typedef struct sim_step {
+  kb_sim_step_info info; /* pointers below own the storage */
+  char *name, *template_name, *image;
+  int gnode;
+  kb_sim_kv *selector;
+  kb_sim_taint *tolerations; /* key, value, effect; value "" + effect "" ok */
+  char **tol_ops;            /* "Exists" | "Equal" per toleration */
+  uint16_t *deps;
+  uint16_t *rdeps;           /* dependents */
+  size_t n_rdeps;
+  int image_id;
+  double extra; /* v2 launcher start-up added to the work (B3) */
+} sim_step;
+
+typedef struct sim_pipeline {
+  char *name, *format, *generate_name;
+  sim_step *steps;
+  size_t n_steps;
+  sim_gnode *gnodes;
+  size_t n_gnodes;
+  size_t n_main; /* steps not in the exit handler */
+} sim_pipeline;
+
+void sim_pipeline_free(sim_pipeline *p);
+
+/* ---- cluster objects (cluster.c) ---- */
+typedef struct sim_image_slot {
+  int image;
+  double ready_at;
+} sim_image_slot;
+
+typedef struct sim_node {
+  const char *name;
+  int pool;
+  int ready;
+  int64_t cpu_m, memory;
+  int gpu, max_pods;
+  int64_t req_cpu, req_mem, score_cpu;
+  int req_gpu, npods;
+  kb_sim_kv *labels;
+  size_t n_labels;
+  double demand, vclock, vclock_t, rate;
+  uint32_t run_head; /* running pods (intrusive list) */
+  uint32_t gen;
+  double pull_free_at;
+  sim_image_slot *images;
+  size_t n_images, cap_images;
+  double created_at;
+  uint64_t rv;
+} sim_node;
+
+enum { CS_NONE, CS_WAITING, CS_RUNNING, CS_TERMINATED };
+
+typedef struct sim_pod {
+  const char *name;
+  uint32_t run, node;
+  uint16_t step;
+  uint8_t phase, cstate, exists, will_fail, scheduled, in_queue;
+  const char *reason, *message, *unsched_msg;
+  int exit_code;
+  double created, scheduled_at, started, finished, detected;
+  double work, vtarget, demand;
+  double startup, detect_delay;
+  uint32_t run_prev, run_next; /* node's running list */
+  uint32_t q_next;             /* scheduler queue */
+  uint64_t rv;
+} sim_pod;
+
+typedef struct sim_evrec {
+  uint64_t seq;
+  double time;
+  const char *type, *reason;
+  kb_sim_kind kind;
+  int object;
+  char message[200];
+} sim_evrec;
+
+/* ---- runs (run.c) ---- */
+enum { ST_WAIT, ST_CREATED, ST_OK, ST_FAIL, ST_SKIP };
+
+typedef struct sim_stepstate {
+  uint32_t pod;
+  uint16_t deps_left;
+  uint8_t state;
+} sim_stepstate;
+
+typedef struct sim_run {
+  const char *name, *workflow, *ns;
+  int pipeline;
+  double fail_prob;
+  sim_stepstate *steps;
+  double created, wf_started, wf_finished;
+  const char *wf_phase, *wf_message, *error;
+  int inflight, done_pods, failed, terminated, exit_started, deleted;
+  kb_sim_run_state true_state;
+  kb_sim_run_state state; /* reported */
+  double finished_reported;
+  double last_report_t;
+  struct { double time; kb_sim_run_state state; } history[KB_SIM_RUN_HISTORY];
+  size_t n_history;
+  uint64_t rv;
+} sim_run;
+
+/* ---- the simulator ---- */
+struct kb_sim {
+  kb_sim_config *cfg;
+  uint64_t seed;
+  double speed, epoch;
+  double now;           /* model time of the last processed event / advance */
+  struct uv_loop_s *loop;
+  void *timer;          /* uv_timer_t *, owned until its close callback */
+  uint64_t origin_ns;
+  int in_dispatch;
+  sim_heap heap;
+  uint64_t events_processed;
+  sim_arena arena;
+  uint64_t rv;
+  kb_sim_observer observer;
+  void *observer_ud;
+
+  sim_node *nodes;
+  size_t n_nodes, cap_nodes;
+  sim_pod *pods;
+  size_t n_pods, cap_pods;
+  sim_pipeline **pipelines;
+  size_t n_pipelines, cap_pipelines;
+  sim_run *runs;
+  size_t n_runs, cap_runs;
+  char **images; /* interned image names */
+  double *image_mb;
+  size_t n_images, cap_images, cap_image_mb;
+
+  /* scheduler */
+  uint32_t q_head, q_tail, u_head, u_tail;
+  size_t q_len, u_len;
+  double tokens, tokens_t;
+  int pass_scheduled;
+  const char *msgs[64]; /* interned FailedScheduling messages */
+  size_t n_msgs;
+
+  /* events ring */
+  sim_evrec *evring;
+  uint64_t ev_first, ev_end;
+
+  /* persistence agent (fluid queue) */
+  double pa_backlog, pa_t;
+  size_t wf_active, wf_finished; /* stored workflows the agent resyncs */
+
+  /* API server */
+  double *api_free_at;
+  kb_sim_rng api_rng;
+};
+
+/* cluster.c */
+int sim_cluster_build(kb_sim *sim, kb_sim_error *err);
+int sim_image_intern(kb_sim *sim, const char *image);
+uint32_t sim_pod_new(kb_sim *sim);
+void sim_touch(kb_sim *sim, kb_sim_kind kind, uint32_t idx, uint64_t *rv);
+void sim_event_emit(kb_sim *sim, const char *type, const char *reason,
+                    kb_sim_kind kind, uint32_t obj, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* Processor sharing: bring the node's work clock to now, re-plan. */
+void sim_node_add_running(kb_sim *sim, uint32_t node, uint32_t pod);
+void sim_node_remove_running(kb_sim *sim, uint32_t node, uint32_t pod);
+void sim_node_work_due(kb_sim *sim, uint32_t node, uint32_t gen);
+/* Release the pod's node resources (terminal or deleted pod). */
+void sim_pod_unbind(kb_sim *sim, uint32_t pod);
+double sim_image_pull_ready(kb_sim *sim, uint32_t node, int image);
+
+/* scheduler.c */
+void sim_sched_enqueue(kb_sim *sim, uint32_t pod);
+void sim_sched_remove(kb_sim *sim, uint32_t pod);
+void sim_sched_capacity_freed(kb_sim *sim);
+void sim_sched_kick(kb_sim *sim);
+void sim_sched_pass(kb_sim *sim);
+
+/* pipeline.c */
+int sim_pipeline_expand(kb_sim *sim, const cJSON *doc, const cJSON *params,
+                        sim_pipeline **out, kb_sim_error *err);
+
+/* run.c */
+const sim_step *sim_pod_step(const kb_sim *sim, uint32_t pod);
+void sim_run_event(kb_sim *sim, const sim_event *ev);
+void sim_pod_bound(kb_sim *sim, uint32_t pod);
+void sim_pod_work_done(kb_sim *sim, uint32_t pod);
+/* Kill a pod now (node lost, termination): terminal Failed. */
+void sim_pod_kill(kb_sim *sim, uint32_t pod, const char *reason, const char *msg);
+void sim_runs_free(kb_sim *sim);
+
+/* sim.c */
+int sim_schedule(kb_sim *sim, double t, sim_ev_kind kind, uint32_t a, uint32_t b);
+
+#endif
