@@ -183,6 +183,11 @@ function Run:finish()
     kb.log.error("could not write the results: %s", message_of(err))
     if self.exit_code == EXIT_OK then self.exit_code = EXIT_FAILED end
   end
+  -- The report is derived from result.json; a broken report never loses it.
+  local okr, rerr = pcall(function()
+    require("kb.report").write(self.exp, doc, { scenario = self.scenario })
+  end)
+  if not okr then kb.log.warn("report: %s", message_of(rerr)) end
   if not self.args.quiet then
     local okp, perr = pcall(function() require("kb.summary").print(doc, self.exp, { tty = self.args.tty }) end)
     if not okp then kb.log.warn("summary: %s", message_of(perr)) end

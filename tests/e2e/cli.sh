@@ -3,7 +3,8 @@
 # sees, parameter precedence, and results written on errors and signals.
 set -u
 KBRUN=${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}
-WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/cli.XXXXXX")
+mkdir -p "${KBRUN_TEST_OUT:-/tmp}"
+WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/cli.XXXXXX") && [ -d "$WORK" ] || { echo "cannot make a work folder" >&2; exit 1; }
 trap 'rm -rf "$WORK"' EXIT
 passed=0 failed=0
 

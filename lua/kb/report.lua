@@ -1,0 +1,694 @@
+--- kb.report: the self-contained HTML report of a run (result/report.html).
+--
+--   local report = require "kb.report"
+--   local html = report.html(doc, opts)      -- doc: a result document (kb.runner)
+--   report.write(exp, doc, opts)             -- writes <exp>/result/report.html
+--   report.write("/out/taxi-202501011200-ab12")  -- regenerates from result.json
+--
+-- During a run a scenario can hand extra data to the report kbrun writes at
+-- the end:
+--   report.attach { samples = { ["run.duration"] = durations },   -- seconds
+--                   outcomes = { Succeeded = 48, Failed = 2 } }
+-- or declare it in the scenario table: `report = { ... }` or
+-- `report = function(doc) return { ... } end`.
+--
+-- opts (all optional):
+--   samples   = { [metric name or key] = list of values (s) }: true rug marks
+--               and KDE for that histogram; a name without a histogram gets a
+--               plot of its own (e.g. run.duration)
+--   outcomes  = { Succeeded = 48, Failed = 2 } or list of { label, value }:
+--               a count plot
+--   kde       = false to leave out the density curves (drawn from 10 values)
+--   scales    = { [name] = "log" | "linear" } (default: log when max/min >= 30)
+--   order     = list of names whose plots come first
+--   title     = the page title (default: the scenario name)
+--   environment = { name = value }: added to (or, false, replacing) the
+--               environment section; the rest comes from doc.environment
+--   sections  = list of { title, html }: trusted HTML appended (e.g. svg.lines)
+--   scenario  = the scenario table, for its `report` field (write only)
+--
+-- The page is one file: inline CSS and inline SVG, no script, no network.
+local svg = require "kb.svg"
+local hist = require "kb.hist"
+local json = require "kb.json"
+local fs = require "kb.fs"
+
+local M = {}
+
+local esc = svg.escape
+local format, concat = string.format, table.concat
+local fmt = svg.format_value
+
+local function is_null(v) return v == nil or v == json.null end
+
+-- ---- extra data handed over during the run --------------------------------
+
+local attached = nil
+
+local DATA_FILE = "report-data.json"
+
+-- Merges extra data b into a (samples appended, outcomes summed, other
+-- fields replaced); returns a.
+local function merge_data(a, b)
+  for k, v in pairs(b or {}) do
+    if k == "samples" then
+      a.samples = a.samples or {}
+      for name, list in pairs(v) do
+        local dst = a.samples[name] or {}
+        if type(list) == "number" then list = { list } end
+        for _, x in ipairs(list) do dst[#dst + 1] = x end
+        a.samples[name] = dst
+      end
+    elseif k == "outcomes" and type(v) == "table" and #v == 0 then
+      a.outcomes = a.outcomes or {}
+      for label, n in pairs(v) do a.outcomes[label] = (a.outcomes[label] or 0) + n end
+    else
+      a[k] = v
+    end
+  end
+  return a
+end
+
+local function check_data(data)
+  if type(data) ~= "table" then error("kb.report.attach: wants a table, got " .. type(data), 3) end
+  for name, list in pairs(data.samples or {}) do
+    if type(name) ~= "string" then error("kb.report.attach: samples are keyed by metric name", 3) end
+    if type(list) ~= "table" and type(list) ~= "number" then
+      error(format("kb.report.attach: samples['%s'] must be a list of numbers", name), 3)
+    end
+    for i, x in ipairs(type(list) == "table" and list or {}) do
+      if type(x) ~= "number" or x ~= x then
+        error(format("kb.report.attach: samples['%s'][%d] is not a number", name, i), 3)
+      end
+    end
+  end
+  if data.outcomes ~= nil and type(data.outcomes) ~= "table" then
+    error("kb.report.attach: outcomes must be a table of label = count", 3)
+  end
+end
+
+--- Adds data (samples, outcomes, ...) for the report written at the end of
+-- this run. Samples are appended and outcomes summed over calls. When the
+-- run has an experiment folder the data is also kept in
+-- output/report-data.json, so report.write(dir) can regenerate the page.
+function M.attach(data)
+  check_data(data)
+  attached = merge_data(attached or {}, data)
+  local kb = package.loaded["kb"]
+  local exp = kb and rawget(kb, "exp")
+  if exp and exp.output_dir then
+    local keep = { samples = attached.samples, outcomes = attached.outcomes }
+    fs.write(fs.join(exp.output_dir, DATA_FILE), json.encode(keep) .. "\n")
+  end
+end
+
+--- Forgets attached data (tests).
+function M.reset() attached = nil end
+
+-- ---- small helpers ----------------------------------------------------------
+
+local function label_text(labels)
+  local keys = {}
+  for k in pairs(labels or {}) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local parts = {}
+  for _, k in ipairs(keys) do parts[#parts + 1] = k .. "=" .. tostring(labels[k]) end
+  return #parts > 0 and ("{" .. concat(parts, ",") .. "}") or ""
+end
+
+local function metric_key(m) return m.key or (m.name .. label_text(m.labels)) end
+
+-- A string usable as an HTML id.
+local function anchor(prefix, s, i)
+  return prefix .. "-" .. tostring(s):gsub("[^%w%-_.]", "_") .. (i and ("-" .. i) or "")
+end
+
+local function scalar_text(v)
+  if is_null(v) then return "null" end
+  if type(v) == "number" then
+    if math.type(v) == "integer" then return tostring(v) end
+    return format("%.6g", v)
+  end
+  if type(v) == "table" then
+    local ok, s = pcall(json.encode, v)
+    return ok and s or tostring(v)
+  end
+  return tostring(v)
+end
+
+-- Flattens nested tables into sorted { path, value } rows; lists and deep
+-- tables stay as JSON text.
+local function flatten(t, prefix, rows, depth)
+  rows = rows or {}
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  for _, k in ipairs(keys) do
+    local v = t[k]
+    local path = prefix and (prefix .. "." .. tostring(k)) or tostring(k)
+    if type(v) == "table" and #v == 0 and next(v) ~= nil and (depth or 0) < 3 then
+      flatten(v, path, rows, (depth or 0) + 1)
+    else
+      rows[#rows + 1] = { path, scalar_text(v) }
+    end
+  end
+  return rows
+end
+
+local function kv_table(rows, class)
+  if #rows == 0 then return '<p class="muted">none</p>' end
+  local out = { format('<table class="kv %s"><tbody>', class or "") }
+  for _, r in ipairs(rows) do
+    local value = r[2]
+    if #value > 2000 then value = value:sub(1, 2000) .. " …" end
+    out[#out + 1] = format("<tr><th>%s</th><td><code>%s</code></td></tr>", esc(r[1]), esc(value))
+  end
+  out[#out + 1] = "</tbody></table>"
+  return concat(out)
+end
+
+local function read_text(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- What can be learnt about the machine without running a program.
+local function local_environment()
+  local env = {}
+  local host = read_text("/proc/sys/kernel/hostname")
+  if host then env.host = host:gsub("%s+$", "") end
+  local kernel = read_text("/proc/sys/kernel/osrelease")
+  if kernel then env.kernel = kernel:gsub("%s+$", "") end
+  local osr = read_text("/etc/os-release")
+  if osr then env.os = osr:match('PRETTY_NAME="([^"]*)"') end
+  local cpu = read_text("/proc/cpuinfo")
+  if cpu then
+    local n = 0
+    for _ in cpu:gmatch("\nprocessor%s*:") do n = n + 1 end
+    if cpu:match("^processor%s*:") then n = n + 1 end
+    if n > 0 then env.cpus = n end
+  end
+  return env
+end
+
+-- ---- sections ---------------------------------------------------------------
+
+local STATUS_CLASS = { passed = "good", failed = "bad", interrupted = "warn", usage = "bad" }
+
+local function header(doc, opts)
+  local scenario = type(doc.scenario) == "table" and doc.scenario or {}
+  local title = opts.title or scenario.name or "kbrun run"
+  local status = is_null(doc.status) and "unknown" or tostring(doc.status)
+  local clock = type(doc.clock) == "table" and doc.clock or {}
+  local clock_text = clock.kind and tostring(clock.kind) or "-"
+  if type(clock.speed) == "number" and clock.speed ~= 1 then clock_text = format("%s, ×%g", clock_text, clock.speed) end
+  local facts = {
+    { "experiment", doc.experiment_id },
+    { "scenario file", scenario.file },
+    { "status", nil, format('<span class="badge %s">%s</span>%s', STATUS_CLASS[status] or "warn", esc(status),
+      is_null(doc.exit_code) and "" or format(' <span class="muted">exit %s</span>', esc(doc.exit_code))) },
+    { "clock", clock_text },
+    { "seed", doc.seed },
+    { "started", doc.started_at },
+    { "finished", doc.finished_at },
+    { "duration", type(doc.duration) == "number" and fmt(doc.duration, "s") or nil },
+  }
+  local out = { format('<header><h1>%s</h1><dl class="facts">', esc(title)) }
+  for _, f in ipairs(facts) do
+    if f[3] or not is_null(f[2]) then
+      out[#out + 1] = format("<div><dt>%s</dt><dd>%s</dd></div>", esc(f[1]), f[3] or esc(scalar_text(f[2])))
+    end
+  end
+  out[#out + 1] = "</dl>"
+  local problems = {}
+  if not is_null(doc.error) then problems[#problems + 1] = { "error", doc.error } end
+  if not is_null(doc.cleanup_error) then problems[#problems + 1] = { "cleanup error", doc.cleanup_error } end
+  if type(doc.unobserved_task_failures) == "table" then
+    for _, e in ipairs(doc.unobserved_task_failures) do problems[#problems + 1] = { "task failure nobody waited for", e } end
+  end
+  for _, p in ipairs(problems) do
+    out[#out + 1] = format('<div class="problem"><strong>%s</strong><pre>%s</pre></div>', esc(p[1]), esc(scalar_text(p[2])))
+  end
+  out[#out + 1] = "</header>"
+  return concat(out), title
+end
+
+local HIST_STATS = { p50 = true, p75 = true, p90 = true, p95 = true, p99 = true, p999 = true,
+  mean = true, max = true, min = true, stddev = true }
+
+-- Histograms by name (first label set) for threshold formatting and marks.
+local function histograms_by_name(metrics)
+  local by = {}
+  for _, m in ipairs(metrics) do
+    if m.kind == "histogram" and not by[m.name] then by[m.name] = m end
+  end
+  return by
+end
+
+local function threshold_value(t, hists, v)
+  if type(v) ~= "number" then return is_null(v) and "missing" or scalar_text(v) end
+  if hists[t.name] and HIST_STATS[t.stat] then return fmt(v, "s") end
+  return svg.format_number(v)
+end
+
+local function thresholds_section(doc, hists)
+  local list = type(doc.thresholds) == "table" and doc.thresholds or {}
+  if #list == 0 then return "" end
+  local failed = 0
+  for _, t in ipairs(list) do if not t.passed then failed = failed + 1 end end
+  local out = { '<section id="thresholds"><h2>Thresholds</h2>' }
+  out[#out + 1] = format('<p>%d of %d passed%s</p>', #list - failed, #list,
+    failed > 0 and format(' — <span class="bad-text">%d failed</span>', failed) or "")
+  out[#out + 1] = '<table class="grid"><thead><tr><th></th><th>metric</th><th>stat</th><th>limit</th><th>actual</th></tr></thead><tbody>'
+  for _, t in ipairs(list) do
+    local op = t.op == ">=" and "≥" or "≤"
+    out[#out + 1] = format('<tr class="%s"><td class="mark">%s</td><td>%s</td><td>%s</td><td>%s %s</td><td>%s</td></tr>',
+      t.passed and "pass" or "fail", t.passed and "ok" or "FAIL", esc(scalar_text(t.name)), esc(scalar_text(t.stat)),
+      op, esc(threshold_value(t, hists, t.limit)), esc(threshold_value(t, hists, t.actual)))
+  end
+  out[#out + 1] = "</tbody></table></section>"
+  return concat(out)
+end
+
+-- Failed threshold stats per histogram name: name -> { stat = true }.
+local function failed_stats(doc)
+  local f = {}
+  for _, t in ipairs(type(doc.thresholds) == "table" and doc.thresholds or {}) do
+    if not t.passed then
+      f[t.name] = f[t.name] or {}
+      f[t.name][t.stat] = true
+    end
+  end
+  return f
+end
+
+local SUMMARY_COLS = { "count", "min", "p50", "p90", "p99", "max", "mean" }
+
+local function summary_section(histos, counters, plot_ids, doc)
+  local out = { '<section id="summary"><h2>Summary</h2>' }
+  if #histos == 0 and #counters == 0 then
+    out[#out + 1] = '<p class="muted">This run recorded no metrics.</p></section>'
+    return concat(out)
+  end
+  local failed = failed_stats(doc)
+  if #histos > 0 then
+    out[#out + 1] = '<table class="grid num"><thead><tr><th>histogram</th>'
+    for _, c in ipairs(SUMMARY_COLS) do out[#out + 1] = "<th>" .. c .. "</th>" end
+    out[#out + 1] = "</tr></thead><tbody>"
+    for _, m in ipairs(histos) do
+      local s = type(m.summary) == "table" and m.summary or {}
+      local key = metric_key(m)
+      out[#out + 1] = format('<tr><th><a href="#%s">%s</a></th>', plot_ids[key], esc(key))
+      for _, c in ipairs(SUMMARY_COLS) do
+        local v = s[c]
+        local text = c == "count" and svg.format_number(v or 0) or (type(v) == "number" and fmt(v, "s") or "–")
+        local bad = failed[m.name] and failed[m.name][c]
+        out[#out + 1] = format("<td%s>%s</td>", bad and ' class="fail"' or "", esc(text))
+      end
+      out[#out + 1] = "</tr>"
+    end
+    out[#out + 1] = "</tbody></table>"
+  end
+  if #counters > 0 then
+    out[#out + 1] = '<h3>Counters and gauges</h3><table class="grid num"><thead><tr><th>metric</th><th>kind</th><th>value</th></tr></thead><tbody>'
+    for _, m in ipairs(counters) do
+      out[#out + 1] = format("<tr><th>%s</th><td class=\"kind\">%s</td><td>%s</td></tr>", esc(metric_key(m)),
+        esc(m.kind), esc(scalar_text(m.value)))
+    end
+    out[#out + 1] = "</tbody></table>"
+  end
+  out[#out + 1] = "</section>"
+  return concat(out)
+end
+
+-- Percentile and threshold markers of a histogram.
+local function markers_for(m, summary, doc)
+  local marks = {}
+  for _, p in ipairs({ "p50", "p90", "p99" }) do
+    local v = summary[p]
+    if type(v) == "number" then
+      marks[#marks + 1] = { value = v, label = p .. " " .. fmt(v, "s"), kind = "percentile",
+        dash = p == "p50" and "5 3" or (p == "p90" and "3 3" or "1.5 2.5") }
+    end
+  end
+  for _, t in ipairs(type(doc.thresholds) == "table" and doc.thresholds or {}) do
+    if t.name == m.name and HIST_STATS[t.stat] and type(t.limit) == "number" then
+      marks[#marks + 1] = { value = t.limit, kind = "threshold",
+        label = format("limit %s %s %s %s", t.stat, t.op == ">=" and "≥" or "≤", fmt(t.limit, "s"), t.passed and "ok" or "FAIL"),
+        color = t.passed and svg.colors.good or svg.colors.bad }
+    end
+  end
+  return marks
+end
+
+-- Plots are drawn at the width of a grid column of a 1280 px window, so
+-- their text shows at its nominal size there.
+local PLOT_W, PLOT_H = 600, 320
+
+local function figure(id, svg_text, caption)
+  return format('<figure id="%s">%s%s</figure>', id, svg_text,
+    caption and format("<figcaption>%s</figcaption>", esc(caption)) or "")
+end
+
+local function numeric_samples(list)
+  local out = {}
+  for _, v in ipairs(type(list) == "table" and list or {}) do
+    if type(v) == "number" and v == v and v >= 0 then out[#out + 1] = v end
+  end
+  return out
+end
+
+-- One histogram plot from a metric's encoded histogram (and raw samples).
+local function histogram_plot(m, opts, doc, samples)
+  local key = metric_key(m)
+  local summary = type(m.summary) == "table" and m.summary or {}
+  local ok, h = pcall(hist.decode, m.encoded)
+  if not ok or not h then
+    return svg.bars { title = key, subtitle = "cannot decode the histogram: " .. tostring(h), categories = {} }
+  end
+  local count = h:count()
+  local buckets = h:buckets()
+  local pmin, pmax = nil, h:max()
+  for _, b in ipairs(buckets) do
+    if b.low > 0 then pmin = b.low break end
+  end
+  local scale = opts.scales and (opts.scales[key] or opts.scales[m.name])
+  if not scale then scale = (pmin and pmax and pmax / pmin >= 30) and "log" or "linear" end
+  local points
+  if samples and #samples > 0 then
+    points = {}
+    for i, v in ipairs(samples) do points[i] = { value = v, count = 1 } end
+  else
+    points = {}
+    for i, b in ipairs(buckets) do points[i] = { value = (b.low + b.high) / 2, count = b.count } end
+  end
+  local bins
+  if count == 0 then
+    bins = {}
+  elseif scale == "log" then
+    bins = h:bins { n = svg.bin_count(count) }
+  else
+    local bpoints = {}
+    for i, b in ipairs(buckets) do bpoints[i] = { value = (b.low + b.high) / 2, count = b.count } end
+    bins = svg.linear_bins(bpoints)
+  end
+  local sub = { format("n = %s", svg.format_number(count)) }
+  if type(summary.mean) == "number" then sub[#sub + 1] = "mean " .. fmt(summary.mean, "s") end
+  if type(summary.max) == "number" then sub[#sub + 1] = "max " .. fmt(summary.max, "s") end
+  sub[#sub + 1] = scale == "log" and "log axis" or nil
+  sub[#sub + 1] = (samples and #samples > 0) and format("rug: %s raw samples", svg.format_number(#samples)) or nil
+  if type(summary.saturated) == "number" and summary.saturated > 0 then
+    sub[#sub + 1] = format("%s above the histogram's range", svg.format_number(summary.saturated))
+  end
+  return svg.histogram {
+    title = key, subtitle = concat(sub, " · "), unit = "s", scale = scale,
+    bins = bins, points = points, kde = opts.kde ~= false and count >= 10,
+    markers = markers_for(m, summary, doc), xlabel = "seconds (" .. (m.name or key) .. ")",
+    empty_text = "no values recorded", width = PLOT_W, height = PLOT_H,
+  }
+end
+
+-- A plot of raw samples that have no histogram.
+local function samples_plot(name, samples, opts, doc)
+  local h = hist.new()
+  for _, v in ipairs(samples) do h:record(v) end
+  local s = h:summary()
+  local pmin = nil
+  for _, v in ipairs(samples) do if v > 0 and (not pmin or v < pmin) then pmin = v end end
+  local scale = opts.scales and opts.scales[name]
+  if not scale then scale = (pmin and s.max and s.max / pmin >= 30) and "log" or "linear" end
+  local sub = { format("n = %s", svg.format_number(#samples)) }
+  if s.mean then sub[#sub + 1] = "mean " .. fmt(s.mean, "s") end
+  if s.max then sub[#sub + 1] = "max " .. fmt(s.max, "s") end
+  sub[#sub + 1] = scale == "log" and "log axis" or nil
+  sub[#sub + 1] = "raw samples"
+  return svg.histogram {
+    title = name, subtitle = concat(sub, " · "), unit = "s", scale = scale, samples = samples,
+    kde = opts.kde ~= false and #samples >= 10, markers = markers_for({ name = name }, s, doc),
+    xlabel = "seconds (" .. name .. ")", empty_text = "no values recorded", width = PLOT_W, height = PLOT_H,
+  }, s
+end
+
+local OUTCOME_ORDER = { succeeded = 1, success = 1, passed = 1, ok = 1, completed = 1, failed = 2, error = 3 }
+
+local function outcome_categories(outcomes)
+  local cats = {}
+  if #outcomes > 0 then
+    for _, c in ipairs(outcomes) do
+      cats[#cats + 1] = { label = tostring(c.label or c[1]), value = tonumber(c.value or c[2]) or 0 }
+    end
+    return cats
+  end
+  for label, n in pairs(outcomes) do cats[#cats + 1] = { label = tostring(label), value = tonumber(n) or 0 } end
+  table.sort(cats, function(a, b)
+    local ra, rb = OUTCOME_ORDER[a.label:lower()] or 9, OUTCOME_ORDER[b.label:lower()] or 9
+    if ra ~= rb then return ra < rb end
+    return a.label < b.label
+  end)
+  return cats
+end
+
+local function plots_section(histos, opts, doc, plot_ids)
+  local figs = {}
+  local samples = opts.samples or {}
+  local used = {}
+  if type(opts.outcomes) == "table" and next(opts.outcomes) ~= nil then
+    local cats = outcome_categories(opts.outcomes)
+    local total = 0
+    for _, c in ipairs(cats) do total = total + c.value end
+    figs[#figs + 1] = { key = "outcomes", html = figure("plot-outcomes", svg.bars {
+      title = "outcomes", subtitle = format("%s in total", svg.format_number(total)), categories = cats,
+      width = PLOT_W, height = PLOT_H,
+    }) }
+  end
+  for _, m in ipairs(histos) do
+    local key = metric_key(m)
+    local raw = samples[key] or samples[m.name]
+    if samples[key] then used[key] = true elseif samples[m.name] then used[m.name] = true end
+    local ok, text = pcall(histogram_plot, m, opts, doc, raw and numeric_samples(raw) or nil)
+    if not ok then text = svg.bars { title = key, subtitle = "cannot plot: " .. tostring(text), categories = {} } end
+    figs[#figs + 1] = { key = key, name = m.name, html = figure(plot_ids[key], text) }
+  end
+  local extra = {}
+  for name in pairs(samples) do
+    if not used[name] then extra[#extra + 1] = name end
+  end
+  table.sort(extra)
+  for _, name in ipairs(extra) do
+    local list = numeric_samples(samples[name])
+    local id = anchor("plot", name)
+    plot_ids[name] = id
+    figs[#figs + 1] = { key = name, name = name, html = figure(id, (samples_plot(name, list, opts, doc))) }
+  end
+  -- opts.order first, in its order; the rest keep theirs
+  if type(opts.order) == "table" then
+    local rank = {}
+    for i, n in ipairs(opts.order) do rank[n] = i end
+    for i, f in ipairs(figs) do f.pos = i end
+    table.sort(figs, function(a, b)
+      local ra, rb = rank[a.key] or rank[a.name] or math.huge, rank[b.key] or rank[b.name] or math.huge
+      if ra ~= rb then return ra < rb end
+      return a.pos < b.pos
+    end)
+  end
+  if #figs == 0 then return "" end
+  local out = { '<section id="plots"><h2>Plots</h2><div class="plots">' }
+  for _, f in ipairs(figs) do out[#out + 1] = f.html end
+  out[#out + 1] = "</div></section>"
+  return concat(out, "\n")
+end
+
+local function params_section(doc)
+  local params = type(doc.params) == "table" and doc.params or {}
+  return '<section id="parameters"><h2>Parameters</h2>' .. kv_table(flatten(params)) .. "</section>"
+end
+
+local function result_section(doc)
+  local r = doc.result
+  if is_null(r) then return "" end
+  local body
+  if type(r) == "table" then
+    body = kv_table(flatten(r))
+  else
+    body = format("<pre>%s</pre>", esc(scalar_text(r)))
+  end
+  return '<section id="result"><h2>Result</h2><p class="muted">what the scenario returned</p>' .. body .. "</section>"
+end
+
+local function environment_section(doc, opts)
+  local env = {}
+  if opts.environment ~= false then
+    local from_doc = type(doc.environment) == "table" and doc.environment or nil
+    for k, v in pairs(from_doc or local_environment()) do env[k] = v end
+    for k, v in pairs(type(opts.environment) == "table" and opts.environment or {}) do env[k] = v end
+  end
+  if not is_null(doc.kbrun) then env.kbrun = env.kbrun or doc.kbrun end
+  env.lua = env.lua or _VERSION
+  return '<section id="environment"><h2>Environment</h2>' .. kv_table(flatten(env)) .. "</section>"
+end
+
+local CSS = [[
+:root{--fg:#1d1d1f;--muted:#666;--line:#e3e3e3;--bg:#f5f6f8;--good:#2e8b57;--bad:#c0392b;--warn:#d68910}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--fg);font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans","Liberation Sans",Arial,sans-serif}
+header,main,footer{max-width:1320px;margin:0 auto;padding:0 20px}
+header{padding-top:18px}
+h1{font-size:22px;margin:0 0 10px}
+h2{font-size:17px;margin:0 0 10px}
+h3{font-size:14px;margin:16px 0 8px}
+nav{margin:10px 0 4px;font-size:13px}
+nav a{margin-right:14px;color:#35589a;text-decoration:none}
+section{background:#fff;border:1px solid var(--line);border-radius:6px;padding:14px 16px;margin:14px 0}
+.facts{display:flex;flex-wrap:wrap;gap:6px 26px;margin:0}
+.facts div{min-width:0}
+.facts dt{font-size:11px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted)}
+.facts dd{margin:0;font-weight:500;overflow-wrap:anywhere}
+.badge{display:inline-block;padding:1px 9px;border-radius:10px;color:#fff;font-weight:600}
+.badge.good{background:var(--good)}.badge.bad{background:var(--bad)}.badge.warn{background:var(--warn)}
+.problem{margin-top:12px;border-left:4px solid var(--bad);background:#fdf1f0;padding:8px 12px}
+.problem pre{margin:6px 0 0;white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px}
+.muted{color:var(--muted)}.bad-text{color:var(--bad);font-weight:600}
+table{border-collapse:collapse;font-size:13px}
+table.grid th,table.grid td{padding:5px 10px;border-bottom:1px solid var(--line);text-align:left}
+table.grid thead th{font-size:12px;color:var(--muted);font-weight:600;border-bottom:2px solid var(--line)}
+table.num td{text-align:right;font-variant-numeric:tabular-nums}
+table.num td.kind{text-align:left;color:var(--muted)}
+table.grid tbody th{font-weight:500}
+table.grid a{color:#35589a;text-decoration:none}
+tr.fail td{background:#fdecea;color:var(--bad);font-weight:600}
+tr.pass td.mark{color:var(--good);font-weight:600}
+td.fail{background:#fdecea;color:var(--bad);font-weight:600}
+table.kv th{text-align:left;font-weight:500;padding:3px 18px 3px 0;vertical-align:top;color:#333;white-space:nowrap}
+table.kv td{padding:3px 0;overflow-wrap:anywhere}
+table.kv code{font-size:12.5px}
+.plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:14px}
+figure{margin:0;border:1px solid var(--line);border-radius:4px;overflow:hidden;background:#fff}
+figure svg{display:block;width:100%;height:auto}
+figcaption{font-size:12px;color:var(--muted);padding:4px 10px}
+footer{color:var(--muted);font-size:12px;padding-bottom:24px}
+@media print{body{background:#fff}section{break-inside:avoid;border:none}figure{break-inside:avoid}}
+]]
+
+--- The report page of a result document, as a string.
+function M.html(doc, opts)
+  opts = opts or {}
+  if type(doc) ~= "table" then error("kb.report.html: wants a result document (table), got " .. type(doc), 2) end
+  local metrics = type(doc.metrics) == "table" and type(doc.metrics.metrics) == "table" and doc.metrics.metrics or {}
+  local histos, counters = {}, {}
+  for _, m in ipairs(metrics) do
+    if type(m) == "table" and type(m.name) == "string" then
+      if m.kind == "histogram" then histos[#histos + 1] = m
+      elseif m.kind == "counter" or m.kind == "gauge" then counters[#counters + 1] = m end
+    end
+  end
+  local by_key = function(a, b) return metric_key(a) < metric_key(b) end
+  table.sort(histos, by_key)
+  table.sort(counters, by_key)
+  local plot_ids = {}
+  for i, m in ipairs(histos) do plot_ids[metric_key(m)] = anchor("plot", metric_key(m), i) end
+
+  local head, title = header(doc, opts)
+  local body = {
+    thresholds_section(doc, histograms_by_name(metrics)),
+    summary_section(histos, counters, plot_ids, doc),
+    plots_section(histos, opts, doc, plot_ids),
+    params_section(doc),
+    result_section(doc),
+  }
+  for _, s in ipairs(type(opts.sections) == "table" and opts.sections or {}) do
+    body[#body + 1] = format('<section><h2>%s</h2>%s</section>', esc(s.title or ""), s.html or "")
+  end
+  body[#body + 1] = environment_section(doc, opts)
+
+  local nav = {}
+  for _, pair in ipairs({ { "thresholds", "Thresholds" }, { "summary", "Summary" }, { "plots", "Plots" },
+    { "parameters", "Parameters" }, { "result", "Result" }, { "environment", "Environment" } }) do
+    for _, s in ipairs(body) do
+      if s:find('<section id="' .. pair[1] .. '"', 1, true) then
+        nav[#nav + 1] = format('<a href="#%s">%s</a>', pair[1], pair[2])
+        break
+      end
+    end
+  end
+  return concat({
+    "<!DOCTYPE html>",
+    '<html lang="en"><head><meta charset="utf-8">',
+    '<meta name="viewport" content="width=device-width, initial-scale=1">',
+    '<meta name="generator" content="kbrun">',
+    format("<title>%s — kbrun report</title>", esc(title)),
+    "<style>" .. CSS .. "</style></head><body>",
+    head,
+    '<main><nav>' .. concat(nav) .. "</nav>",
+    concat(body, "\n"),
+    "</main>",
+    format('<footer>Generated by kbrun %s from result/result.json of %s. One self-contained file: no scripts, no network.</footer>',
+      esc(scalar_text(is_null(doc.kbrun) and "" or doc.kbrun)), esc(scalar_text(doc.experiment_id or "-"))),
+    "</body></html>", "",
+  }, "\n")
+end
+
+-- Options from a scenario's `report` field (table or function(doc)).
+local function scenario_options(scenario, doc)
+  local r = type(scenario) == "table" and scenario.report or nil
+  if type(r) == "function" then r = r(doc) end
+  if r ~= nil and type(r) ~= "table" then error("kb.report: the scenario's 'report' must be a table or return one", 0) end
+  return r
+end
+
+local function read_json(path)
+  local ok, text = pcall(fs.read, path)
+  if not ok then return nil end
+  return json.decode(text, { name = path })
+end
+
+--- Writes report.html for an experiment and returns its path.
+-- target: an experiment (kb.experiment) or its folder (a string); a folder
+-- without a result/ subfolder gets report.html directly inside.
+-- doc: the result document (default: result/result.json read from disk).
+-- The page combines, in increasing precedence: data attached during this
+-- run (or output/report-data.json from disk), the scenario's `report`
+-- field (opts.scenario), and opts.
+function M.write(target, doc, opts)
+  opts = opts or {}
+  local dir, result_dir, output_dir
+  if type(target) == "table" then
+    dir, result_dir, output_dir = target.dir, target.result_dir, target.output_dir
+  elseif type(target) == "string" then
+    dir = target
+    if fs.exists(fs.join(dir, "result")) == "dir" then
+      result_dir, output_dir = fs.join(dir, "result"), fs.join(dir, "output")
+    else
+      result_dir = dir
+    end
+  else
+    error("kb.report.write: wants an experiment or a folder, got " .. type(target), 2)
+  end
+  if doc == nil then
+    doc = read_json(fs.join(result_dir, "result.json"))
+    if type(doc) ~= "table" then
+      error(format("kb.report.write: no result document in '%s'", result_dir), 2)
+    end
+  end
+  local data = {}
+  if attached then
+    merge_data(data, attached)
+  elseif output_dir and fs.exists(fs.join(output_dir, DATA_FILE)) == "file" then
+    local saved = read_json(fs.join(output_dir, DATA_FILE))
+    if type(saved) == "table" then merge_data(data, saved) end
+  end
+  local from_scenario = scenario_options(opts.scenario, doc)
+  if from_scenario then merge_data(data, from_scenario) end
+  for k, v in pairs(opts) do
+    if k ~= "scenario" then
+      if k == "samples" or k == "outcomes" then merge_data(data, { [k] = v }) else data[k] = v end
+    end
+  end
+  local path = fs.join(result_dir, "report.html")
+  fs.write(path, M.html(doc, data))
+  return path
+end
+
+return M
