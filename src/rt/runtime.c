@@ -46,8 +46,8 @@ kb_rt *kb_rt_new(void) {
   rt->loop.data = rt;
   uv_idle_init(&rt->loop, &rt->ready_idle);
   rt->ready_idle.data = rt;
-  kb_clock_init_real(&rt->real_clock);
-  rt->clock = &rt->real_clock;
+  kb_linear_clock_init(&rt->linear, 0.0, 1.0);
+  rt->clock = &rt->linear.clock;
 
   rt->L = luaL_newstate();
   if (!rt->L) {
@@ -57,6 +57,9 @@ kb_rt *kb_rt_new(void) {
     free(rt);
     return NULL;
   }
+  /* Lua leaves the main thread's extra space uninitialised, and every new
+   * thread copies it: zero it so only task threads carry a task. */
+  *(kb_task **)lua_getextraspace(rt->L) = NULL;
   luaL_openlibs(rt->L);
   lua_pushlightuserdata(rt->L, rt);
   lua_rawsetp(rt->L, LUA_REGISTRYINDEX, &RT_KEY);
@@ -96,7 +99,7 @@ lua_State *kb_rt_lua(kb_rt *rt) { return rt->L; }
 uv_loop_t *kb_rt_loop(kb_rt *rt) { return &rt->loop; }
 
 void kb_rt_set_clock(kb_rt *rt, kb_clock *clock) {
-  rt->clock = clock ? clock : &rt->real_clock;
+  rt->clock = clock ? clock : &rt->linear.clock;
 }
 
 kb_clock *kb_rt_clock(kb_rt *rt) { return rt->clock; }
