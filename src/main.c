@@ -15,6 +15,7 @@
 #include <lauxlib.h>
 #include <yaml.h>
 
+#include "cli/cli.h"
 #include "kb/lua_modules.h"
 #include "kb/rt.h"
 #include "kb/version.h"
@@ -35,8 +36,14 @@ static void usage(FILE *out) {
     "  -q, --quiet             only warnings and errors\n"
     "  -v, --verbose           debug logging\n"
     "      --seed N            random seed (default: from the clock, recorded)\n"
+    "      --sim-config FILE   cluster config of the embedded simulator (docs/simulator.md)\n"
+    "      --sim-profile NAME  simulator profile: default (calibrated), fast, degraded\n"
+    "      --sim-speed X       simulated seconds per real second (default 600)\n"
     "  -h, --help              this help\n"
     "      --version           versions of kbrun and its libraries\n"
+    "\n"
+    "       kbrun sim [options]     the simulator standalone (kbrun sim --help)\n"
+    "       kbrun report DIR...     rebuild report.html of experiment folders\n"
     "\n"
     "exit codes: 0 success, 1 scenario failed, 2 usage error,\n"
     "            130/143 interrupted by SIGINT/SIGTERM\n"
@@ -124,6 +131,7 @@ typedef struct {
   const char *params_file;
   const char *out;
   const char *seed;
+  const char *sim_config, *sim_profile, *sim_speed;
   int quiet, verbose;
 } options;
 
@@ -138,9 +146,12 @@ static void push_args(lua_State *L, const options *o, int argc, char **argv, int
   }
   lua_pushstring(L, o->out ? o->out : "experiments");
   lua_setfield(L, -2, "out");
-  if (o->seed) {
-    lua_pushstring(L, o->seed);
-    lua_setfield(L, -2, "seed");
+  const char *strings[][2] = {{"seed", o->seed}, {"sim_config", o->sim_config},
+                              {"sim_profile", o->sim_profile}, {"sim_speed", o->sim_speed}};
+  for (size_t i = 0; i < sizeof strings / sizeof *strings; i++) {
+    if (!strings[i][1]) continue;
+    lua_pushstring(L, strings[i][1]);
+    lua_setfield(L, -2, strings[i][0]);
   }
   lua_pushboolean(L, o->quiet);
   lua_setfield(L, -2, "quiet");
@@ -156,7 +167,33 @@ static void push_args(lua_State *L, const options *o, int argc, char **argv, int
   lua_setfield(L, -2, "tty");
 }
 
-static int run_scenario(const options *o, int argc, char **argv, int first) {
+typedef struct {
+  const options *o;
+  int argc, first;
+  char **argv;
+} entry_args;
+
+/* Subcommands implemented in Lua get their arguments as a list. */
+static void push_argv(lua_State *L, const entry_args *a) {
+  lua_newtable(L);
+  lua_newtable(L);
+  for (int i = a->first; i < a->argc; i++) {
+    lua_pushstring(L, a->argv[i]);
+    lua_rawseti(L, -2, i - a->first + 1);
+  }
+  lua_setfield(L, -2, "argv");
+  lua_pushboolean(L, isatty(STDOUT_FILENO));
+  lua_setfield(L, -2, "tty");
+}
+
+static void push_scenario_args(lua_State *L, const entry_args *a) {
+  push_args(L, a->o, a->argc, a->argv, a->first);
+}
+
+/* Runs module.fn(args) as the first task of a fresh runtime and returns the
+ * exit code it stops the loop with. */
+static int run_lua(const char *module, const char *fn, const char *scenario,
+                   void (*push)(lua_State *, const entry_args *), const entry_args *a) {
   kb_rt *rt = kb_rt_new();
   if (!rt) {
     fprintf(stderr, "kbrun: cannot create the runtime (out of memory?)\n");
@@ -164,7 +201,7 @@ static int run_scenario(const options *o, int argc, char **argv, int first) {
   }
   lua_State *L = kb_rt_lua(rt);
   kb_lua_preload(L);
-  set_lua_path(L, argv[first]);
+  set_lua_path(L, scenario);
   kb_rt_signals_start(rt);
 
   /* The runner itself runs as the first task: kb.core.spawn(runner.main, args) */
@@ -175,15 +212,15 @@ static int run_scenario(const options *o, int argc, char **argv, int first) {
   lua_getfield(L, -1, "spawn");
   lua_remove(L, -2);
   lua_getglobal(L, "require");
-  lua_pushliteral(L, "kb.runner");
+  lua_pushstring(L, module);
   if (kb_rt_pcall(rt, 1, 1) != LUA_OK) {
     fprintf(stderr, "kbrun: the Lua library was not found or is broken; "
                     "set KBRUN_PATH to the folder holding kb/runner.lua\n");
     goto done;
   }
-  lua_getfield(L, -1, "main");
+  lua_getfield(L, -1, fn);
   lua_remove(L, -2);
-  push_args(L, o, argc, argv, first);
+  push(L, a);
   if (kb_rt_pcall(rt, 2, 0) != LUA_OK) goto done;
   code = kb_rt_run(rt);
   if (!kb_rt_stopping(rt)) {
@@ -195,7 +232,28 @@ done:
   return code;
 }
 
+/* kbrun SUBCOMMAND ...: Lua subcommands live in lua/kb/commands.lua. */
+static const char *lua_subcommands[] = {"report", NULL};
+
+static int run_subcommand(int argc, char **argv) {
+  const char *name = argv[1];
+  for (const char **c = lua_subcommands; *c; c++) {
+    if (strcmp(name, *c) != 0) continue;
+    entry_args a = {NULL, argc, 2, argv};
+    return run_lua("kb.commands", name, NULL, push_argv, &a);
+  }
+  return -1;
+}
+
 int main(int argc, char **argv) {
+  signal(SIGPIPE, SIG_IGN);
+  raise_fd_limit();
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+  int code = argc > 1 ? run_subcommand(argc, argv) : -1;
+  if (code >= 0) {
+    curl_global_cleanup();
+    return code;
+  }
   static const struct option longopts[] = {
     {"params", required_argument, NULL, 'p'},
     {"out", required_argument, NULL, 'o'},
@@ -204,6 +262,9 @@ int main(int argc, char **argv) {
     {"seed", required_argument, NULL, 'S'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
+    {"sim-config", required_argument, NULL, 'C'},
+    {"sim-profile", required_argument, NULL, 'P'},
+    {"sim-speed", required_argument, NULL, 'X'},
     {NULL, 0, NULL, 0}
   };
   options o = {0};
@@ -228,6 +289,18 @@ int main(int argc, char **argv) {
     }
     case 'h': usage(stdout); return 0;
     case 'V': print_version(); return 0;
+    case 'C': o.sim_config = optarg; break;
+    case 'P': o.sim_profile = optarg; break;
+    case 'X': {
+      char *end;
+      double speed = strtod(optarg, &end);
+      if (*end || !(speed > 0)) {
+        fprintf(stderr, "kbrun: --sim-speed wants a positive number, got '%s'\n", optarg);
+        return EXIT_USAGE;
+      }
+      o.sim_speed = optarg;
+      break;
+    }
     default:
       if (optopt && optopt != '?')
         fprintf(stderr, "kbrun: option -%c needs a value or is unknown\n", optopt);
@@ -241,10 +314,8 @@ int main(int argc, char **argv) {
     usage(stderr);
     return EXIT_USAGE;
   }
-  signal(SIGPIPE, SIG_IGN);
-  raise_fd_limit();
-  curl_global_init(CURL_GLOBAL_DEFAULT);
-  int code = run_scenario(&o, argc, argv, optind);
+  entry_args a = {&o, argc, optind, argv};
+  code = run_lua("kb.runner", "main", argv[optind], push_scenario_args, &a);
   curl_global_cleanup();
   return code;
 }

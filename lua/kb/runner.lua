@@ -135,6 +135,7 @@ function Run:result_document()
     clock = { kind = core.clock_speed() == 1 and "real" or "virtual", speed = core.clock_speed() },
     seed = self.seed_value,
     params = kb.params,
+    environment = M.environment(),
     metrics = kb.metrics.snapshot(),
     result = result,
   }
@@ -219,6 +220,41 @@ function Run:on_signal(name)
   kb.spawn(function() self:finish() end)
 end
 
+local function first_line(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local line = f:read("l")
+  f:close()
+  return line
+end
+
+--- Where the run happened: recorded in result.json so a report rebuilt
+-- elsewhere still describes the machine that measured.
+function M.environment()
+  local os_name
+  local f = io.open("/etc/os-release", "r")
+  if f then
+    os_name = f:read("a"):match('PRETTY_NAME="([^"]*)"')
+    f:close()
+  end
+  local cpus = 0
+  f = io.open("/proc/cpuinfo", "r")
+  if f then
+    for line in f:lines() do
+      if line:match("^processor%s*:") then cpus = cpus + 1 end
+    end
+    f:close()
+  end
+  return {
+    host = first_line("/proc/sys/kernel/hostname"),
+    os = os_name,
+    kernel = first_line("/proc/sys/kernel/osrelease"),
+    cpus = cpus > 0 and cpus or nil,
+    kbrun = core.version,
+    lua = _VERSION,
+  }
+end
+
 local function early_exit(code, msg)
   io.stderr:write("kbrun: ", msg, "\n")
   core.exit(code)
@@ -243,6 +279,11 @@ local function main(args)
   if not okf then return early_exit(EXIT_USAGE, message_of(file_params)) end
   run.file_params = file_params
   run.seed_value = run:seed()
+  local target = require "kb.target"
+  target.defaults.config_file = args.sim_config
+  target.defaults.profile = args.sim_profile
+  target.defaults.speed = tonumber(args.sim_speed) or target.defaults.speed
+  target.defaults.seed = run.seed_value
 
   local merged, merr = params.merge(nil, file_params, cli)
   if not merged then return early_exit(EXIT_USAGE, merr) end
