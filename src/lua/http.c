@@ -1,4 +1,742 @@
-/* Placeholder until the kb.http binding lands; replaced by its real file. */
+/* kb.http: the HTTP client for scenarios, a thin layer over the C client of
+ * include/kb/http_client.h. Every call suspends the calling task until the
+ * response arrives; other tasks run meanwhile.
+ *
+ *   local http = require "kb.http"
+ *   local r = http.get("http://127.0.0.1:8080/x", { query = { page = 2 } })
+ *   print(r.status, r.headers["content-type"], #r.body, r.time.total)
+ *
+ * kb.http.request{method=, url=, headers=, query=, body=, multipart=, ...}
+ * kb.http.get(url [, opts])          kb.http.post(url, body [, opts])
+ * kb.http.head(url [, opts])         kb.http.put(url, body [, opts])
+ * kb.http.delete(url [, opts])       kb.http.patch(url, body [, opts])
+ * kb.http.client{max_connections=, max_host_connections=} -> client with
+ *   the same methods (client:get(url) ...), client:active() (requests in
+ *   flight), client:close() (refused while requests are in flight; also a
+ *   to-be-closed variable: local c <close> = kb.http.client())
+ * kb.http.active() -> requests in flight on the shared client
+ *
+ * The module functions share one client (one connection pool) per runtime,
+ * created on first use with at most 1024 connections.
+ *
+ * Options (all optional):
+ *   headers    {name = value | {value, value, ...}}; numbers are sent as
+ *              text; a list sends the header once per value
+ *   query      {name = value | {value, ...}} appended to the URL, names
+ *              sorted, percent-encoded (RFC 3986; space is %20)
+ *   body       string, sent as is (no Content-Type unless given), or a
+ *              table, encoded with kb.json and sent as application/json
+ *   multipart  { {name=, data= | file=, filename=, content_type=}, ... }
+ *              multipart/form-data; file= is read from disk while sending
+ *   timeout, connect_timeout   scenario seconds (default: none / 300 s)
+ *   follow_redirects (false), max_redirects (10)
+ *   http2      true: HTTP/2 over TLS when the server offers it;
+ *              "prior-knowledge": HTTP/2 from the first byte (also h2c)
+ *   compressed true: ask for gzip/br/zstd and decode the body
+ *   ca_file, ca_pem, cert_file, cert_pem, key_file, key_pem   TLS material
+ *              (files, or PEM text in memory)
+ *   insecure   true: no certificate verification (warned once on stderr)
+ *
+ * The response: { status = 200, headers = {...}, body = "...",
+ *   version = "1.1" | "2", time = { dns, connect, tls, ttfb, total } }
+ * (plus redirects and url when redirects were followed). Header names are
+ * lower-case; a repeated header's values are joined with ", ", except
+ * set-cookie, which is always a list of strings. Times are scenario seconds:
+ * dns/connect/tls are the durations of those phases (0 on a reused
+ * connection), ttfb and total are counted from the call.
+ *
+ * HTTP error statuses (404, 500, ...) are responses, not errors. Transport
+ * failures raise an error object (kb_error_new) with fields class,
+ * message, url (credentials redacted), curl_code, detail (curl's text),
+ * hint and method; class is one of connect, timeout, tls, dns, reset,
+ * protocol, too_many_redirects, resource (out of file descriptors), other.
+ * A cancelled task's request is aborted and raises kb.cancelled. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include <lauxlib.h>
+
+#include "kb/http_client.h"
 #include "kb/lua_modules.h"
-int luaopen_kb_http(lua_State *L) { return luaL_error(L, "kb.http is not built yet"); }
+#include "kb/lua_util.h"
+#include "kb/rt.h"
+
+#define CLIENT_META "kb.http.client"
+
+static const char DEFAULT_KEY = 'h'; /* registry key: the shared client */
+
+typedef struct {
+  kb_http_client *c;
+} lclient;
+
+/* ---- clients ------------------------------------------------------------------ */
+
+static lclient *push_client(lua_State *L, const kb_http_client_opts *opts) {
+  kb_rt *rt = kb_rt_from_lua(L);
+  if (!rt) luaL_error(L, "kb.http: no kbrun runtime in this Lua state");
+  lclient *lc = lua_newuserdatauv(L, sizeof *lc, 0);
+  lc->c = NULL;
+  luaL_setmetatable(L, CLIENT_META);
+  if (!(lc->c = kb_http_client_new(kb_rt_loop(rt), opts)))
+    kb_error_raise(L, "resource", "kb.http: cannot create an HTTP client (libcurl failed "
+                   "to initialise)");
+  return lc;
+}
+
+static kb_http_client *default_client(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &DEFAULT_KEY);
+  lclient *lc = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (lc) return lc->c;
+  lc = push_client(L, NULL);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &DEFAULT_KEY);
+  return lc->c;
+}
+
+static kb_http_client *check_client(lua_State *L, int idx) {
+  lclient *lc = luaL_checkudata(L, idx, CLIENT_META);
+  if (!lc->c) luaL_error(L, "kb.http: the client is closed");
+  return lc->c;
+}
+
+static int client_close(lua_State *L) {
+  lclient *lc = luaL_checkudata(L, 1, CLIENT_META);
+  if (lc->c) {
+    if (kb_http_client_active(lc->c))
+      return luaL_error(L, "kb.http: cannot close a client with requests in flight");
+    kb_http_client_free(lc->c);
+    lc->c = NULL;
+  }
+  return 0;
+}
+
+static int client_gc(lua_State *L) {
+  lclient *lc = luaL_checkudata(L, 1, CLIENT_META);
+  kb_http_client_free(lc->c); /* tasks' requests were cancelled before */
+  lc->c = NULL;
+  return 0;
+}
+
+/* A to-be-closed client: freed at once unless other tasks still use it
+ * (they would never be woken); the collector frees it then. */
+static int client_tbc(lua_State *L) {
+  lclient *lc = luaL_checkudata(L, 1, CLIENT_META);
+  if (lc->c && kb_http_client_active(lc->c) == 0) {
+    kb_http_client_free(lc->c);
+    lc->c = NULL;
+  }
+  return 0;
+}
+
+static int client_active(lua_State *L) {
+  lclient *lc = luaL_checkudata(L, 1, CLIENT_META);
+  lua_pushinteger(L, lc->c ? (lua_Integer)kb_http_client_active(lc->c) : 0);
+  return 1;
+}
+
+static int client_tostring(lua_State *L) {
+  lclient *lc = luaL_checkudata(L, 1, CLIENT_META);
+  if (lc->c) lua_pushfstring(L, "kb.http.client (%d in flight)", (int)kb_http_client_active(lc->c));
+  else lua_pushliteral(L, "kb.http.client (closed)");
+  return 1;
+}
+
+/* kb.http.client{max_connections=, max_host_connections=} -> client */
+static int l_client(lua_State *L) {
+  kb_http_client_opts o = {0, 0};
+  if (!lua_isnoneornil(L, 1)) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+      const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
+      if (strcmp(k, "max_connections") != 0 && strcmp(k, "max_host_connections") != 0)
+        luaL_error(L, "kb.http.client: unknown option '%s' (expected max_connections, "
+                   "max_host_connections)", k);
+      lua_pop(L, 1);
+    }
+    o.max_connections = (long)kb_opt_integer(L, 1, "max_connections", 0);
+    o.max_host_connections = (long)kb_opt_integer(L, 1, "max_host_connections", 0);
+    if (o.max_connections < 0 || o.max_host_connections < 0)
+      luaL_error(L, "kb.http.client: connection limits must be positive");
+  }
+  push_client(L, &o);
+  return 1;
+}
+
+/* ---- request specification (may raise; allocates nothing outside Lua) ---------- */
+
+/* Stack slots holding the table-valued options while the request is built. */
+enum { SLOT_HEADERS, SLOT_QUERY, SLOT_MULTIPART, SLOT_BODY, NSLOTS };
+
+typedef struct {
+  const char *method;
+  const char *url;
+  int slot;          /* stack index of SLOT_HEADERS */
+  int json_body;     /* the body slot holds JSON text encoded from a table */
+  int has_options;
+  double timeout, connect_timeout;
+  kb_http_options o;
+} spec;
+
+static int slot(const spec *s, int which) { return s->slot + which; }
+
+static int valid_name(const char *s, size_t n) {
+  if (n == 0) return 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (ch <= ' ' || ch >= 127 || strchr("\"(),/:;<=>?@[\\]{}", ch)) return 0;
+  }
+  return 1;
+}
+
+static void check_header_value(lua_State *L, const char *name, int idx) {
+  int t = lua_type(L, idx);
+  if (t != LUA_TSTRING && t != LUA_TNUMBER)
+    luaL_error(L, "kb.http: header '%s' must be a string, a number or a list of them, got %s",
+               name, luaL_typename(L, idx));
+  size_t n;
+  const char *v = lua_tolstring(L, idx, &n);
+  if (memchr(v, '\r', n) || memchr(v, '\n', n) || strlen(v) != n)
+    luaL_error(L, "kb.http: header '%s' contains a line break or NUL byte", name);
+}
+
+static void check_headers(lua_State *L, int tbl) {
+  lua_pushnil(L);
+  while (lua_next(L, tbl)) {
+    size_t n;
+    if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "kb.http: header names must be strings");
+    const char *name = lua_tolstring(L, -2, &n);
+    if (!valid_name(name, n)) luaL_error(L, "kb.http: invalid header name '%s'", name);
+    if (lua_istable(L, -1)) {
+      lua_Integer len = luaL_len(L, -1);
+      for (lua_Integer i = 1; i <= len; i++) {
+        lua_geti(L, -1, i);
+        check_header_value(L, name, lua_gettop(L));
+        lua_pop(L, 1);
+      }
+    } else {
+      lua_pushvalue(L, -1); /* tolstring converts numbers in place */
+      check_header_value(L, name, lua_gettop(L));
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+static void check_query_value(lua_State *L, const char *name, int idx) {
+  int t = lua_type(L, idx);
+  if (t != LUA_TSTRING && t != LUA_TNUMBER && t != LUA_TBOOLEAN)
+    luaL_error(L, "kb.http: query parameter '%s' must be a string, number, boolean or a "
+               "list of them, got %s", name, luaL_typename(L, idx));
+}
+
+static void check_query(lua_State *L, int tbl) {
+  lua_pushnil(L);
+  while (lua_next(L, tbl)) {
+    size_t n;
+    if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "kb.http: query parameter names must be strings");
+    const char *name = lua_tolstring(L, -2, &n);
+    if (strlen(name) != n) luaL_error(L, "kb.http: a query parameter name contains a NUL byte");
+    if (lua_istable(L, -1)) {
+      lua_Integer len = luaL_len(L, -1);
+      for (lua_Integer i = 1; i <= len; i++) {
+        lua_geti(L, -1, i);
+        check_query_value(L, name, lua_gettop(L));
+        lua_pop(L, 1);
+      }
+    } else {
+      check_query_value(L, name, lua_gettop(L));
+    }
+    lua_pop(L, 1);
+  }
+}
+
+static const char *part_field(lua_State *L, int part, int i, const char *key) {
+  lua_getfield(L, part, key);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return NULL;
+  }
+  if (lua_type(L, -1) != LUA_TSTRING)
+    luaL_error(L, "kb.http: multipart part %d: '%s' must be a string, got %s", i, key,
+               luaL_typename(L, -1));
+  const char *s = lua_tostring(L, -1);
+  lua_pop(L, 1); /* still anchored by the part table */
+  return s;
+}
+
+static void check_multipart(lua_State *L, int tbl) {
+  lua_Integer n = luaL_len(L, tbl);
+  if (n == 0) luaL_error(L, "kb.http: multipart needs at least one part");
+  for (lua_Integer i = 1; i <= n; i++) {
+    if (lua_geti(L, tbl, i) != LUA_TTABLE)
+      luaL_error(L, "kb.http: multipart part %d must be a table", (int)i);
+    int part = lua_gettop(L);
+    lua_pushnil(L);
+    while (lua_next(L, part)) {
+      const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
+      if (strcmp(k, "name") && strcmp(k, "data") && strcmp(k, "file") &&
+          strcmp(k, "filename") && strcmp(k, "content_type"))
+        luaL_error(L, "kb.http: multipart part %d: unknown field '%s' (expected name, data, "
+                   "file, filename, content_type)", (int)i, k);
+      lua_pop(L, 1);
+    }
+    if (!part_field(L, part, (int)i, "name"))
+      luaL_error(L, "kb.http: multipart part %d needs a name", (int)i);
+    const char *data = part_field(L, part, (int)i, "data");
+    const char *file = part_field(L, part, (int)i, "file");
+    part_field(L, part, (int)i, "filename");
+    part_field(L, part, (int)i, "content_type");
+    if ((data != NULL) == (file != NULL))
+      luaL_error(L, "kb.http: multipart part %d needs exactly one of data= and file=", (int)i);
+    if (file && access(file, R_OK) != 0) {
+      int e = errno;
+      kb_error_new(L, "io", "kb.http: multipart part %d: cannot read file '%s': %s", (int)i,
+                   file, strerror(e));
+      lua_pushstring(L, file);
+      lua_setfield(L, -2, "path");
+      lua_error(L);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* Replaces the table in the body slot by its JSON text (kb.json.encode). */
+static void encode_json_body(lua_State *L, spec *s) {
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "kb.json");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "encode");
+  lua_pushvalue(L, slot(s, SLOT_BODY));
+  lua_call(L, 1, 1);
+  lua_replace(L, slot(s, SLOT_BODY));
+  lua_pop(L, 1);
+  s->json_body = 1;
+}
+
+static double check_seconds(lua_State *L, const char *key) {
+  if (!lua_isnumber(L, -1)) luaL_error(L, "kb.http: option '%s' must be a number", key);
+  double v = lua_tonumber(L, -1);
+  if (!(v >= 0)) luaL_error(L, "kb.http: option '%s' must be >= 0 seconds", key);
+  return v;
+}
+
+static const char *check_string(lua_State *L, const char *key, size_t *len) {
+  if (lua_type(L, -1) != LUA_TSTRING)
+    luaL_error(L, "kb.http: option '%s' must be a string, got %s", key, luaL_typename(L, -1));
+  return lua_tolstring(L, -1, len);
+}
+
+static int check_bool(lua_State *L, const char *key) {
+  if (!lua_isboolean(L, -1))
+    luaL_error(L, "kb.http: option '%s' must be a boolean, got %s", key, luaL_typename(L, -1));
+  return lua_toboolean(L, -1);
+}
+
+/* One option (its value on top of the stack). Strings stay anchored by the
+ * options table, which outlives the building of the request. */
+static void set_option(lua_State *L, spec *s, const char *k) {
+  kb_http_options *o = &s->o;
+  size_t n;
+  if (!strcmp(k, "method")) s->method = check_string(L, k, NULL);
+  else if (!strcmp(k, "url")) s->url = check_string(L, k, NULL);
+  else if (!strcmp(k, "headers")) {
+    luaL_checktype(L, -1, LUA_TTABLE);
+    lua_copy(L, -1, slot(s, SLOT_HEADERS));
+  } else if (!strcmp(k, "query")) {
+    if (!lua_istable(L, -1)) luaL_error(L, "kb.http: option 'query' must be a table");
+    lua_copy(L, -1, slot(s, SLOT_QUERY));
+  } else if (!strcmp(k, "multipart")) {
+    if (!lua_istable(L, -1)) luaL_error(L, "kb.http: option 'multipart' must be a list of parts");
+    lua_copy(L, -1, slot(s, SLOT_MULTIPART));
+  } else if (!strcmp(k, "body")) {
+    lua_copy(L, -1, slot(s, SLOT_BODY));
+  } else {
+    s->has_options = 1;
+    if (!strcmp(k, "timeout")) s->timeout = check_seconds(L, k);
+    else if (!strcmp(k, "connect_timeout")) s->connect_timeout = check_seconds(L, k);
+    else if (!strcmp(k, "follow_redirects")) o->follow_redirects = check_bool(L, k);
+    else if (!strcmp(k, "max_redirects")) {
+      if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)
+        luaL_error(L, "kb.http: option 'max_redirects' must be an integer >= 0");
+      o->max_redirects = (long)lua_tointeger(L, -1);
+    } else if (!strcmp(k, "http2")) {
+      if (lua_isboolean(L, -1)) o->version = lua_toboolean(L, -1) ? KB_HTTP_V2_TLS : KB_HTTP_V1;
+      else if (lua_type(L, -1) == LUA_TSTRING && !strcmp(lua_tostring(L, -1), "prior-knowledge"))
+        o->version = KB_HTTP_V2_PRIOR_KNOWLEDGE;
+      else luaL_error(L, "kb.http: option 'http2' must be true, false or \"prior-knowledge\"");
+    } else if (!strcmp(k, "compressed")) o->compressed = check_bool(L, k);
+    else if (!strcmp(k, "insecure")) o->insecure = check_bool(L, k);
+    else if (!strcmp(k, "ca_file")) o->ca_file = check_string(L, k, NULL);
+    else if (!strcmp(k, "cert_file")) o->cert_file = check_string(L, k, NULL);
+    else if (!strcmp(k, "key_file")) o->key_file = check_string(L, k, NULL);
+    else if (!strcmp(k, "ca_pem")) o->ca_pem = check_string(L, k, &n), o->ca_pem_len = n;
+    else if (!strcmp(k, "cert_pem")) o->cert_pem = check_string(L, k, &n), o->cert_pem_len = n;
+    else if (!strcmp(k, "key_pem")) o->key_pem = check_string(L, k, &n), o->key_pem_len = n;
+    else
+      luaL_error(L, "kb.http: unknown option '%s' (expected headers, query, body, multipart, "
+                 "timeout, connect_timeout, follow_redirects, max_redirects, http2, compressed, "
+                 "ca_file, ca_pem, cert_file, cert_pem, key_file, key_pem, insecure)", k);
+  }
+}
+
+/* Reads and checks everything the request needs; raises on a bad argument.
+ * Leaves NSLOTS values on the stack from s->slot. */
+static void build_spec(lua_State *L, spec *s, int opts, int body) {
+  lua_settop(L, lua_gettop(L) + NSLOTS);
+  s->slot = lua_gettop(L) - NSLOTS + 1;
+  if (body) lua_copy(L, body, slot(s, SLOT_BODY));
+  if (opts) {
+    lua_pushnil(L);
+    while (lua_next(L, opts)) {
+      if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "kb.http: option names must be strings");
+      set_option(L, s, lua_tostring(L, -2));
+      lua_pop(L, 1);
+    }
+  }
+  if (!s->url) luaL_error(L, "kb.http: a url is needed");
+  if (!valid_name(s->method, strlen(s->method)) || strlen(s->method) > 31)
+    luaL_error(L, "kb.http: invalid method '%s'", s->method);
+  if (!lua_isnil(L, slot(s, SLOT_HEADERS))) check_headers(L, slot(s, SLOT_HEADERS));
+  if (!lua_isnil(L, slot(s, SLOT_QUERY))) check_query(L, slot(s, SLOT_QUERY));
+  int bt = lua_type(L, slot(s, SLOT_BODY));
+  if (bt == LUA_TTABLE) encode_json_body(L, s);
+  else if (bt != LUA_TNIL && bt != LUA_TSTRING)
+    luaL_error(L, "kb.http: body must be a string or a table (sent as JSON), got %s",
+               lua_typename(L, bt));
+  if (!lua_isnil(L, slot(s, SLOT_MULTIPART))) {
+    if (bt != LUA_TNIL) luaL_error(L, "kb.http: body and multipart cannot be used together");
+    check_multipart(L, slot(s, SLOT_MULTIPART));
+  }
+  if (s->has_options) {
+    kb_rt *rt = kb_rt_from_lua(L);
+    s->o.timeout_ms = kb_rt_real_ms(rt, s->timeout);
+    s->o.connect_timeout_ms = kb_rt_real_ms(rt, s->connect_timeout);
+  }
+}
+
+/* ---- building (checked already: fails only when out of memory) --------------------- */
+
+static const char *value_text(lua_State *L, int idx, size_t *n) {
+  if (lua_isboolean(L, idx)) {
+    *n = lua_toboolean(L, idx) ? 4 : 5;
+    return lua_toboolean(L, idx) ? "true" : "false";
+  }
+  return lua_tolstring(L, idx, n); /* idx is a copy: converting it is harmless */
+}
+
+static int add_query_values(lua_State *L, kb_http_request *r, const char *k, size_t kn) {
+  int err = 0;
+  if (lua_istable(L, -1)) {
+    lua_Integer len = luaL_len(L, -1);
+    for (lua_Integer i = 1; i <= len && !err; i++) {
+      size_t vn;
+      lua_geti(L, -1, i);
+      const char *v = value_text(L, -1, &vn);
+      err = kb_http_request_add_query(r, k, kn, v, vn);
+      lua_pop(L, 1);
+    }
+  } else {
+    size_t vn;
+    lua_pushvalue(L, -1);
+    const char *v = value_text(L, -1, &vn);
+    err = kb_http_request_add_query(r, k, kn, v, vn);
+    lua_pop(L, 1);
+  }
+  return err;
+}
+
+static int cmp_keys(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Names sorted, so the same table always gives the same URL. */
+static int add_query(lua_State *L, kb_http_request *r, int tbl) {
+  size_t n = 0;
+  lua_pushnil(L);
+  while (lua_next(L, tbl)) {
+    n++;
+    lua_pop(L, 1);
+  }
+  const char **keys = lua_newuserdatauv(L, (n ? n : 1) * sizeof *keys, 0);
+  size_t i = 0;
+  lua_pushnil(L);
+  while (lua_next(L, tbl)) {
+    keys[i++] = lua_tostring(L, -2); /* anchored by the table */
+    lua_pop(L, 1);
+  }
+  qsort(keys, n, sizeof *keys, cmp_keys);
+  int err = 0;
+  for (i = 0; i < n && !err; i++) {
+    lua_getfield(L, tbl, keys[i]);
+    err = add_query_values(L, r, keys[i], strlen(keys[i]));
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return err;
+}
+
+static int add_headers(lua_State *L, kb_http_request *r, int tbl) {
+  int err = 0;
+  lua_pushnil(L);
+  while (!err && lua_next(L, tbl)) {
+    const char *name = lua_tostring(L, -2);
+    if (lua_istable(L, -1)) {
+      lua_Integer len = luaL_len(L, -1);
+      for (lua_Integer i = 1; i <= len && !err; i++) {
+        lua_geti(L, -1, i);
+        err = kb_http_request_add_header(r, name, lua_tostring(L, -1));
+        lua_pop(L, 1);
+      }
+    } else {
+      err = kb_http_request_add_header(r, name, lua_tostring(L, -1));
+    }
+    lua_pop(L, 1);
+  }
+  if (err) lua_pop(L, 1); /* the key left by the interrupted traversal */
+  return err;
+}
+
+static int add_parts(lua_State *L, kb_http_request *r, int tbl) {
+  lua_Integer n = luaL_len(L, tbl);
+  int err = 0;
+  for (lua_Integer i = 1; i <= n && !err; i++) {
+    lua_geti(L, tbl, i);
+    int part = lua_gettop(L);
+    kb_http_part p = {0};
+    p.name = part_field(L, part, (int)i, "name");
+    p.file = part_field(L, part, (int)i, "file");
+    p.filename = part_field(L, part, (int)i, "filename");
+    p.content_type = part_field(L, part, (int)i, "content_type");
+    lua_getfield(L, part, "data");
+    if (lua_isstring(L, -1)) p.data = lua_tolstring(L, -1, &p.data_len);
+    err = kb_http_request_add_part(r, &p); /* copies data */
+    lua_pop(L, 2);
+  }
+  return err;
+}
+
+static int build_request(lua_State *L, kb_http_request *r, const spec *s) {
+  int err = 0;
+  if (!lua_isnil(L, slot(s, SLOT_QUERY))) err = add_query(L, r, slot(s, SLOT_QUERY));
+  if (!err && !lua_isnil(L, slot(s, SLOT_HEADERS))) err = add_headers(L, r, slot(s, SLOT_HEADERS));
+  if (!err && s->json_body && !kb_http_request_has_header(r, "Content-Type"))
+    err = kb_http_request_add_header(r, "Content-Type", "application/json");
+  if (!err && lua_isstring(L, slot(s, SLOT_BODY))) {
+    size_t n;
+    const char *b = lua_tolstring(L, slot(s, SLOT_BODY), &n);
+    err = kb_http_request_set_body(r, b, n);
+  }
+  if (!err && !lua_isnil(L, slot(s, SLOT_MULTIPART)))
+    err = add_parts(L, r, slot(s, SLOT_MULTIPART));
+  if (!err && s->has_options) err = kb_http_request_set_options(r, &s->o);
+  return err;
+}
+
+/* ---- completion ----------------------------------------------------------------------- */
+
+static void push_headers(lua_State *L, const kb_http_response *resp) {
+  char small[64];
+  lua_createtable(L, 0, 8);
+  size_t pos = 0;
+  kb_http_header h;
+  while (kb_http_header_next(resp->headers, resp->headers_len, &pos, &h)) {
+    luaL_Buffer big;
+    char *name = h.name_len <= sizeof small ? small : luaL_buffinitsize(L, &big, h.name_len);
+    for (size_t i = 0; i < h.name_len; i++) {
+      char ch = h.name[i];
+      name[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
+    }
+    if (name == small) lua_pushlstring(L, name, h.name_len);
+    else luaL_pushresultsize(&big, h.name_len);
+    int is_cookie = h.name_len == 10 && memcmp(name == small ? small : lua_tostring(L, -1),
+                                               "set-cookie", 10) == 0;
+    lua_pushvalue(L, -1);
+    int t = lua_rawget(L, -3);
+    if (is_cookie) {
+      if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        lua_createtable(L, 2, 0);
+        lua_pushvalue(L, -2);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, -5);
+      }
+      lua_pushlstring(L, h.value, h.value_len);
+      lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+      lua_pop(L, 2);
+      continue;
+    }
+    if (t == LUA_TNIL) {
+      lua_pop(L, 1);
+      lua_pushlstring(L, h.value, h.value_len);
+    } else {
+      lua_pushliteral(L, ", ");
+      lua_pushlstring(L, h.value, h.value_len);
+      lua_concat(L, 3);
+    }
+    lua_rawset(L, -3);
+  }
+}
+
+static void set_number(lua_State *L, const char *k, double v) {
+  lua_pushnumber(L, v);
+  lua_setfield(L, -2, k);
+}
+
+static void push_response(lua_State *L, kb_rt *rt, const kb_http_response *resp) {
+  lua_createtable(L, 0, 6);
+  lua_pushinteger(L, resp->status);
+  lua_setfield(L, -2, "status");
+  push_headers(L, resp);
+  lua_setfield(L, -2, "headers");
+  lua_pushlstring(L, resp->body, resp->body_len);
+  lua_setfield(L, -2, "body");
+  switch (resp->http_version) {
+  case 10: lua_pushliteral(L, "1.0"); break;
+  case 20: lua_pushliteral(L, "2"); break;
+  case 30: lua_pushliteral(L, "3"); break;
+  default: lua_pushliteral(L, "1.1"); break;
+  }
+  lua_setfield(L, -2, "version");
+  lua_createtable(L, 0, 5);
+  set_number(L, "dns", kb_rt_scenario_seconds(rt, resp->time.dns));
+  set_number(L, "connect", kb_rt_scenario_seconds(rt, resp->time.connect));
+  set_number(L, "tls", kb_rt_scenario_seconds(rt, resp->time.tls));
+  set_number(L, "ttfb", kb_rt_scenario_seconds(rt, resp->time.ttfb));
+  set_number(L, "total", kb_rt_scenario_seconds(rt, resp->time.total));
+  lua_setfield(L, -2, "time");
+  if (resp->redirects > 0) {
+    lua_pushinteger(L, resp->redirects);
+    lua_setfield(L, -2, "redirects");
+    lua_pushstring(L, resp->url);
+    lua_setfield(L, -2, "url");
+  }
+}
+
+static void push_error(lua_State *L, const kb_http_response *resp) {
+  kb_error_new(L, kb_http_error_name(resp->error), "%s", resp->message);
+  lua_pushstring(L, resp->safe_url);
+  lua_setfield(L, -2, "url");
+  lua_pushinteger(L, resp->curl_code);
+  lua_setfield(L, -2, "curl_code");
+  lua_pushstring(L, resp->detail);
+  lua_setfield(L, -2, "detail");
+  lua_pushstring(L, resp->hint);
+  lua_setfield(L, -2, "hint");
+  lua_pushstring(L, resp->method);
+  lua_setfield(L, -2, "method");
+}
+
+static void on_done(kb_http_request *r, const kb_http_response *resp, void *ud) {
+  kb_task *t = ud;
+  lua_State *co = kb_task_thread(t);
+  lua_checkstack(co, 8);
+  if (resp->error) {
+    push_error(co, resp);
+    kb_http_request_free(r);
+    kb_task_fail(t);
+  } else {
+    push_response(co, kb_task_rt(t), resp);
+    kb_http_request_free(r); /* before the task runs: it may reuse the handle */
+    kb_task_wake(t, 1);
+  }
+}
+
+static void on_cancel(void *op) { kb_http_request_cancel(op); }
+
+/* ---- the calls ------------------------------------------------------------------------- */
+
+static int do_request(lua_State *L, kb_http_client *c, const char *method, int url, int body,
+                      int opts) {
+  kb_task *t = kb_task_running(L);
+  spec s = {.method = method, .o = KB_HTTP_OPTIONS_INIT};
+  lua_settop(L, opts); /* the options come last; the slots go above */
+  if (url) s.url = luaL_checkstring(L, url);
+  if (lua_isnil(L, opts)) opts = 0;
+  if (opts) luaL_checktype(L, opts, LUA_TTABLE);
+  build_spec(L, &s, opts, body);
+
+  kb_http_request *r = kb_http_request_new(c, s.method, s.url);
+  if (!r) return kb_error_raise(L, "resource", "kb.http: out of memory building a request");
+  int err = build_request(L, r, &s);
+  if (err == 0) err = kb_http_request_start(r, on_done, t);
+  if (err != 0) {
+    kb_http_request_free(r);
+    if (err == -ENOTSUP)
+      return kb_error_raise(L, "other", "kb.http: an option of this %s request is not "
+                            "supported by the libcurl kbrun runs with", s.method);
+    return kb_error_raise(L, "resource", "kb.http: cannot start %s request: %s", s.method,
+                          strerror(-err));
+  }
+  return kb_task_await(L, t, on_cancel, r);
+}
+
+/* Module functions use the shared client; client methods their own. The
+ * argument layout is the same after the client. */
+#define VERBS(X)                                                              \
+  X(get, "GET", 0) X(head, "HEAD", 0) X(delete, "DELETE", 0)                  \
+  X(post, "POST", 1) X(put, "PUT", 1) X(patch, "PATCH", 1)
+
+#define DEFINE_VERB(name, verb, has_body)                                     \
+  static int l_##name(lua_State *L) {                                        \
+    return do_request(L, default_client(L), verb, 1, has_body ? 2 : 0,        \
+                      has_body ? 3 : 2);                                      \
+  }                                                                           \
+  static int c_##name(lua_State *L) {                                        \
+    return do_request(L, check_client(L, 1), verb, 2, has_body ? 3 : 0,       \
+                      has_body ? 4 : 3);                                      \
+  }
+VERBS(DEFINE_VERB)
+
+static int l_request(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  return do_request(L, default_client(L), "GET", 0, 0, 1);
+}
+
+static int c_request(lua_State *L) {
+  kb_http_client *c = check_client(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  return do_request(L, c, "GET", 0, 0, 2);
+}
+
+#define REG_L(name, verb, has_body) {#name, l_##name},
+#define REG_C(name, verb, has_body) {#name, c_##name},
+
+static const luaL_Reg client_methods[] = {
+  {"request", c_request},
+  VERBS(REG_C)
+  {"active", client_active},
+  {"close", client_close},
+  {NULL, NULL}
+};
+
+static const luaL_Reg client_meta[] = {
+  {"__gc", client_gc},
+  {"__close", client_tbc},
+  {"__tostring", client_tostring},
+  {NULL, NULL}
+};
+
+/* kb.http.active() -> requests in flight on the shared client */
+static int l_active(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &DEFAULT_KEY);
+  lclient *lc = lua_touserdata(L, -1);
+  lua_pushinteger(L, lc && lc->c ? (lua_Integer)kb_http_client_active(lc->c) : 0);
+  return 1;
+}
+
+static const luaL_Reg http_functions[] = {
+  {"request", l_request},
+  VERBS(REG_L)
+  {"client", l_client},
+  {"active", l_active},
+  {NULL, NULL}
+};
+
+int luaopen_kb_http(lua_State *L) {
+  kb_new_class(L, CLIENT_META, client_methods, client_meta);
+  luaL_newlib(L, http_functions);
+  return 1;
+}

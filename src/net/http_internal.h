@@ -1,0 +1,104 @@
+/* Private structures of the HTTP client, shared by http_client.c (the curl
+ * multi <-> libuv glue), http_request.c (request objects) and http_error.c
+ * (error classification). Nothing outside src/net/ includes this file. */
+#ifndef KB_HTTP_INTERNAL_H
+#define KB_HTTP_INTERNAL_H
+
+#include <curl/curl.h>
+
+#include "kb/http_client.h"
+
+/* A growable byte buffer whose memory is kept across reuses. */
+typedef struct hbuf {
+  char *p;
+  size_t len, cap;
+} hbuf;
+
+int hbuf_reserve(hbuf *b, size_t extra);
+int hbuf_append(hbuf *b, const void *data, size_t len);
+/* Empties b, giving its memory back if it grew beyond keep bytes. */
+void hbuf_reset(hbuf *b, size_t keep);
+void hbuf_free(hbuf *b);
+
+/* One socket curl uses. It lives from the moment the socket is opened (our
+ * CURLOPT_OPENSOCKETFUNCTION) to the moment curl closes it (our
+ * CURLOPT_CLOSESOCKETFUNCTION), so the poll handle is closed before the fd
+ * number can be reused. Sockets curl opens behind our back (the threaded
+ * resolver's wake-up pipe) get a context while curl watches them. */
+typedef struct http_sock {
+  uv_poll_t poll;
+  kb_http_client *client;
+  curl_socket_t fd;
+  int want;   /* UV_READABLE | UV_WRITABLE: what curl asked for */
+  int polled; /* what the poll handle is started with */
+  int owned;  /* opened by us: CLOSESOCKETFUNCTION reports its end */
+} http_sock;
+
+struct kb_http_request {
+  kb_http_client *client;
+  CURL *easy;
+  kb_http_request *prev, *next; /* active list, or free list (next only) */
+  int started;   /* added to the multi handle, not finished */
+  int dirty;     /* set options beyond the URL: reset the handle on release */
+
+  kb_http_done_cb cb;
+  void *ud;
+
+  char method[32];
+  hbuf url;          /* NUL-terminated */
+  int url_has_query;
+  hbuf hdr_text;     /* "Name: value\0" lines */
+  size_t nheaders;
+  struct curl_slist *hdr_nodes; /* built from hdr_text at start */
+  size_t hdr_nodes_cap;
+  hbuf body;
+  int has_body;
+  curl_mime *mime;
+
+  hbuf resp_body;
+  hbuf resp_headers;
+  uint64_t t_start;  /* uv_hrtime() at start */
+  int sock_errno;    /* errno of a failed socket() in OPENSOCKETFUNCTION */
+  hbuf msg;          /* error message, redacted URL, hint */
+  kb_http_response resp;
+  char errbuf[CURL_ERROR_SIZE];
+};
+
+struct kb_http_client {
+  uv_loop_t *loop;
+  CURLM *multi;
+  uv_timer_t timer;
+  uv_check_t check;  /* drains finished transfers once per loop iteration */
+  int open_handles;  /* uv handles not closed yet; the client dies at 0 */
+
+  http_sock **socks; /* indexed by fd */
+  size_t nsocks;
+
+  kb_http_request *free_list;
+  size_t nfree;
+  kb_http_request *active; /* started requests */
+  size_t nactive;
+
+  int depth;         /* > 0 while finishing transfers (callbacks run) */
+  int closing;       /* kb_http_client_free was called */
+  int warned_insecure;
+};
+
+/* http_client.c */
+curl_socket_t kb__http_open_socket(void *clientp, curlsocktype purpose,
+                                   struct curl_sockaddr *addr);
+int kb__http_close_socket(void *clientp, curl_socket_t fd);
+void kb__http_request_activate(kb_http_request *r);
+void kb__http_request_deactivate(kb_http_request *r);
+
+/* http_request.c */
+/* Fills r->resp from the finished transfer and runs the callback. */
+void kb__http_request_finish(kb_http_request *r, CURLcode rc);
+void kb__http_request_destroy(kb_http_request *r);
+
+/* http_error.c */
+kb_http_error kb__http_classify(CURLcode rc, int sock_errno);
+/* Formats resp->message/detail/hint/safe_url into r->msg. */
+void kb__http_describe_error(kb_http_request *r, CURLcode rc);
+
+#endif
