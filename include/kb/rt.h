@@ -51,7 +51,15 @@ typedef struct kb_clock {
   void *data;
 } kb_clock;
 
-void kb_clock_init_real(kb_clock *c);
+/* A clock linear in monotonic time: base + elapsed * speed. The real clock
+ * is one with speed 1. */
+typedef struct kb_linear_clock {
+  kb_clock clock; /* first: a kb_linear_clock is a kb_clock */
+  double base;
+  uint64_t origin_ns;
+} kb_linear_clock;
+
+void kb_linear_clock_init(kb_linear_clock *c, double base, double speed);
 
 /* ---- runtime ------------------------------------------------------------ */
 kb_rt *kb_rt_new(void);
@@ -63,6 +71,10 @@ uv_loop_t *kb_rt_loop(kb_rt *rt);
 /* Replace the scenario clock (the simulator installs its virtual clock).
  * The clock must outlive the runtime or be reset before it is freed. */
 void kb_rt_set_clock(kb_rt *rt, kb_clock *clock);
+/* Switches the runtime's clock to `speed` scenario seconds per real second,
+ * continuing from the current kb.now() (the embedded simulator sets its
+ * speed; 1 is real time). */
+void kb_rt_set_speed(kb_rt *rt, double speed);
 kb_clock *kb_rt_clock(kb_rt *rt);
 double kb_rt_now(kb_rt *rt);
 /* A scenario-clock duration in seconds as real milliseconds for a uv timer

@@ -48,7 +48,7 @@ struct kb_task {
 struct kb_rt {
   uv_loop_t loop;
   lua_State *L;
-  kb_clock real_clock;
+  kb_linear_clock linear; /* the runtime's own clock (real, or sped up) */
   kb_clock *clock;
 
   uv_idle_t ready_idle; /* drains the ready queue */
