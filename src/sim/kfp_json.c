@@ -1,0 +1,476 @@
+/* The JSON shapes of KFP objects, v2beta1 and v1beta1, as the server's
+ * converters (api_converter.go) fill them and protojson writes them:
+ * proto field order, snake_case, zero scalars omitted, timestamps always
+ * present once set (an unfinished run's finished_at is the Unix epoch). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "kfp_internal.h"
+
+void kfp_time_str(int64_t t, char out[32]) {
+  time_t tt = (time_t)t;
+  struct tm tm;
+  gmtime_r(&tt, &tm);
+  strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+int64_t kfp_time_parse(const char *s) {
+  struct tm tm;
+  memset(&tm, 0, sizeof tm);
+  const char *end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+  if (!end) return -1;
+  if (*end == '.')
+    for (end++; *end >= '0' && *end <= '9'; end++) {
+    }
+  long off = 0;
+  if (*end == 'Z') {
+    end++;
+  } else if (*end == '+' || *end == '-') {
+    int hh, mm;
+    if (sscanf(end + 1, "%2d:%2d", &hh, &mm) != 2) return -1;
+    off = (hh * 3600 + mm * 60) * (*end == '+' ? 1 : -1);
+    end += 6;
+  } else {
+    return -1;
+  }
+  if (*end) return -1;
+  return (int64_t)timegm(&tm) - off;
+}
+
+int64_t kfp_sim_time(const kb_sim_kfp *kfp, double t) {
+  return (int64_t)floor(kb_sim_epoch(kfp->sim) + t);
+}
+
+const char *kfp_v1_status(kb_sim_run_state s) {
+  switch (s) {
+  case KB_SIM_RUN_PENDING: case KB_SIM_RUN_PAUSED: return "Pending";
+  case KB_SIM_RUN_RUNNING: return "Running";
+  case KB_SIM_RUN_SUCCEEDED: return "Succeeded";
+  case KB_SIM_RUN_SKIPPED: return "Skipped";
+  case KB_SIM_RUN_FAILED: case KB_SIM_RUN_CANCELED: return "Failed";
+  case KB_SIM_RUN_CANCELING: return "Terminating";
+  default: return "Unknown";
+  }
+}
+
+static void add_str(cJSON *o, const char *k, const char *v) {
+  if (v && *v) cJSON_AddStringToObject(o, k, v);
+}
+
+static void add_time(cJSON *o, const char *k, int64_t t) {
+  char buf[32];
+  kfp_time_str(t, buf);
+  cJSON_AddStringToObject(o, k, buf);
+}
+
+static void add_i64s(cJSON *o, const char *k, int64_t v) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%lld", (long long)v);
+  cJSON_AddStringToObject(o, k, buf);
+}
+
+static void add_copy(cJSON *o, const char *k, const cJSON *v) {
+  if (v) cJSON_AddItemToObject(o, k, cJSON_Duplicate(v, 1));
+}
+
+cJSON *kfp_j_v2_pipeline(const kb_sim_kfp *kfp, const kfp_pipeline *p) {
+  (void)kfp;
+  cJSON *o = cJSON_CreateObject();
+  add_str(o, "pipeline_id", p->id);
+  add_str(o, "display_name", p->display_name);
+  add_str(o, "name", p->name);
+  add_str(o, "description", p->description);
+  add_time(o, "created_at", p->created_at);
+  add_str(o, "namespace", p->namespace_);
+  if (p->tags && cJSON_GetArraySize(p->tags)) add_copy(o, "tags", p->tags);
+  return o;
+}
+
+cJSON *kfp_j_v2_version(const kb_sim_kfp *kfp, const kfp_version *v) {
+  (void)kfp;
+  cJSON *o = cJSON_CreateObject();
+  add_str(o, "pipeline_id", v->pipeline_id);
+  add_str(o, "pipeline_version_id", v->id);
+  add_str(o, "display_name", v->display_name);
+  add_str(o, "name", v->name);
+  add_str(o, "description", v->description);
+  add_time(o, "created_at", v->created_at);
+  if (v->package_url && *v->package_url)
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "package_url"), "pipeline_url",
+                            v->package_url);
+  add_str(o, "code_source_url", v->code_source_url);
+  add_copy(o, "pipeline_spec", v->spec);
+  if (v->tags && cJSON_GetArraySize(v->tags)) add_copy(o, "tags", v->tags);
+  return o;
+}
+
+cJSON *kfp_j_v2_experiment(const kb_sim_kfp *kfp, const kfp_experiment *e) {
+  (void)kfp;
+  cJSON *o = cJSON_CreateObject();
+  add_str(o, "experiment_id", e->id);
+  add_str(o, "display_name", e->name);
+  add_str(o, "description", e->description);
+  add_time(o, "created_at", e->created_at);
+  add_str(o, "namespace", e->namespace_);
+  cJSON_AddStringToObject(o, "storage_state", e->archived ? "ARCHIVED" : "AVAILABLE");
+  add_time(o, "last_run_created_at", e->last_run_created_at);
+  return o;
+}
+
+static void add_source_v2(cJSON *o, const kfp_target *t) {
+  if (t->pipeline_version_id) {
+    cJSON *ref = cJSON_AddObjectToObject(o, "pipeline_version_reference");
+    add_str(ref, "pipeline_id", t->pipeline_id);
+    add_str(ref, "pipeline_version_id", t->pipeline_version_id);
+  } else if (t->pipeline_spec) {
+    add_copy(o, "pipeline_spec", t->pipeline_spec);
+  }
+}
+
+/* v1 parameters are strings; v2 shows them as Values (strings stay strings). */
+static void add_runtime_config(cJSON *o, const kfp_target *t) {
+  if (!t->parameters && !t->pipeline_root) return;
+  cJSON *rc = cJSON_AddObjectToObject(o, "runtime_config");
+  if (t->parameters && cJSON_GetArraySize(t->parameters)) add_copy(rc, "parameters", t->parameters);
+  add_str(rc, "pipeline_root", t->pipeline_root);
+}
+
+static const char *state_name(kb_sim_run_state s) {
+  return s == KB_SIM_RUN_UNSPECIFIED ? "RUNTIME_STATE_UNSPECIFIED" : kb_sim_run_state_name(s);
+}
+
+static int run_info(const kb_sim_kfp *kfp, const kfp_run *run, kb_sim_run_info *ri) {
+  memset(ri, 0, sizeof *ri);
+  ri->finished_at = -1;
+  return kb_sim_run_get(kfp->sim, run->sim_run, ri);
+}
+
+static int64_t finished_at(const kb_sim_kfp *kfp, const kb_sim_run_info *ri) {
+  return ri->finished_at < 0 ? 0 : kfp_sim_time(kfp, ri->finished_at);
+}
+
+cJSON *kfp_j_v2_run(const kb_sim_kfp *kfp, const kfp_run *run) {
+  kb_sim_run_info ri;
+  run_info(kfp, run, &ri);
+  cJSON *o = cJSON_CreateObject();
+  add_str(o, "experiment_id", run->experiment_id);
+  add_str(o, "run_id", run->id);
+  add_str(o, "display_name", run->display_name);
+  cJSON_AddStringToObject(o, "storage_state", run->archived ? "ARCHIVED" : "AVAILABLE");
+  add_str(o, "description", run->description);
+  add_source_v2(o, &run->t);
+  add_runtime_config(o, &run->t);
+  add_str(o, "service_account", run->service_account);
+  add_time(o, "created_at", run->created_at);
+  add_time(o, "scheduled_at", run->created_at);
+  add_time(o, "finished_at", finished_at(kfp, &ri));
+  if (ri.state != KB_SIM_RUN_UNSPECIFIED) cJSON_AddStringToObject(o, "state", state_name(ri.state));
+  add_str(o, "recurring_run_id", run->recurring_run_id);
+  if (ri.n_history) {
+    cJSON *h = cJSON_AddArrayToObject(o, "state_history");
+    for (size_t i = 0; i < ri.n_history; i++) {
+      cJSON *e = cJSON_CreateObject();
+      int64_t t = kfp_sim_time(kfp, ri.history[i].time);
+      if (t > 0) add_time(e, "update_time", t);
+      cJSON_AddStringToObject(e, "state", state_name(ri.history[i].state));
+      if (ri.error && i + 1 == ri.n_history && ri.history[i].state == KB_SIM_RUN_FAILED) {
+        cJSON *err = cJSON_AddObjectToObject(e, "error");
+        cJSON_AddNumberToObject(err, "code", KFP_UNKNOWN);
+        cJSON_AddStringToObject(err, "message", ri.error);
+      }
+      cJSON_AddItemToArray(h, e);
+    }
+  }
+  return o;
+}
+
+static void trigger_json(cJSON *o, const kfp_recurring *rr) {
+  cJSON *tr = cJSON_AddObjectToObject(o, "trigger");
+  cJSON *s = cJSON_AddObjectToObject(tr, rr->cron ? "cron_schedule" : "periodic_schedule");
+  if (rr->start_time >= 0) add_time(s, "start_time", (int64_t)rr->start_time);
+  if (rr->end_time >= 0) add_time(s, "end_time", (int64_t)rr->end_time);
+  if (rr->cron) cJSON_AddStringToObject(s, "cron", rr->cron);
+  else add_i64s(s, "interval_second", rr->interval);
+}
+
+cJSON *kfp_j_v2_recurring(const kb_sim_kfp *kfp, const kfp_recurring *rr) {
+  (void)kfp;
+  cJSON *o = cJSON_CreateObject();
+  add_str(o, "recurring_run_id", rr->id);
+  add_str(o, "display_name", rr->display_name);
+  add_str(o, "description", rr->description);
+  add_source_v2(o, &rr->t);
+  add_runtime_config(o, &rr->t);
+  add_str(o, "service_account", rr->service_account);
+  add_i64s(o, "max_concurrency", rr->max_concurrency);
+  trigger_json(o, rr);
+  cJSON_AddStringToObject(o, "mode", rr->enabled ? "ENABLE" : "DISABLE");
+  add_time(o, "created_at", rr->created_at);
+  add_time(o, "updated_at", rr->updated_at);
+  cJSON_AddStringToObject(o, "status", rr->enabled ? "ENABLED" : "DISABLED");
+  if (rr->no_catchup) cJSON_AddBoolToObject(o, "no_catchup", 1);
+  add_str(o, "experiment_id", rr->experiment_id);
+  return o;
+}
+
+/* ---- v1beta1 ---- */
+
+static cJSON *ref(const char *type, const char *id, const char *name, const char *rel) {
+  cJSON *r = cJSON_CreateObject();
+  cJSON *k = cJSON_AddObjectToObject(r, "key");
+  cJSON_AddStringToObject(k, "type", type);
+  add_str(k, "id", id);
+  add_str(r, "name", name);
+  cJSON_AddStringToObject(r, "relationship", rel);
+  return r;
+}
+
+/* Pipeline inputs with their defaults: Argo spec.arguments.parameters or
+ * the IR's root.inputDefinitions.parameters. */
+static cJSON *template_params(const kfp_version *v) {
+  cJSON *out = cJSON_CreateArray();
+  const cJSON *doc = v->docs ? cJSON_GetArrayItem(v->docs, 0) : NULL;
+  const cJSON *args = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "spec"), "arguments"),
+      "parameters");
+  const cJSON *it;
+  cJSON_ArrayForEach(it, args) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(it, "name");
+    const cJSON *val = cJSON_GetObjectItemCaseSensitive(it, "value");
+    if (!cJSON_IsString(n)) continue;
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "name", n->valuestring);
+    if (cJSON_IsString(val)) add_str(p, "value", val->valuestring);
+    cJSON_AddItemToArray(out, p);
+  }
+  const cJSON *defs = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "root"),
+                                       "inputDefinitions"),
+      "parameters");
+  cJSON_ArrayForEach(it, defs) {
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "name", it->string);
+    const cJSON *dv = cJSON_GetObjectItemCaseSensitive(it, "defaultValue");
+    if (cJSON_IsString(dv)) {
+      add_str(p, "value", dv->valuestring);
+    } else if (dv) {
+      char *s = cJSON_PrintUnformatted(dv);
+      if (s) add_str(p, "value", s);
+      cJSON_free(s);
+    }
+    cJSON_AddItemToArray(out, p);
+  }
+  if (!cJSON_GetArraySize(out)) {
+    cJSON_Delete(out);
+    return NULL;
+  }
+  return out;
+}
+
+cJSON *kfp_j_v1_version(const kb_sim_kfp *kfp, const kfp_version *v) {
+  (void)kfp;
+  cJSON *o = cJSON_CreateObject();
+  add_str(o, "id", v->id);
+  add_str(o, "name", v->name);
+  add_time(o, "created_at", v->created_at);
+  cJSON *params = template_params(v);
+  if (params) cJSON_AddItemToObject(o, "parameters", params);
+  add_str(o, "code_source_url", v->code_source_url);
+  if (v->package_url && *v->package_url)
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "package_url"), "pipeline_url",
+                            v->package_url);
+  cJSON *refs = cJSON_AddArrayToObject(o, "resource_references");
+  cJSON_AddItemToArray(refs, ref("PIPELINE", v->pipeline_id, NULL, "OWNER"));
+  add_str(o, "description", v->description);
+  return o;
+}
+
+cJSON *kfp_j_v1_pipeline(const kb_sim_kfp *kfp, const kfp_pipeline *p) {
+  cJSON *o = cJSON_CreateObject();
+  kfp_version *v = kfp_latest_version(kfp, p->id);
+  add_str(o, "id", p->id);
+  add_time(o, "created_at", p->created_at);
+  add_str(o, "name", p->name);
+  add_str(o, "description", p->description);
+  if (v) {
+    cJSON *params = template_params(v);
+    if (params) cJSON_AddItemToObject(o, "parameters", params);
+    if (v->package_url && *v->package_url)
+      cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "url"), "pipeline_url", v->package_url);
+    cJSON_AddItemToObject(o, "default_version", kfp_j_v1_version(kfp, v));
+  }
+  if (p->namespace_ && *p->namespace_) {
+    cJSON *refs = cJSON_AddArrayToObject(o, "resource_references");
+    cJSON_AddItemToArray(refs, ref("NAMESPACE", p->namespace_, NULL, "OWNER"));
+  }
+  return o;
+}
+
+cJSON *kfp_j_v1_experiment(const kb_sim_kfp *kfp, const kfp_experiment *e) {
+  (void)kfp;
+  cJSON *o = cJSON_CreateObject();
+  add_str(o, "id", e->id);
+  add_str(o, "name", e->name);
+  add_str(o, "description", e->description);
+  add_time(o, "created_at", e->created_at);
+  if (e->namespace_ && *e->namespace_) {
+    cJSON *refs = cJSON_AddArrayToObject(o, "resource_references");
+    cJSON_AddItemToArray(refs, ref("NAMESPACE", e->namespace_, NULL, "OWNER"));
+  }
+  cJSON_AddStringToObject(o, "storage_state",
+                          e->archived ? "STORAGESTATE_ARCHIVED" : "STORAGESTATE_AVAILABLE");
+  return o;
+}
+
+/* The template as the run's spec manifest: the Argo workflow (v1) or the
+ * IR (v2), as a JSON string. */
+static void add_manifests(cJSON *spec, const kb_sim_kfp *kfp, const kfp_target *t) {
+  const cJSON *doc = t->pipeline_spec;
+  const char *format = NULL;
+  if (!doc && t->pipeline_version_id) {
+    kfp_version *v = kfp_lookup(kfp, t->pipeline_version_id, KFP_VERSION);
+    if (v) {
+      doc = cJSON_GetArrayItem(v->docs, 0);
+      format = v->format;
+    }
+  }
+  if (!doc) return;
+  if (!format)
+    format = cJSON_GetObjectItemCaseSensitive(doc, "apiVersion") ? "v1" : "v2";
+  char *s = cJSON_PrintUnformatted(doc);
+  if (s) cJSON_AddStringToObject(spec, strcmp(format, "v1") ? "pipeline_manifest" : "workflow_manifest", s);
+  cJSON_free(s);
+}
+
+static cJSON *v1_params(const kfp_target *t) {
+  if (!t->parameters || !cJSON_GetArraySize(t->parameters)) return NULL;
+  cJSON *a = cJSON_CreateArray();
+  const cJSON *it;
+  cJSON_ArrayForEach(it, t->parameters) {
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "name", it->string);
+    if (cJSON_IsString(it)) {
+      add_str(p, "value", it->valuestring);
+    } else {
+      char *s = cJSON_PrintUnformatted(it);
+      if (s) add_str(p, "value", s);
+      cJSON_free(s);
+    }
+    cJSON_AddItemToArray(a, p);
+  }
+  return a;
+}
+
+static cJSON *v1_spec(const kb_sim_kfp *kfp, const kfp_target *t) {
+  cJSON *spec = cJSON_CreateObject();
+  add_str(spec, "pipeline_id", t->pipeline_id);
+  kfp_pipeline *p = t->pipeline_id ? kfp_lookup(kfp, t->pipeline_id, KFP_PIPELINE) : NULL;
+  if (p) add_str(spec, "pipeline_name", p->name);
+  add_manifests(spec, kfp, t);
+  cJSON *params = v1_params(t);
+  if (params) cJSON_AddItemToObject(spec, "parameters", params);
+  if (t->pipeline_root) {
+    cJSON *rc = cJSON_AddObjectToObject(spec, "runtime_config");
+    add_str(rc, "pipeline_root", t->pipeline_root);
+  }
+  return spec;
+}
+
+static cJSON *v1_refs(const kb_sim_kfp *kfp, const char *experiment_id,
+                      const char *recurring_id, const kfp_target *t) {
+  cJSON *refs = cJSON_CreateArray();
+  if (experiment_id) {
+    kfp_experiment *e = kfp_lookup(kfp, experiment_id, KFP_EXPERIMENT);
+    cJSON_AddItemToArray(refs, ref("EXPERIMENT", experiment_id, e ? e->name : NULL, "OWNER"));
+  }
+  if (recurring_id) {
+    cJSON_AddItemToArray(refs, ref("JOB", recurring_id, NULL, "CREATOR"));
+  } else if (t->pipeline_version_id) {
+    kfp_version *v = kfp_lookup(kfp, t->pipeline_version_id, KFP_VERSION);
+    cJSON_AddItemToArray(
+        refs, ref("PIPELINE_VERSION", t->pipeline_version_id, v ? v->name : NULL, "CREATOR"));
+  } else if (t->pipeline_id) {
+    cJSON_AddItemToArray(refs, ref("PIPELINE", t->pipeline_id, NULL, "CREATOR"));
+  }
+  return refs;
+}
+
+cJSON *kfp_j_v1_run(const kb_sim_kfp *kfp, const kfp_run *run) {
+  kb_sim_run_info ri;
+  run_info(kfp, run, &ri);
+  cJSON *o = cJSON_CreateObject();
+  add_str(o, "id", run->id);
+  add_str(o, "name", run->display_name);
+  cJSON_AddStringToObject(o, "storage_state",
+                          run->archived ? "STORAGESTATE_ARCHIVED" : "STORAGESTATE_AVAILABLE");
+  add_str(o, "description", run->description);
+  cJSON_AddItemToObject(o, "pipeline_spec", v1_spec(kfp, &run->t));
+  cJSON_AddItemToObject(o, "resource_references",
+                        v1_refs(kfp, run->experiment_id, run->recurring_run_id, &run->t));
+  add_str(o, "service_account", run->service_account);
+  add_time(o, "created_at", run->created_at);
+  add_time(o, "scheduled_at", run->created_at);
+  add_time(o, "finished_at", finished_at(kfp, &ri));
+  cJSON_AddStringToObject(o, "status", kfp_v1_status(ri.state));
+  if (ri.error && ri.state == KB_SIM_RUN_FAILED) add_str(o, "error", ri.error);
+  return o;
+}
+
+/* The Argo Workflow as the persistence agent stored it. */
+static char *workflow_manifest(const kb_sim_kfp *kfp, const kfp_run *run) {
+  kb_sim_run_info ri;
+  if (run_info(kfp, run, &ri)) return NULL;
+  cJSON *wf = cJSON_CreateObject();
+  cJSON_AddStringToObject(wf, "kind", "Workflow");
+  cJSON_AddStringToObject(wf, "apiVersion", "argoproj.io/v1alpha1");
+  cJSON *md = cJSON_AddObjectToObject(wf, "metadata");
+  add_str(md, "name", ri.workflow);
+  add_str(md, "namespace", ri.namespace_);
+  add_time(md, "creationTimestamp", run->created_at);
+  cJSON *labels = cJSON_AddObjectToObject(md, "labels");
+  cJSON_AddStringToObject(labels, "pipeline/runid", run->id);
+  if (ri.wf_phase && *ri.wf_phase)
+    cJSON_AddStringToObject(labels, "workflows.argoproj.io/phase", ri.wf_phase);
+  const kfp_version *v = run->t.pipeline_version_id
+                             ? kfp_lookup(kfp, run->t.pipeline_version_id, KFP_VERSION)
+                             : NULL;
+  const cJSON *doc = v && !strcmp(v->format, "v1") ? cJSON_GetArrayItem(v->docs, 0) : NULL;
+  const cJSON *spec = cJSON_GetObjectItemCaseSensitive(doc, "spec");
+  if (spec) add_copy(wf, "spec", spec);
+  cJSON *st = kb_sim_run_workflow_status(kfp->sim, run->sim_run);
+  if (st) cJSON_AddItemToObject(wf, "status", st);
+  char *s = cJSON_PrintUnformatted(wf);
+  cJSON_Delete(wf);
+  return s;
+}
+
+cJSON *kfp_j_v1_run_detail(const kb_sim_kfp *kfp, const kfp_run *run) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddItemToObject(o, "run", kfp_j_v1_run(kfp, run));
+  cJSON *rt = cJSON_AddObjectToObject(o, "pipeline_runtime");
+  char *m = workflow_manifest(kfp, run);
+  if (m) cJSON_AddStringToObject(rt, "workflow_manifest", m);
+  cJSON_free(m);
+  return o;
+}
+
+cJSON *kfp_j_v1_job(const kb_sim_kfp *kfp, const kfp_recurring *rr) {
+  cJSON *o = cJSON_CreateObject();
+  add_str(o, "id", rr->id);
+  add_str(o, "name", rr->display_name);
+  add_str(o, "description", rr->description);
+  cJSON_AddItemToObject(o, "pipeline_spec", v1_spec(kfp, &rr->t));
+  cJSON_AddItemToObject(o, "resource_references", v1_refs(kfp, rr->experiment_id, NULL, &rr->t));
+  add_str(o, "service_account", rr->service_account);
+  add_i64s(o, "max_concurrency", rr->max_concurrency);
+  trigger_json(o, rr);
+  cJSON_AddStringToObject(o, "mode", rr->enabled ? "ENABLED" : "DISABLED");
+  add_time(o, "created_at", rr->created_at);
+  add_time(o, "updated_at", rr->updated_at);
+  cJSON_AddStringToObject(o, "status", rr->enabled ? "Enabled" : "Disabled");
+  if (rr->enabled) cJSON_AddBoolToObject(o, "enabled", 1);
+  if (rr->no_catchup) cJSON_AddBoolToObject(o, "no_catchup", 1);
+  return o;
+}
