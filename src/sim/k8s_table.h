@@ -1,0 +1,33 @@
+/* Table rendering and discovery/OpenAPI documents of the REST layer
+ * (k8s_table.c, k8s_openapi.c). */
+#ifndef KB_K8S_TABLE_H
+#define KB_K8S_TABLE_H
+
+#include "k8s_internal.h"
+
+typedef enum k8s_table_include {
+  K8S_TABLE_NONE,
+  K8S_TABLE_METADATA, /* PartialObjectMetadata: the default */
+  K8S_TABLE_OBJECT
+} k8s_table_include;
+
+/* A meta.k8s.io/v1 Table of objs (borrowed) at time `now` (unix seconds).
+ * with_columns 0 omits columnDefinitions (later watch events). */
+cJSON *k8s_table(const kb_k8s_res *res, const cJSON *const *objs, size_t n, double now,
+                 k8s_table_include inc, int with_columns, const char *rv, const char *cont);
+/* "5m", "2d3h", ... as k8s.io/apimachinery duration.HumanDuration. */
+void k8s_human_duration(double secs, char *out, size_t n);
+
+/* Discovery documents (kind APIVersions, APIGroupList, APIGroup,
+ * APIResourceList); NULL when the group/version is not served. */
+cJSON *k8s_discovery_api(const char *server_address);
+cJSON *k8s_discovery_groups(const kb_k8s_store *st);
+cJSON *k8s_discovery_group(const kb_k8s_store *st, const char *group);
+cJSON *k8s_discovery_resources(const kb_k8s_store *st, const char *group, const char *version);
+
+/* OpenAPI v3: the index {"paths":{"api/v1":{"serverRelativeURL":...}}} and
+ * one group-version document ("api/v1", "apis/batch/v1"); NULL if unknown. */
+cJSON *k8s_openapi_index(const kb_k8s_store *st);
+cJSON *k8s_openapi_doc(const kb_k8s_store *st, const char *gv_path);
+
+#endif
