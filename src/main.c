@@ -237,6 +237,7 @@ static const char *lua_subcommands[] = {"report", NULL};
 
 static int run_subcommand(int argc, char **argv) {
   const char *name = argv[1];
+  if (strcmp(name, "sim") == 0) return kb_cli_sim(argc - 1, argv + 1);
   for (const char **c = lua_subcommands; *c; c++) {
     if (strcmp(name, *c) != 0) continue;
     entry_args a = {NULL, argc, 2, argv};

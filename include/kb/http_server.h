@@ -65,6 +65,9 @@ typedef struct kb_httpd_config {
                                wait this long for the client [2000] */
   int backlog;              /* listen backlog [4096] */
   int no_date;              /* 1: do not add a Date header */
+  const char *server_timing; /* metric name: add "Server-Timing: NAME;dur=MS",
+                                the real time from handing the request to the
+                                handler until the response head [none] */
 } kb_httpd_config;
 
 typedef struct kb_httpd_stats {
@@ -123,6 +126,10 @@ const char *kb_httpd_req_body(const kb_httpd_req *req, size_t *len);
 const char *kb_httpd_req_remote(const kb_httpd_req *req);
 /* 1 once the client went away. */
 int kb_httpd_req_gone(const kb_httpd_req *req);
+/* The Server-Timing duration (ms) to report instead of the measured one:
+ * the simulator reports the latency it modelled, exact even where a uv
+ * timer cannot hold a response for less than a millisecond. */
+void kb_httpd_req_set_timing(kb_httpd_req *req, double ms);
 
 /* cb(req, ud) runs once if the client goes away (or the server closes)
  * before the request is finished. Returns 0, or KB_HTTPD_EGONE if the

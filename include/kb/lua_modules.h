@@ -12,7 +12,8 @@ int luaopen_kb_hist(lua_State *L);   /* src/lua/hist.c:   kb.hist */
 int luaopen_kb_http(lua_State *L);   /* src/lua/http.c:   kb.http client */
 int luaopen_kb_httpd(lua_State *L);  /* src/lua/httpd.c:  kb.httpd loopback server */
 int luaopen_kb_fs(lua_State *L);     /* src/lua/fs.c:     kb.fs */
-int luaopen_kb_log(lua_State *L);    /* src/lua/log.c:    kb.log */
+int luaopen_kb_log(lua_State *L);   /* src/lua/log.c:    kb.log */
+int luaopen_kb_sim(lua_State *L);   /* src/lua/sim.c:    kb.sim embedded simulator */
 int luaopen_kb_process(lua_State *L); /* src/lua/process.c: kb.process child processes */
 
 /* Adds every module above to package.preload. */

@@ -13,8 +13,10 @@
 -- normalisation), which reads best and stays scriptable in Lua. A request
 -- costs one C call to kb.http plus a few table operations.
 --
--- Every method suspends only the calling task. It is timed with kb.now()
--- around kb.http.request (scenario clock; JSON decoding excluded) and
+-- Every method suspends only the calling task. Its latency is the HTTP
+-- exchange's total time as kb.http reports it (scenario clock; against the
+-- embedded simulator only the modelled server time is scaled to virtual
+-- time, see kb.http), JSON decoding excluded, and it is
 -- recorded in the histogram `<metrics_prefix><service>.<method>` (e.g.
 -- run.create, run.get, pipeline.upload, healthz.get) when it succeeds;
 -- every answer counts in kfp.requests{op, status}, every failure in
@@ -393,6 +395,7 @@ function Client:request(req)
     end
     error(r, 0)
   end
+  elapsed = r.time and r.time.total or elapsed
   local status = r.status
   metrics.counter(prefix .. "kfp.requests", { op = op, status = tostring(status) }):inc()
   if log.enabled("debug") then

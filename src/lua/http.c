@@ -384,6 +384,17 @@ static void set_option(lua_State *L, spec *s, const char *k) {
 
 /* Reads and checks everything the request needs; raises on a bad argument.
  * Leaves NSLOTS values on the stack from s->slot. */
+/* A timeout in scenario seconds as real milliseconds. On a sped-up clock
+ * the real time shrinks by the speed; a floor of 250 ms real (or the whole
+ * timeout, if shorter) keeps a busy loop's hiccups from timing requests
+ * out, which at x600 would otherwise be a mere 1/600 of the real stall. */
+static uint64_t timeout_ms(kb_rt *rt, double seconds) {
+  uint64_t ms = kb_rt_real_ms(rt, seconds);
+  if (ms == 0 || kb_rt_clock(rt)->speed <= 1.0) return ms;
+  double floor_ms = seconds * 1000.0 < 250.0 ? seconds * 1000.0 : 250.0;
+  return ms < (uint64_t)floor_ms ? (uint64_t)floor_ms : ms;
+}
+
 static void build_spec(lua_State *L, spec *s, int opts, int body) {
   lua_settop(L, lua_gettop(L) + NSLOTS);
   s->slot = lua_gettop(L) - NSLOTS + 1;
@@ -412,8 +423,8 @@ static void build_spec(lua_State *L, spec *s, int opts, int body) {
   }
   if (s->has_options) {
     kb_rt *rt = kb_rt_from_lua(L);
-    s->o.timeout_ms = kb_rt_real_ms(rt, s->timeout);
-    s->o.connect_timeout_ms = kb_rt_real_ms(rt, s->connect_timeout);
+    s->o.timeout_ms = timeout_ms(rt, s->timeout);
+    s->o.connect_timeout_ms = timeout_ms(rt, s->connect_timeout);
   }
 }
 
@@ -585,6 +596,33 @@ static void set_number(lua_State *L, const char *k, double v) {
   lua_setfield(L, -2, k);
 }
 
+/* Seconds the simulator's modelled latency held this response (its
+ * "Server-Timing: kbrun-sim;dur=MS" header), or 0. */
+static double sim_hold_seconds(const kb_http_response *resp) {
+  size_t len;
+  const char *v = kb_http_response_header(resp, "Server-Timing", &len);
+  if (!v || len < 14 || strncmp(v, "kbrun-sim;dur=", 14) != 0) return 0;
+  char num[32];
+  size_t n = len - 14 < sizeof num - 1 ? len - 14 : sizeof num - 1;
+  memcpy(num, v + 14, n);
+  num[n] = '\0';
+  double ms = strtod(num, NULL);
+  return ms > 0 ? ms / 1e3 : 0;
+}
+
+/* Real seconds as scenario seconds. Against the embedded simulator only the
+ * time its model held the response is simulated time and runs `speed`
+ * times faster; the rest (this machine's loopback, parsing, scheduling) is
+ * real overhead and counts as real seconds, like network time to a real
+ * cluster. Scaling it too would inflate every latency by overhead * speed. */
+static double to_scenario(kb_rt *rt, double real, double hold, int from_sim) {
+  double speed = kb_rt_clock(rt)->speed;
+  if (speed == 1.0) return real;
+  if (!from_sim) return kb_rt_scenario_seconds(rt, real);
+  if (hold > real) hold = real;
+  return hold * speed + (real - hold);
+}
+
 static void push_response(lua_State *L, kb_rt *rt, const kb_http_response *resp) {
   lua_createtable(L, 0, 6);
   lua_pushinteger(L, resp->status);
@@ -601,11 +639,13 @@ static void push_response(lua_State *L, kb_rt *rt, const kb_http_response *resp)
   }
   lua_setfield(L, -2, "version");
   lua_createtable(L, 0, 5);
-  set_number(L, "dns", kb_rt_scenario_seconds(rt, resp->time.dns));
-  set_number(L, "connect", kb_rt_scenario_seconds(rt, resp->time.connect));
-  set_number(L, "tls", kb_rt_scenario_seconds(rt, resp->time.tls));
-  set_number(L, "ttfb", kb_rt_scenario_seconds(rt, resp->time.ttfb));
-  set_number(L, "total", kb_rt_scenario_seconds(rt, resp->time.total));
+  double hold = sim_hold_seconds(resp);
+  int sim = hold > 0;
+  set_number(L, "dns", to_scenario(rt, resp->time.dns, 0, sim));
+  set_number(L, "connect", to_scenario(rt, resp->time.connect, 0, sim));
+  set_number(L, "tls", to_scenario(rt, resp->time.tls, 0, sim));
+  set_number(L, "ttfb", to_scenario(rt, resp->time.ttfb, hold, sim));
+  set_number(L, "total", to_scenario(rt, resp->time.total, hold, sim));
   lua_setfield(L, -2, "time");
   if (resp->redirects > 0) {
     lua_pushinteger(L, resp->redirects);

@@ -12,6 +12,7 @@ static const luaL_Reg kb_modules[] = {
   {"kb.httpd", luaopen_kb_httpd},
   {"kb.fs", luaopen_kb_fs},
   {"kb.log", luaopen_kb_log},
+  {"kb.sim", luaopen_kb_sim},
   {"kb.process", luaopen_kb_process},
   {NULL, NULL}
 };

@@ -91,6 +91,8 @@ struct kb_httpd_req {
   body_mode mode;        /* of the response being streamed */
   kb_httpd_req_fn on_abort, on_drain;
   void *abort_ud, *drain_ud;
+  uint64_t handed_ns;    /* when the handler got it, for Server-Timing */
+  double timing_ms;      /* Server-Timing value set by the owner, or < 0 */
   char remote[64];
 };
 
@@ -551,6 +553,8 @@ static void conn_dispatch(conn *c) {
   r->state = REQ_HANDLER;
   if (c->parser.upgrade) r->keep_alive = 0; /* we speak no other protocol */
   s->stats.requests++;
+  r->handed_ns = uv_hrtime();
+  r->timing_ms = -1;
   s->handler(r, s->ud);
 }
 
@@ -828,6 +832,8 @@ size_t kb_httpd_req_header_count(const kb_httpd_req *r) { return r->nheaders; }
 const char *kb_httpd_req_remote(const kb_httpd_req *r) { return r->remote; }
 int kb_httpd_req_gone(const kb_httpd_req *r) { return req_gone(r); }
 
+void kb_httpd_req_set_timing(kb_httpd_req *r, double ms) { r->timing_ms = ms; }
+
 const kb_httpd_header *kb_httpd_req_header_at(const kb_httpd_req *r, size_t i) {
   return i < r->nheaders ? &r->headers[i] : NULL;
 }
@@ -922,6 +928,10 @@ static int build_head(kb_buf *b, kb_httpd_req *r, int status, const kb_httpd_hea
     e = kb_buf_appendf(b, "%s: %s\r\n", name, h[i].value);
   }
   if (!e && !has_date) e = kb_buf_appendf(b, "Date: %s\r\n", http_date(s));
+  if (!e && s->cfg.server_timing)
+    e = kb_buf_appendf(b, "Server-Timing: %s;dur=%.6f\r\n", s->cfg.server_timing,
+                       r->timing_ms >= 0 ? r->timing_ms
+                                         : (double)(uv_hrtime() - r->handed_ns) / 1e6);
   if (!e && mode == BODY_FIXED) e = kb_buf_appendf(b, "Content-Length: %zu\r\n", len);
   if (!e && mode == BODY_CHUNKED) e = kb_buf_appendf(b, "Transfer-Encoding: chunked\r\n");
   if (!e && close) e = kb_buf_appendf(b, "Connection: close\r\n");

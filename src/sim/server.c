@@ -1,0 +1,576 @@
+/* The simulator server: a thread with its own loop running the model and
+ * serving the REST APIs. Requests are dispatched by path: /metrics, the
+ * admin API under /sim/v1/, KFP (/apis/v1beta1, /apis/v2beta1), then the
+ * Kubernetes API (which also carries the Argo and training-job CRDs). API
+ * faults are rolled before dispatch. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "kb/buf.h"
+#include "kb/http_server.h"
+#include "kb/log.h"
+#include "kb/sim_kfp.h"
+#include "kb/sim_server.h"
+#include "kb/yaml.h"
+#include "sim_api_faults.h"
+
+enum { API_METRICS, API_ADMIN, API_KFP, API_K8S, API_OTHER, API_COUNT };
+static const char *api_names[API_COUNT] = {"metrics", "admin", "kfp", "kubernetes", "other"};
+
+struct kb_sim_server {
+  char *host, *profile, *config_yaml, *config_name, *admin_token;
+  int want_port;
+  uint64_t seed;
+  double want_speed;
+
+  uv_thread_t thread;
+  uv_loop_t loop;
+  uv_async_t stop_async;
+  kb_sim *sim;
+  kb_httpd *httpd;
+  kb_sim_kfp *kfp;
+  kb_sim_api_faults faults;
+  int loopback;
+
+  /* start-up handshake with the starting thread */
+  uv_mutex_t mu;
+  uv_cond_t cond;
+  int state; /* 0 starting, 1 ready, -1 failed */
+  kb_sim_error start_err;
+
+  /* fixed once ready: read by other threads */
+  int port;
+  uint64_t origin_ns;
+  double speed, epoch;
+
+  uint64_t requests[API_COUNT];
+  uint64_t faults_injected[5];
+  struct stalled_req *stalled; /* requests held by a stall fault */
+};
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+static void set_err(kb_sim_error *err, int code, const char *fmt, const char *arg) {
+  err->code = code;
+  snprintf(err->message, sizeof err->message, fmt, arg ? arg : "");
+}
+
+static void respond_json(kb_httpd_req *req, int status, cJSON *body) {
+  char *text = cJSON_PrintUnformatted(body);
+  kb_httpd_header h[] = {{"Content-Type", "application/json"}};
+  kb_httpd_respond(req, status, h, 1, text ? text : "{}", text ? strlen(text) : 2);
+  free(text);
+  cJSON_Delete(body);
+}
+
+static void respond_text(kb_httpd_req *req, int status, const char *type, const char *text) {
+  kb_httpd_header h[] = {{"Content-Type", type}};
+  kb_httpd_respond(req, status, h, 1, text, strlen(text));
+}
+
+static int is_kfp_path(const char *path) {
+  return strncmp(path, "/apis/v1beta1/", 14) == 0 || strncmp(path, "/apis/v2beta1/", 14) == 0;
+}
+
+static int classify(const char *path) {
+  if (strcmp(path, "/metrics") == 0) return API_METRICS;
+  if (strncmp(path, "/sim/", 5) == 0) return API_ADMIN;
+  if (is_kfp_path(path)) return API_KFP;
+  if (strncmp(path, "/api", 4) == 0 || strncmp(path, "/version", 8) == 0 ||
+      strncmp(path, "/openapi", 8) == 0 || strcmp(path, "/healthz") == 0 ||
+      strcmp(path, "/readyz") == 0 || strcmp(path, "/livez") == 0)
+    return API_K8S;
+  return API_OTHER;
+}
+
+/* ---- faults on the wire --------------------------------------------------- */
+
+static void respond_fault(kb_sim_server *s, kb_httpd_req *req, int api, int status) {
+  char retry[32];
+  snprintf(retry, sizeof retry, "%.0f", s->faults.retry_after < 1 ? 1 : s->faults.retry_after);
+  const char *msg = status == 429 ? "the server is rate limiting requests (injected fault)"
+                                  : "the server is currently unavailable (injected fault)";
+  cJSON *body = cJSON_CreateObject();
+  if (api == API_KFP) { /* grpc-gateway error shape */
+    cJSON_AddNumberToObject(body, "code", status == 429 ? 8 : 14);
+    cJSON_AddStringToObject(body, "message", msg);
+    cJSON_AddItemToObject(body, "details", cJSON_CreateArray());
+  } else { /* a Kubernetes Status */
+    cJSON_AddStringToObject(body, "kind", "Status");
+    cJSON_AddStringToObject(body, "apiVersion", "v1");
+    cJSON_AddItemToObject(body, "metadata", cJSON_CreateObject());
+    cJSON_AddStringToObject(body, "status", "Failure");
+    cJSON_AddStringToObject(body, "message", msg);
+    cJSON_AddStringToObject(body, "reason", status == 429 ? "TooManyRequests" : "ServiceUnavailable");
+    cJSON_AddNumberToObject(body, "code", status);
+  }
+  char *text = cJSON_PrintUnformatted(body);
+  cJSON_Delete(body);
+  kb_httpd_header h[] = {{"Content-Type", "application/json"}, {"Retry-After", retry}};
+  kb_httpd_respond(req, status, h, 2, text, strlen(text));
+  free(text);
+}
+
+/* ---- admin API -------------------------------------------------------------- */
+
+static cJSON *status_json(kb_sim_server *s) {
+  kb_sim_stats st;
+  kb_sim_stats_get(s->sim, &st);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "sim_time", kb_sim_now(s->sim));
+  cJSON_AddNumberToObject(o, "speed", s->speed);
+  cJSON_AddNumberToObject(o, "epoch", s->epoch);
+  cJSON_AddStringToObject(o, "profile", kb_sim_config_of(s->sim)->profile);
+  cJSON *c = cJSON_AddObjectToObject(o, "cluster");
+  cJSON_AddNumberToObject(c, "nodes_ready", (double)st.nodes_ready);
+  cJSON_AddNumberToObject(c, "nodes_total", (double)st.nodes_total);
+  cJSON_AddNumberToObject(c, "pods_pending", (double)st.pods_pending);
+  cJSON_AddNumberToObject(c, "pods_unschedulable", (double)st.pods_unschedulable);
+  cJSON_AddNumberToObject(c, "pods_running", (double)st.pods_running);
+  cJSON_AddNumberToObject(c, "pods_succeeded", (double)st.pods_succeeded);
+  cJSON_AddNumberToObject(c, "pods_failed", (double)st.pods_failed);
+  cJSON_AddNumberToObject(c, "runs_total", (double)st.runs_total);
+  cJSON_AddNumberToObject(c, "runs_active", (double)st.runs_active);
+  cJSON_AddNumberToObject(c, "cpu_capacity_m", (double)st.cpu_capacity_m);
+  cJSON_AddNumberToObject(c, "cpu_requested_m", (double)st.cpu_requested_m);
+  cJSON_AddItemToObject(o, "api_faults", kb_sim_api_faults_json(&s->faults));
+  return o;
+}
+
+static int apply_string_fault(kb_sim_server *s, const cJSON *body, const char *key,
+                              int (*fn)(kb_sim *, const char *, kb_sim_error *),
+                              kb_sim_error *err) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, key);
+  if (!v) return 0;
+  if (!cJSON_IsString(v)) {
+    set_err(err, KB_SIM_EINVAL, "%s: a pool name expected", key);
+    return -1;
+  }
+  return fn(s->sim, v->valuestring, err) < 0 ? -1 : 0;
+}
+
+static int apply_node_fault(kb_sim_server *s, const cJSON *body, const char *key, int fail,
+                            kb_sim_error *err) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, key);
+  if (!v) return 0;
+  int node = cJSON_IsString(v) ? kb_sim_node_find(s->sim, v->valuestring) : -1;
+  if (node < 0) {
+    set_err(err, KB_SIM_ENOENT, "%s: no such node", key);
+    return -1;
+  }
+  int r = fail ? kb_sim_node_fail(s->sim, node, err) : kb_sim_node_restore(s->sim, node, err);
+  return r < 0 ? -1 : 0;
+}
+
+/* POST /sim/v1/faults {api: {...}, pool_fail, pool_restore, node_fail,
+ * node_restore, step_fail_prob} */
+static int apply_faults(kb_sim_server *s, const cJSON *body, kb_sim_error *err) {
+  static const char *known[] = {"api", "pool_fail", "pool_restore", "node_fail",
+                                "node_restore", "step_fail_prob", NULL};
+  for (const cJSON *c = body->child; c; c = c->next) {
+    int ok = 0;
+    for (const char **k = known; *k; k++) ok |= strcmp(c->string, *k) == 0;
+    if (!ok) {
+      set_err(err, KB_SIM_EINVAL, "unknown fault '%s'", c->string);
+      return -1;
+    }
+  }
+  const cJSON *api = cJSON_GetObjectItemCaseSensitive(body, "api");
+  if (api && kb_sim_api_faults_apply(&s->faults, api, err) < 0) return -1;
+  if (apply_string_fault(s, body, "pool_fail", kb_sim_pool_fail, err) ||
+      apply_string_fault(s, body, "pool_restore", kb_sim_pool_restore, err) ||
+      apply_node_fault(s, body, "node_fail", 1, err) ||
+      apply_node_fault(s, body, "node_restore", 0, err))
+    return -1;
+  const cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "step_fail_prob");
+  if (p && (!cJSON_IsNumber(p) || kb_sim_set_step_fail_prob(s->sim, p->valuedouble, err) < 0)) {
+    if (!cJSON_IsNumber(p)) set_err(err, KB_SIM_EINVAL, "step_fail_prob: a probability expected", NULL);
+    return -1;
+  }
+  return 0;
+}
+
+static int admin_authorized(kb_sim_server *s, kb_httpd_req *req) {
+  if (s->loopback && !s->admin_token) return 1;
+  const char *auth = kb_httpd_req_header(req, "Authorization");
+  return s->admin_token && auth && strncmp(auth, "Bearer ", 7) == 0 &&
+         strcmp(auth + 7, s->admin_token) == 0;
+}
+
+static void handle_admin(kb_sim_server *s, kb_httpd_req *req) {
+  const char *path = kb_httpd_req_path(req), *method = kb_httpd_req_method(req);
+  if (!admin_authorized(s, req)) {
+    respond_text(req, 401, "text/plain", "the admin API needs 'Authorization: Bearer <admin token>'\n");
+    return;
+  }
+  if (strcmp(path, "/sim/v1/status") == 0 && strcmp(method, "GET") == 0) {
+    respond_json(req, 200, status_json(s));
+    return;
+  }
+  if (strcmp(path, "/sim/v1/faults") == 0 && strcmp(method, "POST") == 0) {
+    size_t len;
+    const char *text = kb_httpd_req_body(req, &len);
+    cJSON *body = cJSON_ParseWithLength(text, len);
+    kb_sim_error err = {0};
+    if (!cJSON_IsObject(body)) {
+      respond_text(req, 400, "text/plain", "the body must be a JSON object of faults\n");
+    } else if (apply_faults(s, body, &err) < 0) {
+      cJSON *e = cJSON_CreateObject();
+      cJSON_AddStringToObject(e, "error", err.message);
+      respond_json(req, 400, e);
+    } else {
+      respond_json(req, 200, status_json(s));
+    }
+    cJSON_Delete(body);
+    return;
+  }
+  respond_text(req, 404, "text/plain", "admin API: GET /sim/v1/status, POST /sim/v1/faults\n");
+}
+
+/* ---- /metrics ------------------------------------------------------------- */
+
+static void handle_metrics(kb_sim_server *s, kb_httpd_req *req) {
+  kb_buf out = KB_BUF_INIT;
+  kb_sim_stats st;
+  kb_sim_stats_get(s->sim, &st);
+  kb_buf_appendf(&out, "# HELP kbrun_sim_http_requests_total Requests served by the simulator, by API.\n"
+                       "# TYPE kbrun_sim_http_requests_total counter\n");
+  for (int i = 0; i < API_COUNT; i++)
+    kb_buf_appendf(&out, "kbrun_sim_http_requests_total{api=\"%s\"} %llu\n", api_names[i],
+                   (unsigned long long)s->requests[i]);
+  static const char *fault_names[] = {"none", "error", "throttle", "reset", "stall"};
+  kb_buf_appendf(&out, "# HELP kbrun_sim_faults_injected_total API faults injected, by kind.\n"
+                       "# TYPE kbrun_sim_faults_injected_total counter\n");
+  for (int i = 1; i < 5; i++)
+    kb_buf_appendf(&out, "kbrun_sim_faults_injected_total{kind=\"%s\"} %llu\n", fault_names[i],
+                   (unsigned long long)s->faults_injected[i]);
+  kb_buf_appendf(&out, "# HELP kbrun_sim_time_seconds The simulator's virtual clock.\n"
+                       "# TYPE kbrun_sim_time_seconds gauge\nkbrun_sim_time_seconds %.3f\n",
+                 kb_sim_now(s->sim));
+  kb_buf_appendf(&out, "# HELP kbrun_sim_pods Pods in the modelled cluster, by phase.\n"
+                       "# TYPE kbrun_sim_pods gauge\n"
+                       "kbrun_sim_pods{phase=\"Pending\"} %zu\nkbrun_sim_pods{phase=\"Running\"} %zu\n"
+                       "kbrun_sim_pods{phase=\"Succeeded\"} %zu\nkbrun_sim_pods{phase=\"Failed\"} %zu\n",
+                 st.pods_pending, st.pods_running, st.pods_succeeded, st.pods_failed);
+  kb_buf_appendf(&out, "# HELP kbrun_sim_nodes_ready Ready nodes in the modelled cluster.\n"
+                       "# TYPE kbrun_sim_nodes_ready gauge\nkbrun_sim_nodes_ready %zu\n",
+                 st.nodes_ready);
+  kb_sim_kfp_metrics(s->kfp, &out);
+  kb_httpd_header h[] = {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}};
+  kb_httpd_respond(req, 200, h, 1, out.data ? out.data : "", out.len);
+  kb_buf_free(&out);
+}
+
+/* ---- dispatch ----------------------------------------------------------------- */
+
+static void dispatch_api(kb_sim_server *s, kb_httpd_req *req, int api) {
+  if (api == API_KFP && kb_sim_kfp_handle(s->kfp, req)) return;
+  respond_text(req, 404, "text/plain", "404 page not found\n");
+}
+
+typedef struct stalled_req {
+  uv_timer_t timer;
+  kb_sim_server *server;
+  kb_httpd_req *req;
+  int api;
+  struct stalled_req *prev, *next;
+} stalled_req;
+
+static void stalled_free(uv_handle_t *h) { free(h->data); }
+
+static void stalled_unlink(stalled_req *st) {
+  if (st->prev) st->prev->next = st->next;
+  else st->server->stalled = st->next;
+  if (st->next) st->next->prev = st->prev;
+}
+
+static void stall_done(uv_timer_t *t) {
+  stalled_req *st = t->data;
+  stalled_unlink(st);
+  dispatch_api(st->server, st->req, st->api);
+  uv_close((uv_handle_t *)t, stalled_free);
+}
+
+/* At shutdown: stalled requests get a 503 instead of their stall. */
+static void stalled_abort_all(kb_sim_server *s) {
+  while (s->stalled) {
+    stalled_req *st = s->stalled;
+    stalled_unlink(st);
+    uv_timer_stop(&st->timer);
+    respond_text(st->req, 503, "text/plain", "the simulator is shutting down\n");
+    uv_close((uv_handle_t *)&st->timer, stalled_free);
+  }
+}
+
+static void stall(kb_sim_server *s, kb_httpd_req *req, int api) {
+  stalled_req *st = malloc(sizeof *st);
+  if (!st) {
+    dispatch_api(s, req, api);
+    return;
+  }
+  st->server = s;
+  st->req = req;
+  st->api = api;
+  st->prev = NULL;
+  st->next = s->stalled;
+  if (s->stalled) s->stalled->prev = st;
+  s->stalled = st;
+  uv_timer_init(&s->loop, &st->timer);
+  st->timer.data = st;
+  uint64_t ms = (uint64_t)(s->faults.stall_seconds * 1000.0 / s->speed) + 1;
+  uv_timer_start(&st->timer, stall_done, ms, 0);
+}
+
+static void handle(kb_httpd_req *req, void *ud) {
+  kb_sim_server *s = ud;
+  const char *path = kb_httpd_req_path(req);
+  int api = classify(path);
+  s->requests[api]++;
+  if (api == API_METRICS) {
+    handle_metrics(s, req);
+    return;
+  }
+  if (api == API_ADMIN) {
+    handle_admin(s, req);
+    return;
+  }
+  kb_sim_api_fault f = kb_sim_api_faults_roll(&s->faults, path);
+  s->faults_injected[f]++;
+  switch (f) {
+  case KB_SIM_FAULT_ERROR: respond_fault(s, req, api, s->faults.error_status); return;
+  case KB_SIM_FAULT_THROTTLE: respond_fault(s, req, api, 429); return;
+  case KB_SIM_FAULT_RESET: {
+    static const char partial[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                  "Content-Length: 4096\r\n\r\n{\"partial\":";
+    kb_httpd_reset(req, partial, sizeof partial - 1);
+    return;
+  }
+  case KB_SIM_FAULT_STALL: stall(s, req, api); return;
+  default: dispatch_api(s, req, api);
+  }
+}
+
+/* ---- the thread ------------------------------------------------------------------ */
+
+/* Splits the config overlay: `api_faults` is the server's, the rest the model's. */
+static kb_sim_config *load_config(kb_sim_server *s, cJSON **api_faults, kb_sim_error *err) {
+  cJSON *tree = NULL;
+  *api_faults = NULL;
+  if (s->config_yaml) {
+    kb_yaml_error yerr = {0};
+    tree = kb_yaml_parse(s->config_yaml, strlen(s->config_yaml), &yerr);
+    if (!tree) {
+      err->code = KB_SIM_EPARSE;
+      snprintf(err->message, sizeof err->message, "%.60s:%d:%d: %.180s",
+               s->config_name ? s->config_name : "simulator config", yerr.line, yerr.column,
+               yerr.message);
+      return NULL;
+    }
+    if (!cJSON_IsObject(tree)) {
+      cJSON_Delete(tree);
+      set_err(err, KB_SIM_EINVAL, "%s: the simulator config must be a mapping",
+              s->config_name ? s->config_name : "simulator config");
+      return NULL;
+    }
+    *api_faults = cJSON_DetachItemFromObjectCaseSensitive(tree, "api_faults");
+  }
+  if (s->profile) {
+    cJSON_DeleteItemFromObjectCaseSensitive(tree, "profile");
+    if (!tree) tree = cJSON_CreateObject();
+    cJSON_AddStringToObject(tree, "profile", s->profile);
+  }
+  kb_sim_config *cfg = kb_sim_config_from_json(tree, err);
+  cJSON_Delete(tree);
+  return cfg;
+}
+
+static void signal_state(kb_sim_server *s, int state) {
+  uv_mutex_lock(&s->mu);
+  s->state = state;
+  uv_cond_signal(&s->cond);
+  uv_mutex_unlock(&s->mu);
+}
+
+static void on_httpd_closed(kb_httpd *srv, void *ud) { (void)srv; (void)ud; }
+
+static void on_stop(uv_async_t *a) { uv_stop(a->loop); }
+
+static int setup(kb_sim_server *s) {
+  kb_sim_error *err = &s->start_err;
+  cJSON *api_faults = NULL;
+  kb_sim_config *cfg = load_config(s, &api_faults, err);
+  if (!cfg) return -1;
+  s->sim = kb_sim_new(cfg, s->seed, s->want_speed, err);
+  kb_sim_config_free(cfg);
+  if (!s->sim) {
+    cJSON_Delete(api_faults);
+    return -1;
+  }
+  kb_sim_api_faults_init(&s->faults, s->seed);
+  int bad = api_faults && kb_sim_api_faults_apply(&s->faults, api_faults, err) < 0;
+  cJSON_Delete(api_faults);
+  if (bad) return -1;
+  kb_sim_set_epoch(s->sim, (double)time(NULL));
+  if (kb_sim_attach(s->sim, &s->loop) < 0) {
+    set_err(err, KB_SIM_ESTATE, "cannot attach the simulator to its loop%s", NULL);
+    return -1;
+  }
+  kb_sim_clock_params(s->sim, &s->origin_ns, &s->speed);
+  s->epoch = kb_sim_epoch(s->sim);
+  s->kfp = kb_sim_kfp_new(s->sim, &s->loop);
+  /* Server-Timing tells clients how long the modelled latency held each
+   * response, so they can scale just that part to the virtual clock. */
+  kb_httpd_config hcfg = {.server_timing = "kbrun-sim"};
+  s->httpd = kb_httpd_new(&s->loop, &hcfg, handle, s);
+  if (!s->kfp || !s->httpd) {
+    set_err(err, KB_SIM_ENOMEM, "out of memory starting the simulator%s", NULL);
+    return -1;
+  }
+  int r = kb_httpd_listen(s->httpd, s->host, s->want_port);
+  if (r < 0) {
+    err->code = KB_SIM_EINVAL;
+    snprintf(err->message, sizeof err->message, "cannot listen on %s:%d: %s",
+             s->host ? s->host : "127.0.0.1", s->want_port, kb_httpd_strerror(r));
+    return -1;
+  }
+  s->port = kb_httpd_port(s->httpd);
+  return 0;
+}
+
+/* Order matters: the API modules finish the requests they hold, the model
+ * stops its timer, then the HTTP server closes its connections. */
+static void teardown(kb_sim_server *s) {
+  stalled_abort_all(s);
+  if (s->kfp) kb_sim_kfp_free(s->kfp);
+  s->kfp = NULL;
+  if (s->sim) kb_sim_detach(s->sim);
+  if (s->httpd) kb_httpd_close(s->httpd, on_httpd_closed, s);
+  s->httpd = NULL;
+  uv_close((uv_handle_t *)&s->stop_async, NULL);
+  uv_run(&s->loop, UV_RUN_DEFAULT);
+  if (s->sim) kb_sim_free(s->sim);
+  s->sim = NULL;
+  if (uv_loop_close(&s->loop) != 0)
+    kb_log(KB_LOG_WARN, "simulator: its loop closed with handles still open");
+}
+
+static void thread_main(void *arg) {
+  kb_sim_server *s = arg;
+  uv_loop_init(&s->loop);
+  uv_async_init(&s->loop, &s->stop_async, on_stop);
+  s->stop_async.data = s;
+  if (setup(s) < 0) {
+    teardown(s);
+    signal_state(s, -1);
+    return;
+  }
+  signal_state(s, 1);
+  uv_run(&s->loop, UV_RUN_DEFAULT);
+  teardown(s);
+}
+
+static void server_free(kb_sim_server *s) {
+  free(s->host);
+  free(s->profile);
+  free(s->config_yaml);
+  free(s->config_name);
+  free(s->admin_token);
+  uv_mutex_destroy(&s->mu);
+  uv_cond_destroy(&s->cond);
+  free(s);
+}
+
+static int is_loopback(const char *host) {
+  return !host || strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
+         strcmp(host, "::1") == 0 || strcmp(host, "[::1]") == 0;
+}
+
+kb_sim_server *kb_sim_server_start(const kb_sim_server_opts *o, kb_sim_error *err) {
+  kb_sim_server *s = calloc(1, sizeof *s);
+  if (!s) {
+    set_err(err, KB_SIM_ENOMEM, "out of memory%s", NULL);
+    return NULL;
+  }
+  s->host = dup_or_null(o->host);
+  s->profile = dup_or_null(o->profile);
+  s->config_yaml = dup_or_null(o->config_yaml);
+  s->config_name = dup_or_null(o->config_name);
+  s->admin_token = dup_or_null(o->admin_token);
+  s->want_port = o->port;
+  s->seed = o->seed;
+  s->want_speed = o->speed;
+  s->loopback = is_loopback(o->host);
+  uv_mutex_init(&s->mu);
+  uv_cond_init(&s->cond);
+  if (!s->loopback && !s->admin_token) {
+    set_err(err, KB_SIM_EINVAL,
+            "the simulator listens on %s, beyond loopback: give an admin token so its "
+            "fault API is not open to the network", o->host);
+    server_free(s);
+    return NULL;
+  }
+  if (uv_thread_create(&s->thread, thread_main, s) != 0) {
+    set_err(err, KB_SIM_ENOMEM, "cannot start the simulator thread%s", NULL);
+    server_free(s);
+    return NULL;
+  }
+  uv_mutex_lock(&s->mu);
+  while (s->state == 0) uv_cond_wait(&s->cond, &s->mu);
+  uv_mutex_unlock(&s->mu);
+  if (s->state < 0) {
+    uv_thread_join(&s->thread);
+    *err = s->start_err;
+    server_free(s);
+    return NULL;
+  }
+  return s;
+}
+
+int kb_sim_server_port(const kb_sim_server *s) { return s->port; }
+const char *kb_sim_server_host(const kb_sim_server *s) { return s->host ? s->host : "127.0.0.1"; }
+
+void kb_sim_server_clock(const kb_sim_server *s, uint64_t *origin_ns, double *speed,
+                         double *epoch) {
+  *origin_ns = s->origin_ns;
+  *speed = s->speed;
+  *epoch = s->epoch;
+}
+
+void kb_sim_server_stop(kb_sim_server *s) {
+  if (!s) return;
+  uv_async_send(&s->stop_async);
+  uv_thread_join(&s->thread);
+  server_free(s);
+}
+
+int kb_sim_server_write_kubeconfig(const kb_sim_server *s, const char *path) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) return -errno;
+  const char *host = kb_sim_server_host(s);
+  int v6 = strchr(host, ':') != NULL && host[0] != '[';
+  fprintf(f,
+          "apiVersion: v1\nkind: Config\n"
+          "clusters:\n- name: kbrun-sim\n  cluster:\n    server: http://%s%s%s:%d\n"
+          "users:\n- name: kbrun-sim\n  user: {}\n"
+          "contexts:\n- name: kbrun-sim\n  context:\n    cluster: kbrun-sim\n    user: kbrun-sim\n"
+          "    namespace: default\n"
+          "current-context: kbrun-sim\n",
+          v6 ? "[" : "", host, v6 ? "]" : "", s->port);
+  if (fclose(f) != 0 || rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    return -e;
+  }
+  return 0;
+}
