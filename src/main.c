@@ -271,7 +271,8 @@ int main(int argc, char **argv) {
   options o = {0};
   int c;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "p:o:qvh", longopts, NULL)) != -1) {
+  /* "+": options end at the scenario file; what follows is parameters. */
+  while ((c = getopt_long(argc, argv, "+p:o:qvh", longopts, NULL)) != -1) {
     switch (c) {
     case 'p': o.params_file = optarg; break;
     case 'o': o.out = optarg; break;

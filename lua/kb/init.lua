@@ -59,7 +59,9 @@ Pool.__index = Pool
 -- pool:spawn suspends the caller while the pool is full, so a loop of
 -- 10,000 spawns never holds more than n tasks (plus the caller) in memory.
 function kb.pool(n)
-  assert(math.type(n) == "integer" and n > 0, "kb.pool(n): n must be a positive integer")
+  if math.type(n) ~= "integer" or n <= 0 then
+    error("kb.pool(n): n must be a positive integer", 2)
+  end
   return setmetatable({ limit = n, slots = core.semaphore(n), tasks = {}, failures = {} }, Pool)
 end
 
@@ -67,11 +69,11 @@ end
 function Pool:spawn(fn, ...)
   self.slots:acquire()
   local slots = self.slots
+  -- The slot is released by a to-be-closed variable, so an error leaves
+  -- fn's frame on the stack and the task's traceback points at the failure.
   local task = core.spawn(function(...)
-    local result = table.pack(pcall(fn, ...))
-    slots:release()
-    if not result[1] then error(result[2], 0) end
-    return table.unpack(result, 2, result.n)
+    local release <close> = setmetatable({}, { __close = function() slots:release() end })
+    return fn(...)
   end, ...)
   self.tasks[#self.tasks + 1] = task
   return task

@@ -239,7 +239,8 @@ function M.snapshot()
     end
     list[i] = m
   end
-  return { version = 1, metrics = list }
+  -- Marked as an array so an empty registry encodes as [] in JSON.
+  return { version = 1, metrics = require("kb.json").array(list) }
 end
 
 local function snapshot_error(i, msg)

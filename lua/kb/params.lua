@@ -14,10 +14,14 @@ function M.typed(text)
   return text
 end
 
+-- The text each command-line value was typed from, so a string default
+-- receives `007` as "007", not as the number 7 printed back.
+local raw_text = setmetatable({}, { __mode = "k" })
+
 --- Parses `key=value` arguments into a table. Returns nil and a message
 -- for the first malformed one.
 function M.parse_assignments(list)
-  local out = {}
+  local out, raw = {}, {}
   for _, arg in ipairs(list) do
     local key, value = arg:match("^([%a_][%w_.%-]*)=(.*)$")
     if not key then
@@ -25,22 +29,27 @@ function M.parse_assignments(list)
         .. "(options go before the scenario file, parameters after it)", arg)
     end
     out[key] = M.typed(value)
+    raw[key] = value
   end
+  raw_text[out] = raw
   return out
 end
 
 local function describe_type(v)
-  return math.type(v) or type(v)
+  local t = math.type(v) or type(v)
+  return (t:match("^[aeiou]") and "an " or "a ") .. t
 end
 
 --- Merges defaults <- file <- command line. With declared defaults, a
--- parameter the scenario does not know is refused (typos cost runs), and a
--- value is converted to the default's type where that is lossless.
+-- parameter the scenario does not know is refused (typos cost runs); a
+-- string default takes the command line's text as written, anything else
+-- must already have the default's type (an integer default refuses 1.5).
 -- Returns the merged table, or nil and a message.
 function M.merge(defaults, from_file, from_cli)
   local merged = {}
   for k, v in pairs(defaults or {}) do merged[k] = v end
   for _, layer in ipairs({ from_file or {}, from_cli or {} }) do
+    local raw = raw_text[layer] or {}
     for k, v in pairs(layer) do
       local default = defaults and defaults[k]
       if defaults and next(defaults) ~= nil and default == nil then
@@ -50,13 +59,17 @@ function M.merge(defaults, from_file, from_cli)
         return nil, string.format("unknown parameter '%s' (this scenario takes: %s)",
           k, table.concat(known, ", "))
       end
+      if default ~= nil and type(default) == "string" and raw[k] ~= nil then
+        v = raw[k]
+      elseif math.type(default) == "integer" and math.type(v) == "float" then
+        return nil, string.format("parameter '%s' wants an integer (like its default %d), got %s",
+          k, default, tostring(v))
+      end
       if default ~= nil and type(default) ~= type(v) then
-        if type(default) == "string" then
+        if type(default) == "string" and type(v) ~= "table" then
           v = tostring(v)
-        elseif type(default) == "number" and type(v) == "string" and tonumber(v) then
-          v = tonumber(v)
         else
-          return nil, string.format("parameter '%s' wants a %s (like its default %s), got %s '%s'",
+          return nil, string.format("parameter '%s' wants %s (like its default %s), got %s '%s'",
             k, describe_type(default), tostring(default), describe_type(v), tostring(v))
         end
       end

@@ -51,7 +51,7 @@ function Run:load_params_file()
   local text = kb.fs.read(self.args.params_file)
   local doc = kb.yaml.decode(text, { name = self.args.params_file })
   if doc == nil or doc == kb.json.null then return {} end
-  if type(doc) ~= "table" then
+  if type(doc) ~= "table" or (next(doc) ~= nil and doc[1] ~= nil) or getmetatable(doc) then
     error(usage_error(self.args.params_file .. ": a params file must be a YAML mapping of name: value"))
   end
   return doc
@@ -81,6 +81,7 @@ function Run:scenario_body(chunk)
   local merged, err = params.merge(scenario.params, self.file_params, self.cli_params)
   if not merged then error(usage_error(err)) end
   kb.params = merged
+  self.params_ok = true
   self:write_config()
   if scenario.run == nil then return nil end
   if type(scenario.run) ~= "function" then
@@ -101,6 +102,7 @@ end
 function Run:cleanup()
   local scenario = self.scenario
   if not scenario or type(scenario.cleanup) ~= "function" or self.cleaned then return end
+  if not self.params_ok then return end -- it never started: nothing to clean
   self.cleaned = true
   local limit = tonumber(scenario.cleanup_timeout) or 60
   local ok, err = pcall(kb.timeout, limit * core.clock_speed(), scenario.cleanup, kb.params)

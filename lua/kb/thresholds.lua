@@ -1,7 +1,8 @@
 --- kb.thresholds: pass/fail limits a scenario declares.
 --
 --   thresholds = {
---     ["http.get"] = { p99 = 0.5, p50 = 0.1 },  -- a histogram: each stat <= limit (seconds)
+--     ["http.get"] = { p99 = 0.5, p50 = 0.1 },  -- a histogram (all label sets merged):
+--                                                -- each stat <= limit; p75, p999 (99.9) too
 --     ["http.errors"] = { max = 0 },            -- a counter (summed over labels): bounds
 --     success_rate = 0.98,                      -- a field of run()'s result: at least
 --     ["latency.p99"] = { max = 0.5 },          -- a nested result field: bounds
@@ -9,8 +10,23 @@
 -- A failed threshold makes kbrun exit 1 and is marked in the summary.
 local M = {}
 
-local STATS = { p50 = true, p75 = true, p90 = true, p95 = true, p99 = true, p999 = true,
-  mean = true, max = true, min = true, stddev = true }
+local hist = require "kb.hist"
+
+-- A statistic of a histogram: pNN (p50, p75, p999 = 99.9, ...), mean,
+-- max, min, stddev.
+local function stat_of(h, stat)
+  local digits = stat:match("^p(%d+)$")
+  if digits then
+    local p = tonumber(digits)
+    if #digits > 2 then p = tonumber(digits:sub(1, 2) .. "." .. digits:sub(3)) end
+    return h:percentile(p)
+  end
+  if stat == "mean" then return h:mean() end
+  if stat == "max" then return h:max() end
+  if stat == "min" then return h:min() end
+  if stat == "stddev" then return h:stddev() end
+  return nil
+end
 
 local function result_field(result, path)
   local v = result
@@ -21,22 +37,23 @@ local function result_field(result, path)
   return v
 end
 
--- Metrics of one name, all label sets: histograms' summaries and the sum
--- of counters/gauges.
+-- Metrics of one name over all its label sets: the histograms merged
+-- exactly (from their encodings), counters and gauges summed.
 local function find_metric(snapshot, name)
-  local hist, total, found = nil, 0, false
+  local merged, total, found = nil, 0, false
   for _, m in ipairs(snapshot and snapshot.metrics or {}) do
     if m.name == name then
       found = true
       if m.kind == "histogram" then
-        hist = hist or m.summary
+        local h = hist.decode(m.encoded)
+        if merged then merged:merge(h) else merged = h end
       else
         total = total + (m.value or 0)
       end
     end
   end
   if not found then return nil end
-  return hist, total
+  return merged, total
 end
 
 local function check(out, name, stat, limit, actual, op)
@@ -53,7 +70,7 @@ function M.evaluate(thresholds, snapshot, result)
   table.sort(names)
   for _, name in ipairs(names) do
     local spec = thresholds[name]
-    local hist, total = find_metric(snapshot, name)
+    local hist_found, total = find_metric(snapshot, name)
     if type(spec) == "number" then
       check(out, name, "value", spec, tonumber(result_field(result, name)), ">=")
     elseif type(spec) == "table" then
@@ -62,11 +79,11 @@ function M.evaluate(thresholds, snapshot, result)
       table.sort(stats)
       for _, stat in ipairs(stats) do
         local limit = spec[stat]
-        if hist and STATS[stat] then
-          check(out, name, stat, limit, hist[stat], "<=")
+        if hist_found then
+          check(out, name, stat, limit, stat_of(hist_found, stat), "<=")
         elseif stat == "max" or stat == "min" then
           local actual = total
-          if hist == nil and total == nil then actual = tonumber(result_field(result, name)) end
+          if actual == nil then actual = tonumber(result_field(result, name)) end
           check(out, name, "value", limit, actual, stat == "max" and "<=" or ">=")
         else
           check(out, name, stat, limit, nil, "<=")

@@ -72,7 +72,7 @@ end
 
 begin parameter-type
 run "$WORK/o" "$WORK/ok.lua" a=abc; expect_code $CODE 2
-expect_in "$WORK/stderr" "parameter 'a' wants a integer (like its default 1), got string 'abc'"
+expect_in "$WORK/stderr" "parameter 'a' wants an integer (like its default 1), got a string 'abc'"
 end
 
 begin parameter-precedence
@@ -84,6 +84,28 @@ R=$(result_json "$WORK/prec")
 [ "$(json_get "$R" b)" = 20 ] || fail "b: file expected"
 [ "$(json_get "$R" c)" = cli ] || fail "c: command line expected"
 [ "$(json_get "$R" flag)" = true ] || fail "flag: file expected"
+end
+
+begin string-parameter-keeps-text
+run "$WORK/str" "$WORK/ok.lua" c=007; expect_code $CODE 0
+R=$(result_json "$WORK/str")
+[ "$(json_get "$R" c)" = 007 ] || fail "c: the text 007 expected"
+end
+
+begin integer-parameter-refuses-fraction
+run "$WORK/o" "$WORK/ok.lua" a=1.5; expect_code $CODE 2
+expect_in "$WORK/stderr" "parameter 'a' wants an integer (like its default 1), got 1.5"
+end
+
+begin options-after-scenario
+run "$WORK/o" "$WORK/ok.lua" --seed 1; expect_code $CODE 2
+expect_in "$WORK/stderr" "'--seed' is not a key=value parameter (options go before the scenario file"
+end
+
+begin params-file-not-a-mapping
+printf -- '- a\n- b\n' >"$WORK/list.yaml"
+run "$WORK/o" -p "$WORK/list.yaml" "$WORK/ok.lua"; expect_code $CODE 2
+expect_in "$WORK/stderr" "a params file must be a YAML mapping of name: value"
 end
 
 begin bad-params-file
