@@ -224,7 +224,9 @@ static int run_lua(const char *module, const char *fn, const char *scenario,
   if (kb_rt_pcall(rt, 2, 0) != LUA_OK) goto done;
   code = kb_rt_run(rt);
   if (!kb_rt_stopping(rt)) {
-    fprintf(stderr, "kbrun: internal error: the scenario stopped without an outcome\n");
+    fprintf(stderr, "kbrun: the scenario is stuck: %d task(s) wait for something that can "
+                    "no longer happen (a semaphore never released, a task waiting on itself "
+                    "through others?)\n", kb_task_count_live(rt));
     code = 1;
   }
 done:

@@ -134,7 +134,7 @@ function Run:result_document()
     started_at = os.date("!%Y-%m-%dT%H:%M:%SZ", math.floor(self.started_wall)),
     finished_at = os.date("!%Y-%m-%dT%H:%M:%SZ", math.floor(kb.time())),
     duration = kb.now() - self.started,
-    clock = { kind = core.clock_speed() == 1 and "real" or "virtual", speed = core.clock_speed() },
+    clock = M.clock(),
     seed = self.seed_value,
     params = kb.params,
     environment = M.environment(),
@@ -220,6 +220,14 @@ function Run:on_signal(name)
   if self.main_task then self.main_task:cancel() end
   core.cancel_all()
   kb.spawn(function() self:finish() end)
+end
+
+--- The clock the run measured in: the simulator's virtual clock if one was
+-- installed during the run (even if stopped since), else the real clock.
+function M.clock()
+  local speed = require("kb.sim").speed_used()
+  if speed and speed ~= 1 then return { kind = "virtual", speed = speed } end
+  return { kind = "real", speed = 1 }
 end
 
 local function first_line(path)

@@ -597,17 +597,17 @@ static void set_number(lua_State *L, const char *k, double v) {
 }
 
 /* Seconds the simulator's modelled latency held this response (its
- * "Server-Timing: kbrun-sim;dur=MS" header), or 0. */
+ * "Server-Timing: kbrun-sim;dur=MS" header), or -1 without that header. */
 static double sim_hold_seconds(const kb_http_response *resp) {
   size_t len;
   const char *v = kb_http_response_header(resp, "Server-Timing", &len);
-  if (!v || len < 14 || strncmp(v, "kbrun-sim;dur=", 14) != 0) return 0;
+  if (!v || len < 14 || strncmp(v, "kbrun-sim;dur=", 14) != 0) return -1;
   char num[32];
   size_t n = len - 14 < sizeof num - 1 ? len - 14 : sizeof num - 1;
   memcpy(num, v + 14, n);
   num[n] = '\0';
   double ms = strtod(num, NULL);
-  return ms > 0 ? ms / 1e3 : 0;
+  return ms > 0 ? ms / 1e3 : 0.0;
 }
 
 /* Real seconds as scenario seconds. Against the embedded simulator only the
@@ -640,7 +640,7 @@ static void push_response(lua_State *L, kb_rt *rt, const kb_http_response *resp)
   lua_setfield(L, -2, "version");
   lua_createtable(L, 0, 5);
   double hold = sim_hold_seconds(resp);
-  int sim = hold > 0;
+  int sim = hold >= 0;
   set_number(L, "dns", to_scenario(rt, resp->time.dns, 0, sim));
   set_number(L, "connect", to_scenario(rt, resp->time.connect, 0, sim));
   set_number(L, "tls", to_scenario(rt, resp->time.tls, 0, sim));

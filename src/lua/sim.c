@@ -83,6 +83,8 @@ static int l_start(lua_State *L) {
     kb_sim_server_clock(s->server, &origin, &speed, &epoch);
     kb_rt_set_speed(kb_rt_from_lua(L), speed);
     s->owns_clock = 1;
+    lua_pushnumber(L, speed); /* reports say which clock they measured in */
+    lua_setfield(L, LUA_REGISTRYINDEX, "kb.sim.speed_used");
   }
   return 1;
 }
@@ -186,8 +188,16 @@ static const luaL_Reg sim_meta[] = {
   {NULL, NULL}
 };
 
+/* kb.sim.speed_used() -> the speed of the last simulator clock installed
+ * during this run, or nil if the scenario clock was always real. */
+static int l_speed_used(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, "kb.sim.speed_used");
+  return 1;
+}
+
 static const luaL_Reg sim_functions[] = {
   {"start", l_start},
+  {"speed_used", l_speed_used},
   {NULL, NULL}
 };
 

@@ -174,14 +174,39 @@ static void annotate_error(kb_task *t) {
   }
 }
 
+/* A coroutine that stopped on an error does not unwind: its to-be-closed
+ * variables (`local x <close>`) are closed here, as coroutine.close would,
+ * keeping the original error on top of its stack. */
+static void close_pending(kb_task *t) {
+  int err_idx = lua_gettop(t->co);
+  lua_pushvalue(t->co, err_idx); /* keep the error: a reset may replace it */
+  lua_xmove(t->co, t->rt->L, 1);
+  t->rt->in_lua++; /* __close code runs: wakes it causes are deferred */
+#if LUA_VERSION_RELEASE_NUM >= 50406
+  int status = lua_closethread(t->co, t->rt->L);
+#else
+  int status = lua_resetthread(t->co);
+#endif
+  t->rt->in_lua--;
+  if (status == LUA_OK || status == LUA_YIELD) {
+    lua_settop(t->co, 0);
+    lua_xmove(t->rt->L, t->co, 1);
+  } else {
+    lua_pop(t->rt->L, 1); /* a __close failed: its error replaces ours */
+  }
+}
+
 static void finish(kb_task *t, task_state state) {
   lua_State *L = t->rt->L;
   t->state = state;
   t->cancel = NULL;
   t->op = NULL;
   live_remove(t);
+  if (state == TASK_FAILED || state == TASK_CANCELLED) {
+    if (state == TASK_FAILED) annotate_error(t);
+    if (lua_status(t->co) != LUA_OK || lua_gettop(t->co) > 0) close_pending(t);
+  }
   if (state == TASK_FAILED) {
-    annotate_error(t);
     /* Remember it until someone looks, so exit can report it. */
     if (lua_rawgetp(L, LUA_REGISTRYINDEX, &FAILED_KEY) != LUA_TTABLE) {
       lua_pop(L, 1);
