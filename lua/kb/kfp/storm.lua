@@ -1,0 +1,845 @@
+--- kb.kfp.storm: the run storm of KFP's benchmark notebook
+-- (tools/benchmarks/run_service_api.ipynb), step by step, with the
+-- improvements a benchmark needs. docs/storm.md is the reference.
+--
+--   local storm = require "kb.kfp.storm"
+--   local s = storm.new(p)               -- p: the scenario's parameters (storm.params)
+--   s:scrape_metrics("before")           -- the server's /metrics
+--   s:create_pipeline()                  -- notebook step 1 (pipeline_file_url)
+--   s:create_experiment()                -- step 2
+--   s:create_runs()                      -- step 3, timed: run.create
+--   s:wait_runs()                        -- step 4: poll until finished or timed out
+--   s:get_runs()                         -- step 5, timed: run.get
+--   s:delete_runs()                      -- step 6, timed: run.delete
+--   s:cleanup()                          -- steps 7-8 and whatever is left; idempotent
+--   s:scrape_metrics("after")
+--   return s:finish()                    -- runs.csv, report data, report.csv; the result
+--
+-- Improvements over the notebook, each on by default and switchable:
+-- bounded client concurrency (`concurrency`; 1 = the notebook's sequential
+-- calls), polling every pending run each interval (`poll_all`; the notebook
+-- stops at the first unfinished run), ListRuns latency each poll
+-- (`measure_list`), a global and a per-run timeout (`timeout`,
+-- `run_timeout`: timed-out runs are terminated and counted), a cleanup that
+-- always runs and works on KFP 2.x (cascading pipeline deletes), the lag
+-- between a run's finished_at and the poll that saw it, and /metrics
+-- scraped before and after (`scrape_metrics`). `notebook = true` turns the
+-- improvements off at once.
+--
+-- Time parameters are cluster seconds. Against the embedded simulator the
+-- scenario clock is the simulator's virtual clock; against a standalone
+-- simulator (`kbrun sim`) they are scaled by its speed.
+local kb = require "kb"
+local kfp = require "kb.kfp"
+local target = require "kb.target"
+local json = require "kb.json"
+local yaml = require "kb.yaml"
+local fs = require "kb.fs"
+local log = require "kb.log"
+local metrics = require "kb.metrics"
+local csv = require "kb.csv"
+local journal = require "kb.journal"
+local core = require "kb.core"
+local prom = require "kb.kfp.prom"
+local states = require "kb.kfp.states"
+
+local M = {}
+
+--- The parameters of a run storm and their defaults. A scenario takes
+-- these (with its own defaults) through storm.params{...}.
+M.DEFAULTS = {
+  host = "",                              -- "" or "sim": the embedded simulator
+  api = "v1beta1",                        -- the notebook's API; or v2beta1
+  namespace = "",                         -- multi-user KFP: the profile namespace
+  token_file = "",                        -- bearer token file (e.g. a projected SA token)
+  pipeline_file_url = "",                 -- local path or http(s) URL
+  pipeline_params = "",                   -- run parameters: JSON or YAML mapping (text)
+  num_runs = 5,
+  run_status_polling_interval_sec = 60,
+  concurrency = 10,                       -- client requests in flight (1 = notebook)
+  timeout = 7200,                         -- the whole storm, cluster seconds (0 = none)
+  run_timeout = 3600,                     -- one run, from its creation (0 = none)
+  poll_all = true,                        -- poll every pending run each interval
+  measure_list = true,                    -- ListRuns of the experiment each interval
+  scrape_metrics = true,                  -- the server's /metrics before and after
+  progress = "auto",                      -- live line: auto (on a TTY), true, false
+  notebook = false,                       -- true: all improvements off (concurrency 1, ...)
+}
+
+--- storm.params(overrides) -> a copy of M.DEFAULTS with the scenario's
+-- own defaults (and extra parameters) merged in.
+function M.params(overrides)
+  local out = {}
+  for k, v in pairs(M.DEFAULTS) do out[k] = v end
+  for k, v in pairs(overrides or {}) do out[k] = v end
+  return out
+end
+
+local Session = {}
+Session.__index = Session
+M.Session = Session
+
+-- ---- parameters -------------------------------------------------------------------
+
+local function bad(fmt, ...)
+  error("kb.kfp.storm: " .. string.format(fmt, ...), 0)
+end
+
+local function check_int(p, name, min)
+  local v = type(p[name]) == "number" and math.tointeger(p[name]) or nil
+  if v == nil or v < min then
+    bad("%s must be an integer >= %d, got %s", name, min, tostring(p[name]))
+  end
+  p[name] = v
+end
+
+local function check_number(p, name, min, strict)
+  local v = p[name]
+  if type(v) ~= "number" or v ~= v or v < min or (strict and v == min) then
+    bad("%s must be a number %s %g, got %s", name, strict and ">" or ">=", min, tostring(v))
+  end
+end
+
+local function flag(v, name)
+  if v == true or v == "true" or v == "on" or v == "yes" then return true end
+  if v == false or v == "false" or v == "off" or v == "no" then return false end
+  bad("%s must be true or false, got %s", name, tostring(v))
+end
+
+--- Decodes pipeline_params: a table, or JSON / YAML text of a mapping of
+-- parameter names to values ("" = none).
+function M.decode_params(v)
+  if type(v) == "table" then return v end
+  if v == nil or v == "" then return {} end
+  if type(v) ~= "string" then bad("pipeline_params must be a JSON or YAML mapping, got %s", type(v)) end
+  if v:match("^table: 0x") then
+    bad("pipeline_params: give the mapping as JSON or YAML text (pipeline_params: '{\"a\": 1}')")
+  end
+  local ok, doc = pcall(yaml.decode, v, { name = "pipeline_params" })
+  if not ok or type(doc) ~= "table" or (#doc > 0) then
+    bad("pipeline_params must be a JSON or YAML mapping of name: value, got %q%s", v,
+      ok and "" or (" (" .. tostring(doc) .. ")"))
+  end
+  return doc
+end
+
+-- A checked copy of the parameters; `notebook = true` switches the
+-- improvements off.
+local function normalize(params)
+  local p = M.params(params)
+  p.notebook = flag(p.notebook, "notebook")
+  if p.notebook then
+    p.concurrency, p.poll_all, p.measure_list, p.scrape_metrics = 1, false, false, false
+    p.timeout, p.run_timeout = 0, 0
+  end
+  check_int(p, "num_runs", 1)
+  check_int(p, "concurrency", 1)
+  check_number(p, "run_status_polling_interval_sec", 0, true)
+  check_number(p, "timeout", 0)
+  check_number(p, "run_timeout", 0)
+  for _, name in ipairs({ "poll_all", "measure_list", "scrape_metrics" }) do p[name] = flag(p[name], name) end
+  if p.progress ~= "auto" then p.progress = flag(p.progress, "progress") end
+  if p.api ~= "v1beta1" and p.api ~= "v2beta1" then
+    bad("api must be v1beta1 or v2beta1, got %s", tostring(p.api))
+  end
+  p.run_params = M.decode_params(p.pipeline_params)
+  return p
+end
+
+-- ---- names and clocks -------------------------------------------------------------
+
+local ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+--- Ten random lower-case letters and digits, as the notebook names things
+-- ('run-' + 10 characters); from the kernel, so a repeated --seed never
+-- reuses a name on a real server.
+function M.rand10()
+  local f = io.open("/dev/urandom", "rb")
+  local bytes = f and f:read(10) or tostring(kb.time()):rep(2)
+  if f then f:close() end
+  local out = {}
+  for i = 1, 10 do
+    local b = (bytes:byte(i) or math.random(0, 255)) % #ALPHABET + 1
+    out[i] = ALPHABET:sub(b, b)
+  end
+  return table.concat(out)
+end
+
+-- A standalone simulator answers GET /sim/v1/status with its clock; a KFP
+-- server answers 404. No credentials are sent.
+local function probe_remote_sim(url)
+  local ok, r = pcall(kb.http.get, url .. "/sim/v1/status", { timeout = 10 })
+  if not ok or r.status ~= 200 then return nil end
+  local okd, st = pcall(json.decode, r.body)
+  if okd and type(st) == "table" and tonumber(st.sim_time) and tonumber(st.speed) then
+    st.t_local = kb.now()
+    return st
+  end
+  return nil
+end
+
+-- The server's clock (epoch seconds in the timestamps it writes) and the
+-- cluster seconds per scenario-clock second.
+function Session:setup_clock()
+  if self.sim then
+    local sim = self.sim
+    self.clock = { kind = "embedded simulator", speed = sim.speed, scale = 1 }
+    self.server_now = function() return sim.epoch + sim:now() end
+    return
+  end
+  local st = probe_remote_sim(self.url)
+  if st then
+    local scale = st.speed / core.clock_speed()
+    self.clock = { kind = "standalone simulator", speed = st.speed, scale = scale }
+    self.server_now = function()
+      return (st.epoch or 0) + st.sim_time + (kb.now() - st.t_local) * scale
+    end
+    self.remote_sim = st
+    return
+  end
+  self.clock = { kind = "server", scale = 1 }
+  self.server_now = kb.time
+end
+
+--- Cluster seconds since the storm started.
+function Session:elapsed()
+  return (kb.now() - self.t0) * self.clock.scale
+end
+
+--- Sleeps `seconds` of cluster time.
+function Session:sleep(seconds)
+  kb.sleep(seconds / self.clock.scale)
+end
+
+--- True once the global timeout has passed.
+function Session:expired()
+  return self.p.timeout > 0 and self:elapsed() >= self.p.timeout
+end
+
+-- ---- recording every call ---------------------------------------------------------
+
+local function message_of(err)
+  local text = type(err) == "table" and (err.message or tostring(err)) or tostring(err)
+  text = text:gsub("%s+", " ")
+  return #text > 300 and (text:sub(1, 300) .. "...") or text
+end
+
+--- Records an error of class `class` during `op` (kept with up to three
+-- sample messages per class).
+function Session:record_error(op, class, message)
+  local e = self.errors[class]
+  if not e then
+    e = { count = 0, ops = {}, samples = json.array({}) }
+    self.errors[class] = e
+  end
+  e.count = e.count + 1
+  e.ops[op] = (e.ops[op] or 0) + 1
+  if #e.samples < 3 then e.samples[#e.samples + 1] = message end
+end
+
+-- One timed call: a row of latencies.csv, a journal line, its sample.
+function Session:record_call(op, t0, latency, status, err)
+  local class = err and (type(err) == "table" and err.class or "lua") or nil
+  local message = err and message_of(err) or nil
+  local call = { op = op, start = t0 - self.t0, latency = latency, status = status,
+    class = class, error = message }
+  self.ncalls = self.ncalls + 1
+  if self.keep_calls then self.calls[#self.calls + 1] = call end
+  if self.latencies then
+    self.latencies:write{ op, call.start, latency, status, class, message }
+  end
+  self:journal_write{ event = "call", op = op, t = call.start, latency = latency,
+    status = status, class = class, error = message }
+  if err then
+    self:record_error(op, class, message)
+  else
+    local list = self.samples[op] or {}
+    list[#list + 1] = latency
+    self.samples[op] = list
+  end
+end
+
+-- Wraps a client's request so every call is recorded as it happens, with
+-- the latency kb.kfp records in its histograms.
+function Session:instrument(c)
+  local inner = c.request
+  local session = self
+  c.request = function(client, req)
+    local t0 = kb.now()
+    local ok, doc, resp = pcall(inner, client, req)
+    if not ok and kb.is_cancelled(doc) then error(doc, 0) end
+    local status = ok and resp and resp.status or (type(doc) == "table" and doc.status or nil)
+    -- kb.http's time.total is what kb.kfp records (against the simulator
+    -- it counts only the modelled hold as virtual time)
+    local latency = ok and resp and resp.time and resp.time.total or kb.now() - t0
+    session:record_call(client.metrics_prefix .. req.op, t0, latency, status, not ok and doc or nil)
+    if not ok then error(doc, 0) end
+    return doc, resp
+  end
+  return c
+end
+
+--- Appends an event to output/journal.jsonl (when there is an experiment).
+function Session:journal_write(record)
+  if self.journal then self.journal:write(record) end
+end
+
+-- ---- construction -----------------------------------------------------------------
+
+local LATENCY_HEADER = { "op", "start", "latency", "status", "error_class", "error" }
+
+function Session:open_outputs()
+  local exp = self.exp
+  if not exp then return end
+  self.journal = journal.open(exp:path("output", "journal.jsonl"))
+  self.latencies = csv.writer(exp:path("result", "latencies.csv"), LATENCY_HEADER)
+end
+
+local function client_opts(self, prefix)
+  local p = self.p
+  return {
+    host = self.url, api = p.api, metrics_prefix = prefix,
+    namespace = p.namespace ~= "" and p.namespace or nil,
+    token_file = p.token_file ~= "" and p.token_file or nil,
+    http = self.opts.http,
+  }
+end
+
+--- storm.new(params [, opts]) -> a session. params as M.DEFAULTS; opts:
+-- exp (the experiment, default kb.exp), name (for report.csv), kind
+-- ("runs", or "pipelines" for the steps of kb.kfp.storm_pipelines),
+-- base_dir (where relative pipeline paths are also looked up), http (a
+-- kb.http client-like object for the KFP clients), keep_calls (keep every
+-- call in s.calls), sim (options of the embedded simulator).
+-- Three clients share the server: s.c (the notebook's timed calls),
+-- s.poller (status polls, histograms "poll.*") and s.aux (scrapes and
+-- cleanup, "aux.*"), so run.get holds the notebook's final GETs only.
+function M.new(params, opts)
+  opts = opts or {}
+  local p = normalize(params)
+  local self = setmetatable({ p = p, opts = opts, exp = opts.exp or rawget(kb, "exp"),
+    name = opts.name or "storm", t0 = kb.now(), started_wall = kb.time(), runs = {},
+    created = { pipelines = {}, experiments = {} }, gone = {}, errors = {}, samples = {}, calls = {},
+    ncalls = 0, keep_calls = opts.keep_calls, scrapes = {} }, Session)
+  self.kind = opts.kind or "runs"
+  if self.kind == "pipelines" then require("kb.kfp.storm_pipelines").setup(self) end
+  self.url, self.sim = target.resolve(p.host, opts.sim)
+  self:setup_clock()
+  self:open_outputs()
+  self.c = self:instrument(kfp.client(client_opts(self, "")))
+  self.poller = self:instrument(kfp.client(client_opts(self, "poll.")))
+  self.aux = self:instrument(kfp.client(client_opts(self, "aux.")))
+  self.progress = require("kb.kfp.storm_report").progress(self)
+  self:journal_write{ event = "start", url = self.url, api = p.api, clock = self.clock,
+    params = p, wall = self.started_wall }
+  log.info("storm: %s (%s, %s), %s, concurrency %d", self.url, p.api, self.clock.kind,
+    self.kind == "pipelines" and (p.num_pipelines .. " pipelines") or (p.num_runs .. " runs"),
+    p.concurrency)
+  return self
+end
+
+-- ---- server metrics ---------------------------------------------------------------
+
+--- Scrapes the server's /metrics (label "before" / "after"); a server
+-- without /metrics is noted, not fatal. Returns the parsed scrape or nil.
+function Session:scrape_metrics(label)
+  if not self.p.scrape_metrics then return nil end
+  local ok, text = pcall(self.aux.request, self.aux,
+    { op = "metrics.get", path = "/metrics", root = true, raw = true })
+  if not ok then
+    if kb.is_cancelled(text) then error(text, 0) end
+    self.scrape_error = message_of(text)
+    log.warn("storm: no server metrics (%s)", self.scrape_error)
+    return nil
+  end
+  local scrape = prom.parse(text)
+  self.scrapes[label] = scrape
+  return scrape
+end
+
+--- The server-side figures between the "before" and "after" scrapes:
+-- { available, grpc = {[op] = {count, mean, p50, p90, p99, codes, errors}},
+-- handlers = {run_server_create_requests = n, ...}, gauges = {...} }.
+function Session:server_metrics()
+  local a, b = self.scrapes.before, self.scrapes.after
+  if not (a and b) then
+    return { available = false, reason = self.scrape_error
+      or (self.p.scrape_metrics and "not scraped twice" or "scrape_metrics = false") }
+  end
+  local gauges = {}
+  for _, g in pairs(prom.gauges(a, b)) do
+    if next(g.labels) == nil then gauges[g.name] = { before = g.before, after = g.after } end
+  end
+  return { available = true, grpc = prom.grpc(a, b), handlers = prom.handler_counters(a, b),
+    gauges = gauges }
+end
+
+-- ---- the pipeline -----------------------------------------------------------------
+
+local function is_loopback(url)
+  local host = url:match("^%a+://%[?([^/%]:]*)")
+  return host == "localhost" or host == "::1" or (host or ""):match("^127%.") ~= nil
+end
+
+-- Fetches an http(s) URL as the server would, following redirects with a
+-- warning: a KFP server does not follow them (the docs warn that
+-- storage.cloud.google.com links redirect to a login page).
+local function fetch_pipeline(url)
+  local r = kb.http.get(url, { follow_redirects = true, timeout = 60 })
+  local final = r.url or url
+  if (r.redirects or 0) > 0 then
+    log.warn("storm: pipeline_file_url %s redirects to %s; using the final URL "
+      .. "(a KFP server does not follow redirects)", url, (final:gsub("[?#].*$", "")))
+  end
+  if r.status ~= 200 then
+    bad("pipeline_file_url %s: HTTP %d", url, r.status)
+  end
+  if r.body:match("^%s*<") then
+    bad("pipeline_file_url %s returned an HTML page, not a pipeline (a login page? use a "
+      .. "public https://storage.googleapis.com/... URL or a local file)", final)
+  end
+  return final, r.body
+end
+
+local function local_path(self, u)
+  local path = u:gsub("^file://", "")
+  if not fs.exists(path) and self.opts.base_dir and path:sub(1, 1) ~= "/" then
+    local alt = fs.join(self.opts.base_dir, path)
+    if fs.exists(alt) then path = alt end
+  end
+  if fs.exists(path) ~= "file" then
+    bad("pipeline_file_url: no such file '%s' (give a local path or an http(s) URL)", u)
+  end
+  return fs.abspath(path)
+end
+
+--- Where the pipeline comes from: {url = } (the server downloads it, as in
+-- the notebook), {path = } (uploaded) or {content =, filename = }.
+-- A local file goes to a simulator on this machine as a file:// URL
+-- (CreatePipeline, like the notebook) and is uploaded to anything else; a
+-- simulator never downloads, so an http(s) file is fetched and uploaded.
+function Session:pipeline_source()
+  if self.source then return self.source end
+  local u = self.p.pipeline_file_url
+  if u == "" then bad("pipeline_file_url is required (a local path or an http(s) URL)") end
+  local src
+  if u:match("^[Hh][Tt][Tt][Pp][Ss]?://") then
+    local final, content = fetch_pipeline(u)
+    if self.sim or self.remote_sim then
+      src = { content = content, filename = (final:match("([^/?#]+)%.ya?ml") or "pipeline") .. ".yaml",
+        origin = final }
+    else
+      src = { url = final, origin = final }
+    end
+  else
+    local path = local_path(self, u)
+    if self.sim or (self.remote_sim and is_loopback(self.url)) then
+      src = { url = "file://" .. path, origin = path }
+    else
+      src = { path = path, origin = path }
+    end
+  end
+  self.source = src
+  return src
+end
+
+--- Creates a pipeline from pipeline_file_url (notebook step 1): timed as
+-- pipeline.create (from a URL) or pipeline.upload (a local file sent to a
+-- real server). Returns the normalised pipeline (also s.pipeline).
+function Session:create_pipeline(name)
+  local src = self:pipeline_source()
+  name = name or ("pipeline-" .. M.rand10())
+  local pl
+  if src.url then
+    pl = self.c:create_pipeline{ name = name, url = src.url }
+  elseif src.path then
+    pl = self.c:upload_pipeline{ name = name, file = src.path }
+  else
+    pl = self.c:upload_pipeline{ name = name, content = src.content, filename = src.filename }
+  end
+  self.created.pipelines[#self.created.pipelines + 1] = pl.id
+  self.pipeline = self.pipeline or pl
+  self:journal_write{ event = "pipeline.created", id = pl.id, name = name, source = src.origin }
+  return pl
+end
+
+--- Creates the experiment the runs belong to (notebook step 2).
+function Session:create_experiment(name)
+  local e = self.c:create_experiment{ name = name or ("experiment-" .. M.rand10()) }
+  self.created.experiments[#self.created.experiments + 1] = e.id
+  self.experiment = self.experiment or e
+  self:journal_write{ event = "experiment.created", id = e.id, name = e.name }
+  return e
+end
+
+-- ---- runs -------------------------------------------------------------------------
+
+-- Copies what the server says about a run into our record of it.
+local function absorb(run, r)
+  run.state, run.state_raw = r.state, r.state_raw
+  run.created_at, run.scheduled_at = r.created_at or run.created_at, r.scheduled_at or run.scheduled_at
+  run.finished_at = r.finished_at or run.finished_at
+  if r.error and r.error ~= "" then run.server_error = r.error end
+  if r.finished and run.created_at and run.finished_at then
+    run.duration = run.finished_at - run.created_at
+  end
+end
+
+-- fn(self, run), with failures left to the instrumented client's records.
+local function guarded(fn)
+  return function(self, run)
+    local ok, err = pcall(fn, self, run)
+    if not ok and kb.is_cancelled(err) then error(err, 0) end
+    return ok
+  end
+end
+
+local function pending(run)
+  return run.id ~= nil and not run.finished and not run.timed_out
+end
+
+function Session:create_one(run)
+  local p, pl = self.p, self.pipeline
+  local ok, r = pcall(self.c.create_run, self.c, { name = run.name,
+    experiment_id = self.experiment and self.experiment.id,
+    pipeline_id = pl.id, pipeline_version_id = pl.default_version_id, params = p.run_params })
+  if not ok then
+    if kb.is_cancelled(r) then error(r, 0) end
+    run.create_error = message_of(r)
+    self:journal_write{ event = "run.create_failed", name = run.name, error = run.create_error }
+    return
+  end
+  run.id, run.t_created = r.id, kb.now()
+  absorb(run, r)
+  self:journal_write{ event = "run.created", id = r.id, name = run.name, t = self:elapsed(),
+    state = r.state, created_at = r.created_at }
+end
+
+--- Creates n runs (default num_runs) of s.pipeline in s.experiment, at
+-- most `concurrency` requests in flight (notebook step 3, timed:
+-- run.create). A failed create is recorded, not raised; after the global
+-- timeout the remaining runs are not created. Returns the new run records.
+function Session:create_runs(n)
+  assert(self.pipeline, "kb.kfp.storm: create_pipeline() before create_runs()")
+  n = n or self.p.num_runs
+  local pool, made = kb.pool(self.p.concurrency), {}
+  for _ = 1, n do
+    local run = { index = #self.runs + 1, name = "run-" .. M.rand10() }
+    self.runs[run.index], made[#made + 1] = run, run
+  end
+  for _, run in ipairs(made) do
+    if self:expired() then
+      run.create_error = "not created: the global timeout passed"
+    else
+      pool:spawn(self.create_one, self, run)
+    end
+    self.progress:update()
+  end
+  pool:wait()
+  self.progress:milestone(string.format("%d of %d runs created", self:count(function(r)
+    return r.id ~= nil end, made), n))
+  return made
+end
+
+--- Number of runs (of `list`, default all) for which fn(run) is true.
+function Session:count(fn, list)
+  local n = 0
+  for _, r in ipairs(list or self.runs) do
+    if fn(r) then n = n + 1 end
+  end
+  return n
+end
+
+-- Histogram layout of run durations and lags: 1 ms to 30 days.
+local LONG = { lowest = 1e-3, highest = 30 * 86400, digits = 3 }
+
+-- A poll's answer: the first time a run is seen finished, the lag between
+-- its finished_at and now (server clock).
+function Session:observe(run, r)
+  absorb(run, r)
+  if not r.finished or run.finished or run.timed_out then return end
+  run.finished = true
+  if run.finished_at then run.observed_lag = self.server_now() - run.finished_at end
+  if r.succeeded and run.duration then
+    metrics.histogram("run.duration", nil, LONG):record(math.max(run.duration, 0))
+  end
+  if run.observed_lag then
+    metrics.histogram("run.observed_lag", nil, LONG):record(math.max(run.observed_lag, 0))
+  end
+  self:journal_write{ event = "run.finished", id = run.id, state = run.state, t = self:elapsed(),
+    duration = run.duration, observed_lag = run.observed_lag }
+end
+
+-- One status GET (poll client); false when the call failed.
+function Session:poll_one(run)
+  local ok, r = pcall(self.poller.get_run, self.poller, run.id)
+  if not ok then
+    if kb.is_cancelled(r) then error(r, 0) end
+    run.poll_error = message_of(r)
+    return false
+  end
+  self:observe(run, r)
+  return true
+end
+
+-- The notebook's loop: GET runs in creation order, stop at the first
+-- unfinished one (finished runs are fetched again every time).
+function Session:poll_in_order(list)
+  for _, run in ipairs(list) do
+    if run.id and not run.timed_out then
+      self:poll_one(run)
+      if not run.finished then return end
+    end
+  end
+end
+
+-- Every pending run, `concurrency` GETs in flight.
+function Session:poll_pending(list)
+  local pool = kb.pool(self.p.concurrency)
+  for _, run in ipairs(list) do
+    if pending(run) then pool:spawn(self.poll_one, self, run) end
+  end
+  pool:wait()
+end
+
+--- ListRuns of the experiment (every page; timed: run.list). Returns the
+-- number of runs listed, or nil when the call failed.
+function Session:list_runs()
+  local ok, items = pcall(self.c.list_all_runs, self.c,
+    { experiment_id = self.experiment and self.experiment.id, page_size = 200 })
+  if not ok then
+    if kb.is_cancelled(items) then error(items, 0) end
+    return nil
+  end
+  return #items
+end
+
+-- Terminates a run that ran out of time and counts it as timed out.
+function Session:time_out(run, why)
+  run.timed_out, run.timeout_reason = true, why
+  local ok, err = pcall(self.c.terminate_run, self.c, run.id)
+  if not ok and kb.is_cancelled(err) then error(err, 0) end
+  run.terminated = ok
+  self:journal_write{ event = "run.timeout", id = run.id, state = run.state, reason = why,
+    t = self:elapsed(), terminated = ok }
+  log.warn("storm: run %s %s (state %s)%s", run.id, why, tostring(run.state),
+    ok and "; terminated" or "; terminate failed")
+end
+
+-- Cluster seconds a run has existed (from its create call's answer).
+function Session:age(run)
+  return (kb.now() - run.t_created) * self.clock.scale
+end
+
+function Session:enforce_timeouts(list)
+  local p, expired = self.p, self:expired()
+  local pool = kb.pool(p.concurrency)
+  for _, run in ipairs(list) do
+    if pending(run) then
+      local why
+      if expired then
+        why = string.format("not finished within the global timeout (%g s)", p.timeout)
+      elseif p.run_timeout > 0 and self:age(run) >= p.run_timeout then
+        why = string.format("not finished within run_timeout (%g s)", p.run_timeout)
+      end
+      if why then pool:spawn(self.time_out, self, run, why) end
+    end
+  end
+  pool:wait()
+end
+
+-- Cluster seconds until the next poll: the interval, or less when a
+-- timeout falls due first.
+function Session:next_wait(list)
+  local p = self.p
+  local wait = p.run_status_polling_interval_sec
+  if p.timeout > 0 then wait = math.min(wait, p.timeout - self:elapsed()) end
+  if p.run_timeout > 0 then
+    for _, run in ipairs(list) do
+      if pending(run) then wait = math.min(wait, p.run_timeout - self:age(run)) end
+    end
+  end
+  return math.max(wait, 1e-3)
+end
+
+--- Sets the number of requests in flight (the probe raises it step by step).
+function Session:set_concurrency(n)
+  self.p.concurrency = n
+  check_int(self.p, "concurrency", 1)
+end
+
+--- `rounds` polls of the runs (default all) without waiting for them to
+-- finish, `run_status_polling_interval_sec` apart: a ListRuns (with
+-- measure_list) and a GET of every pending run per round.
+function Session:poll_rounds(list, rounds)
+  list = list or self.runs
+  for i = 1, rounds do
+    if self:count(pending, list) == 0 then return end
+    if self.p.measure_list then self:list_runs() end
+    self:poll_pending(list)
+    self.progress:update()
+    if i < rounds then self:sleep(self.p.run_status_polling_interval_sec) end
+  end
+end
+
+--- Terminates every run (default all) still pending (timed: run.terminate).
+function Session:terminate_runs(list)
+  self:each_created(list, guarded(function(s, run)
+    if not pending(run) then return end
+    s.c:terminate_run(run.id)
+    run.terminated = true
+  end))
+end
+
+--- Polls the runs (default all) until every created one finished or timed
+-- out (notebook step 4). With poll_all, each interval GETs every pending
+-- run; without it, the notebook's in-order walk. measure_list adds a
+-- ListRuns per interval. Status GETs are timed as poll.run.get.
+function Session:wait_runs(list)
+  list = list or self.runs
+  while true do
+    if self:count(pending, list) == 0 then break end
+    if self.p.measure_list then self:list_runs() end
+    if self.p.poll_all then self:poll_pending(list) else self:poll_in_order(list) end
+    self:enforce_timeouts(list)
+    self.progress:update()
+    if self:count(pending, list) == 0 then break end
+    self:sleep(self:next_wait(list))
+  end
+  self.progress:done()
+end
+
+-- Runs `fn(self, run)` for each run with an id, `concurrency` at a time.
+function Session:each_created(list, fn)
+  local pool = kb.pool(self.p.concurrency)
+  for _, run in ipairs(list or self.runs) do
+    if run.id then pool:spawn(fn, self, run) end
+  end
+  pool:wait()
+end
+
+--- One more GET of every created run, timed as run.get (notebook step 5:
+-- these are the notebook's GetRun latencies).
+function Session:get_runs(list)
+  self:each_created(list, guarded(function(s, run)
+    s:observe(run, s.c:get_run(run.id))
+  end))
+end
+
+--- Deletes every created run, timed as run.delete (notebook step 6).
+function Session:delete_runs(list)
+  self:each_created(list, guarded(function(s, run)
+    if run.deleted then return end
+    s.c:delete_run(run.id)
+    run.deleted = true
+  end))
+end
+
+-- ---- cleanup ----------------------------------------------------------------------
+
+local MAX_CLEANUP_ERRORS = 10
+
+-- Calls fn(...); a failure is logged and kept (the first few), never raised.
+local function try(self, what, fn, ...)
+  local ok, err = pcall(fn, ...)
+  if ok then return true end
+  if kb.is_cancelled(err) then error(err, 0) end
+  if type(err) == "table" and err.class == "not_found" then return true end
+  local text = what .. ": " .. message_of(err)
+  self.cleanup_failures = (self.cleanup_failures or 0) + 1
+  if #self.cleanup_errors < MAX_CLEANUP_ERRORS then
+    self.cleanup_errors[#self.cleanup_errors + 1] = text
+    log.warn("storm: cleanup: %s", text)
+  elseif self.cleanup_failures == MAX_CLEANUP_ERRORS + 1 then
+    log.warn("storm: cleanup: more failures; only the first %d are kept", MAX_CLEANUP_ERRORS)
+  end
+  return false
+end
+
+-- Deletes our runs that are still there, then anything else the
+-- experiment holds (a run whose create call failed may exist anyway).
+function Session:cleanup_runs()
+  local aux = self.aux
+  self:each_created(nil, function(s, run)
+    if run.deleted then return end
+    if pending(run) then try(s, "terminate run " .. run.id, aux.terminate_run, aux, run.id) end
+    if try(s, "delete run " .. run.id, aux.delete_run, aux, run.id) then
+      run.deleted = true
+      s.cleaned.runs = s.cleaned.runs + 1
+    end
+  end)
+  for _, eid in ipairs(self.created.experiments) do
+    if self.gone[eid] then goto next_experiment end
+    local ok, items = pcall(aux.list_all_runs, aux, { experiment_id = eid, page_size = 200 })
+    if not ok and kb.is_cancelled(items) then error(items, 0) end
+    for _, r in ipairs(ok and items or {}) do
+      if try(self, "delete leftover run " .. r.id, aux.delete_run, aux, r.id) then
+        self.cleaned.leftover_runs = self.cleaned.leftover_runs + 1
+      end
+    end
+    ::next_experiment::
+  end
+end
+
+--- Deletes everything the storm created: runs (terminated first when still
+-- running), leftover runs of its experiments, pipelines with their
+-- versions (KFP 2.x refuses a plain delete, kfp.md §1c) and experiments.
+-- Idempotent; failures are counted (s.cleanup_failures), the first ten
+-- logged and kept in s.cleanup_errors, never raised, so it is safe in a
+-- scenario's cleanup after an error or Ctrl-C.
+function Session:cleanup()
+  self.cleanup_errors = self.cleanup_errors or {}
+  self.cleaned = self.cleaned or { runs = 0, leftover_runs = 0, pipelines = 0, experiments = 0 }
+  self:cleanup_runs()
+  local aux = self.aux
+  for _, id in ipairs(self.created.pipelines) do
+    if not self.gone[id]
+        and try(self, "delete pipeline " .. id, aux.delete_pipeline, aux, id, { cascade = true }) then
+      self.gone[id] = true
+      self.cleaned.pipelines = self.cleaned.pipelines + 1
+    end
+  end
+  for _, id in ipairs(self.created.experiments) do
+    if not self.gone[id] and try(self, "delete experiment " .. id, aux.delete_experiment, aux, id) then
+      self.gone[id] = true
+      self.cleaned.experiments = self.cleaned.experiments + 1
+    end
+  end
+  self:journal_write{ event = "cleanup", cleaned = self.cleaned, errors = self.cleanup_errors }
+  return self.cleaned
+end
+
+--- The outcome of a run: Succeeded, Failed (finished otherwise), Timed out,
+-- Not created, Terminated (stopped by terminate_runs, as the probe does),
+-- or Interrupted (still running when the storm stopped).
+function M.outcome(run)
+  if not run.id then return "Not created" end
+  if run.timed_out then return "Timed out" end
+  if run.finished then return run.state == "Succeeded" and "Succeeded" or "Failed" end
+  if run.terminated then return "Terminated" end
+  return "Interrupted"
+end
+
+M.is_finished = states.is_finished
+
+--- storm.compare(result, reference, tolerance) -> rows comparing measured
+-- figures with published ones (see kb.kfp.storm_report.compare).
+function M.compare(...) return require("kb.kfp.storm_report").compare(...) end
+
+--- storm.report(doc) -> kb.report options (plot order, sections): use as a
+-- scenario's `report` field.
+function M.report(doc) return require("kb.kfp.storm_report").report(doc) end
+
+--- Writes runs.csv, hands the samples and outcomes to the report, appends
+-- the experiment's row to <out>/report.csv, prints the summary and returns
+-- the result table for result.json (see storm_report.result). Idempotent.
+function Session:finish()
+  if self.result then return self.result end
+  local out = require(self.kind == "pipelines" and "kb.kfp.storm_pipelines" or "kb.kfp.storm_report")
+  self.result = out.result(self)
+  out.write(self, self.result)
+  self:journal_write{ event = "finish", result = self.result }
+  return self.result
+end
+
+return M

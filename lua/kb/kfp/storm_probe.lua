@@ -1,0 +1,178 @@
+--- kb.kfp.storm_probe: where does a KFP server break? The arithmetic of
+-- scenarios/kfp_probe.lua: the ramp of concurrency levels, the figures of
+-- one step from the calls a storm session kept, the verdict against the
+-- limits, and the report's ramp section.
+--
+--   local probe = require "kb.kfp.storm_probe"
+--   for _, level in ipairs(probe.ramp(p)) do
+--     local mark = #s.calls
+--     ... create `level` runs, poll them, delete them ...
+--     local step = probe.step(level, s.calls, mark, p)
+--     if step.broke then break end
+--   end
+--   result.probe = probe.summary(steps, p)
+local hist = require "kb.hist"
+local json = require "kb.json"
+local svg = require "kb.svg"
+
+local M = {}
+
+--- The parameters of a probe and their defaults (besides the storm's).
+M.DEFAULTS = {
+  start_concurrency = 8,        -- runs (and requests in flight) of the first step
+  factor = 2,                   -- each step multiplies it
+  max_concurrency = 1024,       -- the last step at most
+  polls_per_step = 3,           -- status polls of each step's runs
+  max_error_rate = 0.05,        -- a step with more failed calls breaks the server
+  max_p99 = 5.0,                -- ... or with a slower p99 on an op (seconds)
+}
+
+--- The concurrency levels: start, start*factor, ... up to max.
+function M.ramp(p)
+  local levels, n = {}, p.start_concurrency
+  if math.type(n) ~= "integer" or n < 1 then
+    error("kb.kfp.storm: start_concurrency must be an integer >= 1, got " .. tostring(n), 0)
+  end
+  if type(p.factor) ~= "number" or p.factor <= 1 then
+    error("kb.kfp.storm: factor must be a number > 1, got " .. tostring(p.factor), 0)
+  end
+  while n <= p.max_concurrency do
+    levels[#levels + 1] = n
+    n = math.max(n + 1, math.floor(n * p.factor + 0.5))
+  end
+  return levels
+end
+
+local OPS = { "run.create", "poll.run.get", "run.list", "run.terminate", "run.delete" }
+
+-- Latency percentiles (successful calls) and error counts per op.
+local function per_op(calls, mark)
+  local ops = {}
+  for i = mark + 1, #calls do
+    local c = calls[i]
+    local o = ops[c.op]
+    if not o then
+      o = { h = hist.new(), calls = 0, errors = 0 }
+      ops[c.op] = o
+    end
+    o.calls = o.calls + 1
+    if c.class then o.errors = o.errors + 1 else o.h:record(c.latency) end
+  end
+  return ops
+end
+
+-- Error classes of the step's calls with a sample message each.
+local function step_errors(calls, mark)
+  local out = {}
+  for i = mark + 1, #calls do
+    local c = calls[i]
+    if c.class then
+      local e = out[c.class] or { count = 0, sample = c.error }
+      e.count = e.count + 1
+      out[c.class] = e
+    end
+  end
+  return out
+end
+
+--- The figures of one step from the calls after `mark`: level, calls,
+-- errors, error_rate, ops {[op] = {calls, errors, p50, p99}}, worst_p99
+-- (and its op), error classes, and broke/reason against the limits.
+function M.step(level, calls, mark, p)
+  local ops, total, failed = {}, 0, 0
+  local worst, worst_op = 0, nil
+  for op, o in pairs(per_op(calls, mark)) do
+    local s = o.h:summary()
+    ops[op] = { calls = o.calls, errors = o.errors, p50 = s.p50, p99 = s.p99 }
+    total, failed = total + o.calls, failed + o.errors
+    if s.p99 and s.p99 > worst then worst, worst_op = s.p99, op end
+  end
+  local step = { level = level, calls = total, errors = failed,
+    error_rate = total > 0 and failed / total or 0, ops = ops, worst_p99 = worst,
+    worst_op = worst_op, error_classes = step_errors(calls, mark) }
+  if step.error_rate > p.max_error_rate then
+    step.broke = true
+    step.reason = string.format("error rate %.1f%% > %.1f%%", 100 * step.error_rate,
+      100 * p.max_error_rate)
+  elseif worst > p.max_p99 then
+    step.broke = true
+    step.reason = string.format("%s p99 %.3f s > %.3f s", worst_op, worst, p.max_p99)
+  end
+  return step
+end
+
+--- The probe's verdict: steps, broke_at (the level, or nil), reason,
+-- last_good (the highest level below the limits), limits.
+function M.summary(steps, p)
+  local out = { steps = json.array({}), limits = { max_error_rate = p.max_error_rate,
+    max_p99 = p.max_p99 } }
+  for _, st in ipairs(steps) do
+    out.steps[#out.steps + 1] = st
+    if st.broke then
+      out.broke_at, out.reason = st.level, st.reason
+    else
+      out.last_good = st.level
+    end
+  end
+  if not out.broke_at then
+    out.reason = string.format("held up to %d concurrent runs (the ramp's end)",
+      out.last_good or 0)
+  end
+  return out
+end
+
+-- ---- report -------------------------------------------------------------------------
+
+local function esc(v) return svg.escape(tostring(v)) end
+
+local function fmt_s(v) return v and svg.format_value(v, "s") or "-" end
+
+local function ramp_table(pr)
+  local rows = { '<table class="grid"><thead><tr><th>concurrent runs</th><th>calls</th>'
+    .. "<th>errors</th><th>error rate</th><th>create p99</th><th>poll GET p99</th>"
+    .. "<th>list p99</th><th>worst p99</th><th>verdict</th></tr></thead><tbody>" }
+  for _, st in ipairs(pr.steps) do
+    local op = function(name) return fmt_s(st.ops[name] and st.ops[name].p99) end
+    rows[#rows + 1] = string.format('<tr%s><td>%d</td><td>%d</td><td>%d</td><td>%.1f%%</td>'
+      .. "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>",
+      st.broke and ' class="fail"' or "", st.level, st.calls, st.errors, 100 * st.error_rate,
+      esc(op("run.create")), esc(op("poll.run.get")), esc(op("run.list")),
+      esc(fmt_s(st.worst_p99)), esc(st.broke and st.reason or "ok"))
+  end
+  rows[#rows + 1] = "</tbody></table>"
+  return table.concat(rows)
+end
+
+local function ramp_plot(pr)
+  local series = {}
+  for _, op in ipairs(OPS) do
+    local pts = {}
+    for _, st in ipairs(pr.steps) do
+      local o = st.ops[op]
+      if o and o.p99 then pts[#pts + 1] = { x = st.level, y = o.p99 } end
+    end
+    if #pts > 0 then series[#series + 1] = { name = op .. " p99", points = pts } end
+  end
+  if #series == 0 then return "" end
+  return svg.lines{ series = series, title = "p99 latency per step",
+    x = { scale = "log", label = "concurrent runs" }, y = { unit = "s", label = "p99" } }
+end
+
+--- kb.report options: the storm's sections plus the ramp (table and p99
+-- per level). Use as the probe scenario's `report` field.
+function M.report(doc)
+  local opts = require("kb.kfp.storm_report").report(doc)
+  local r = type(doc) == "table" and type(doc.result) == "table" and doc.result or nil
+  local pr = r and r.probe
+  if type(pr) ~= "table" or type(pr.steps) ~= "table" then return opts end
+  local verdict = pr.broke_at
+      and string.format("<p><b>The server broke at %d concurrent runs</b>: %s. Last level within "
+        .. "the limits: %s.</p>", pr.broke_at, esc(pr.reason), esc(pr.last_good or "none"))
+      or "<p>" .. esc(pr.reason) .. ".</p>"
+  opts.sections = opts.sections or {}
+  table.insert(opts.sections, 1, { title = "Ramp", html = verdict .. ramp_table(pr)
+    .. '<figure>' .. ramp_plot(pr) .. "</figure>" })
+  return opts
+end
+
+return M

@@ -1,0 +1,457 @@
+--- kb.kfp.storm_report: what a run storm leaves behind (docs/storm.md):
+-- the result table (result.json's "result"), result/runs.csv, the data and
+-- sections of report.html, the experiment's row of <out>/report.csv, the
+-- live progress line and the summary printed at the end.
+local kb = require "kb"
+local fs = require "kb.fs"
+local csv = require "kb.csv"
+local json = require "kb.json"
+local log = require "kb.log"
+local metrics = require "kb.metrics"
+local states = require "kb.kfp.states"
+
+local M = {}
+
+local OUTCOMES = { "Succeeded", "Failed", "Timed out", "Not created", "Terminated", "Interrupted" }
+
+-- ---- small statistics --------------------------------------------------------------
+
+--- Summary of a list of numbers: {count, min, p50, p90, p99, max, mean};
+-- percentiles by nearest rank. {count = 0} for an empty list.
+function M.stats(list)
+  local v = {}
+  for i, x in ipairs(list) do v[i] = x end
+  if #v == 0 then return { count = 0 } end
+  table.sort(v)
+  local function rank(q) return v[math.max(1, math.ceil(q * #v))] end
+  local sum = 0
+  for _, x in ipairs(v) do sum = sum + x end
+  return { count = #v, min = v[1], p50 = rank(0.5), p90 = rank(0.9), p99 = rank(0.99),
+    max = v[#v], mean = sum / #v }
+end
+
+local function hist_summary(name)
+  local h, kind = metrics.get(name)
+  if kind ~= "histogram" then return nil end
+  local s = h:summary()
+  return s.count > 0 and s or nil
+end
+
+-- ---- the result table --------------------------------------------------------------
+
+local function tally(s)
+  local storm = require "kb.kfp.storm"
+  local outcomes, by_state = {}, {}
+  local durations, lags = {}, {}
+  for _, run in ipairs(s.runs) do
+    local o = storm.outcome(run)
+    outcomes[o] = (outcomes[o] or 0) + 1
+    local st = run.id and (run.state or "Unknown") or "Not created"
+    by_state[st] = (by_state[st] or 0) + 1
+    if o == "Succeeded" and run.duration then durations[#durations + 1] = run.duration end
+    if run.observed_lag then lags[#lags + 1] = run.observed_lag end
+  end
+  return outcomes, by_state, durations, lags
+end
+
+local function error_table(s)
+  local out, total = {}, 0
+  for class, e in pairs(s.errors) do
+    out[class] = { count = e.count, ops = e.ops, samples = e.samples }
+    total = total + e.count
+  end
+  return out, total
+end
+
+--- The result of a storm: runs {requested, created, succeeded, failed,
+-- timed_out, not_created, interrupted, deleted}, outcomes, states (last
+-- KFP state per run), success_rate, errors {[class] = {count, ops,
+-- samples}}, error_count, durations and observed_lag (stats of succeeded
+-- runs' finished_at - created_at and of every finished run's lag),
+-- server_metrics, server_vs_client, clock, target, pipeline, experiment,
+-- cleanup, elapsed (cluster s), calls.
+function M.result(s)
+  local outcomes, by_state, durations, lags = tally(s)
+  local errors, nerr = error_table(s)
+  local n = #s.runs
+  local runs = {
+    requested = n,
+    created = s:count(function(r) return r.id ~= nil end),
+    succeeded = outcomes.Succeeded or 0, failed = outcomes.Failed or 0,
+    timed_out = outcomes["Timed out"] or 0, not_created = outcomes["Not created"] or 0,
+    terminated = outcomes.Terminated or 0, interrupted = outcomes.Interrupted or 0,
+    deleted = s:count(function(r) return r.deleted end),
+  }
+  local server = s:server_metrics()
+  return {
+    runs = runs, outcomes = outcomes, states = by_state,
+    success_rate = n > 0 and runs.succeeded / n or 0,
+    errors = errors, error_count = nerr,
+    durations = M.stats(durations), observed_lag = M.stats(lags),
+    server_metrics = server, server_vs_client = M.server_vs_client(server),
+    clock = s.clock,
+    target = { url = s.url, api = s.p.api, simulator = s.sim ~= nil or s.remote_sim ~= nil },
+    pipeline = s.pipeline and { id = s.pipeline.id, name = s.pipeline.name,
+      source = s.source and s.source.origin } or nil,
+    experiment = s.experiment and { id = s.experiment.id, name = s.experiment.name } or nil,
+    cleanup = s.cleaned and { deleted = s.cleaned, failures = s.cleanup_failures or 0,
+      errors = s.cleanup_errors } or nil,
+    elapsed = s:elapsed(), calls = s.ncalls,
+  }
+end
+
+local CLIENT_OPS = { "run.create", "run.get", "run.list", "run.delete", "run.terminate",
+  "pipeline.create", "pipeline.upload", "pipeline.get", "pipeline.delete",
+  "pipeline_version.create", "pipeline_version.upload", "pipeline_version.get",
+  "pipeline_version.list", "pipeline_version.delete", "experiment.create", "experiment.delete" }
+
+--- Rows comparing client-side latency (the ops' histograms; status polls
+-- and cleanup calls, "poll."/"aux.", counted with them) with the server's
+-- grpc_server_handling_seconds for the same gRPC method.
+function M.server_vs_client(server)
+  local rows = json.array({})
+  for _, op in ipairs(CLIENT_OPS) do
+    local client = hist_summary(op)
+    local srv = server.available and server.grpc[op] or nil
+    if client or srv then
+      local extra = 0
+      for _, prefix in ipairs({ "poll.", "aux." }) do
+        local h = hist_summary(prefix .. op)
+        extra = extra + (h and h.count or 0)
+      end
+      rows[#rows + 1] = {
+        op = op,
+        client = client and { count = client.count, p50 = client.p50, p90 = client.p90,
+          p99 = client.p99, other_calls = extra } or nil,
+        server = srv and { method = srv.method, count = srv.count, mean = srv.mean, p50 = srv.p50,
+          p90 = srv.p90, p99 = srv.p99, errors = srv.errors } or nil,
+      }
+    end
+  end
+  return rows
+end
+
+--- Compares measured figures with published ones: reference is a list of
+-- {label, metric (a histogram or "durations"), stat, published, unit}.
+-- Returns rows {label, published, measured, diff (relative), within}.
+function M.compare(result, reference, tolerance)
+  local rows = json.array({})
+  for _, ref in ipairs(reference) do
+    local source = ref.metric == "durations" and result.durations or hist_summary(ref.metric) or {}
+    local measured = source[ref.stat]
+    local diff = measured and (measured - ref.published) / ref.published or nil
+    rows[#rows + 1] = { label = ref.label, metric = ref.metric, stat = ref.stat,
+      published = ref.published, measured = measured, diff = diff, unit = ref.unit or "s",
+      within = diff ~= nil and math.abs(diff) <= tolerance, tolerance = tolerance,
+      source = ref.source }
+  end
+  return rows
+end
+
+-- ---- files -------------------------------------------------------------------------
+
+local RUN_COLUMNS = { "index", "id", "name", "state", "outcome", "created_at", "scheduled_at",
+  "finished_at", "duration", "observed_lag", "error" }
+
+local function time_text(t) return t and states.format_time(t) or nil end
+
+local function run_error(run)
+  if run.create_error then return run.create_error end
+  if run.timed_out then return run.timeout_reason end
+  return run.server_error or (not run.finished and run.poll_error) or nil
+end
+
+--- result/runs.csv: one row per run, in creation order.
+function M.write_runs_csv(s)
+  local storm = require "kb.kfp.storm"
+  local rows = {}
+  for i, run in ipairs(s.runs) do
+    rows[i] = { index = run.index, id = run.id, name = run.name,
+      state = run.id and (run.state or "Unknown") or "Not created", outcome = storm.outcome(run),
+      created_at = time_text(run.created_at), scheduled_at = time_text(run.scheduled_at),
+      finished_at = time_text(run.finished_at), duration = run.duration,
+      observed_lag = run.observed_lag, error = run_error(run) }
+  end
+  fs.write(s.exp:path("result", "runs.csv"), csv.encode(rows, RUN_COLUMNS))
+end
+
+local function p50(name) local h = hist_summary(name) return h and h.p50 end
+local function p99(name) local h = hist_summary(name) return h and h.p99 end
+
+--- Appends the experiment's row to <out>/report.csv (shared by every
+-- experiment in the out folder; columns are added as needed, under a lock).
+function M.write_report_row(s, r)
+  local row = {
+    experiment_id = s.exp.id, scenario = s.name,
+    started_at = os.date("!%Y-%m-%dT%H:%M:%SZ", math.floor(s.started_wall)),
+    host = s.url, api = s.p.api, clock = s.clock.kind, num_runs = r.runs.requested,
+    concurrency = s.p.concurrency, created = r.runs.created, succeeded = r.runs.succeeded,
+    failed = r.runs.failed, timed_out = r.runs.timed_out, not_created = r.runs.not_created,
+    success_rate = r.success_rate, duration_p50 = r.durations.p50, lag_p50 = r.observed_lag.p50,
+    run_create_p50 = p50("run.create"), run_create_p99 = p99("run.create"),
+    run_get_p50 = p50("run.get"), run_get_p99 = p99("run.get"),
+    run_delete_p50 = p50("run.delete"), run_list_p50 = p50("run.list"), errors = r.error_count,
+  }
+  local header = { "experiment_id", "scenario", "started_at", "host", "api", "clock", "num_runs",
+    "concurrency", "created", "succeeded", "failed", "timed_out", "not_created", "success_rate",
+    "duration_p50", "lag_p50", "run_create_p50", "run_create_p99", "run_get_p50", "run_get_p99",
+    "run_delete_p50", "run_list_p50", "errors" }
+  local w = csv.writer(fs.join(s.exp.out, "report.csv"), header, { extend = true, lock = true })
+  w:write(row)
+  w:close()
+end
+
+--- Hands the raw samples (every timed op, run.duration, run.observed_lag)
+-- and the outcome counts to kb.report for report.html.
+function M.attach_report(s, r)
+  local samples = {}
+  for op, list in pairs(s.samples) do samples[op] = list end
+  local durations, lags = {}, {}
+  for _, run in ipairs(s.runs) do
+    if run.duration and run.finished and run.state == "Succeeded" and not run.timed_out then
+      durations[#durations + 1] = math.max(run.duration, 0)
+    end
+    if run.observed_lag then lags[#lags + 1] = math.max(run.observed_lag, 0) end
+  end
+  if #durations > 0 then samples["run.duration"] = durations end
+  if #lags > 0 then samples["run.observed_lag"] = lags end
+  require("kb.report").attach{ samples = samples, outcomes = r.outcomes }
+end
+
+--- Everything finish() writes; failures of one output never lose the others.
+function M.write(s, r)
+  local steps = {
+    { "summary", function() M.print_summary(s, r) end },
+  }
+  if s.exp then
+    table.insert(steps, 1, { "runs.csv", function() M.write_runs_csv(s) end })
+    table.insert(steps, 2, { "report data", function() M.attach_report(s, r) end })
+    table.insert(steps, 3, { "report.csv", function() M.write_report_row(s, r) end })
+  end
+  for _, step in ipairs(steps) do
+    local ok, err = pcall(step[2])
+    if not ok then log.warn("storm: %s: %s", step[1], tostring(err)) end
+  end
+end
+
+-- ---- terminal ----------------------------------------------------------------------
+
+local function quiet()
+  local level = log.level()
+  return level == "warn" or level == "error"
+end
+
+local function stdout_is_tty()
+  return os.getenv("TERM") ~= "dumb" and os.execute("[ -t 1 ]") == true
+end
+
+local Progress = {}
+Progress.__index = Progress
+
+--- The live progress line of a session: redrawn in place on a TTY
+-- (progress = "auto" or true), otherwise milestone lines in the log.
+function M.progress(s)
+  local mode = s.p.progress
+  local tty = not quiet() and (mode == true or (mode == "auto" and stdout_is_tty()))
+  return setmetatable({ s = s, tty = tty, shown = false, quarter = 0, last = 0 }, Progress)
+end
+
+function Progress:line()
+  local s = self.s
+  local created = s:count(function(r) return r.id ~= nil end)
+  local finished = s:count(function(r) return r.finished and not r.timed_out end)
+  local ok = s:count(function(r) return r.finished and r.state == "Succeeded" and not r.timed_out end)
+  local timed_out = s:count(function(r) return r.timed_out end)
+  return string.format("runs: %d/%d created, %d running, %d finished (%d succeeded, %d failed), "
+    .. "%d timed out | %.0f s", created, #s.runs, created - finished - timed_out, finished, ok,
+    finished - ok, timed_out, s:elapsed())
+end
+
+--- Redraws the line (at most 10 times a real second) or logs each
+-- quarter of the runs finished.
+function Progress:update()
+  if self.tty then
+    local now = kb.time()
+    if now - self.last < 0.1 then return end
+    self.last, self.shown = now, true
+    io.stdout:write("\r\27[K", self:line())
+    io.stdout:flush()
+    return
+  end
+  local s = self.s
+  local total = #s.runs
+  local done = s:count(function(r) return r.finished or r.timed_out end)
+  local quarter = total > 0 and math.floor(4 * done / total) or 0
+  if quarter > self.quarter and done > 0 then
+    self.quarter = quarter
+    log.info("storm: %s", self:line())
+  end
+end
+
+--- A one-off message (e.g. "50 of 50 runs created").
+function Progress:milestone(text)
+  if self.tty and self.shown then
+    io.stdout:write("\r\27[K")
+    io.stdout:flush()
+  end
+  log.info("storm: %s", text)
+  self.shown = false
+end
+
+--- Ends the line.
+function Progress:done()
+  if self.tty then
+    io.stdout:write("\r\27[K", self:line(), "\n")
+    io.stdout:flush()
+    self.shown = false
+  end
+end
+
+local function seconds(v)
+  if v == nil then return "-" end
+  if v < 1 then return string.format("%.0f ms", v * 1000) end
+  return string.format("%.1f s", v)
+end
+
+--- Prints the per-outcome table (counts and run durations) to stdout.
+function M.print_summary(s, r)
+  if quiet() then return end
+  local by = {}
+  for _, run in ipairs(s.runs) do
+    local o = require("kb.kfp.storm").outcome(run)
+    by[o] = by[o] or {}
+    if run.duration then by[o][#by[o] + 1] = run.duration end
+  end
+  local lines = { "", string.format("  %-12s %6s %12s %12s %12s", "runs", "count", "duration p50",
+    "min", "max") }
+  for _, o in ipairs(OUTCOMES) do
+    local n = r.outcomes[o] or 0
+    if n > 0 or o == "Succeeded" or o == "Failed" then
+      local st = M.stats(by[o] or {})
+      lines[#lines + 1] = string.format("  %-12s %6d %12s %12s %12s", o, n, seconds(st.p50),
+        seconds(st.min), seconds(st.max))
+    end
+  end
+  lines[#lines + 1] = string.format("  observed lag p50 %s, max %s; %d API errors; success rate %.1f%%",
+    seconds(r.observed_lag.p50), seconds(r.observed_lag.max), r.error_count, 100 * r.success_rate)
+  io.stdout:write(table.concat(lines, "\n"), "\n")
+end
+
+-- ---- report.html sections ------------------------------------------------------------
+
+local function esc(v) return require("kb.svg").escape(tostring(v)) end
+
+local function cell(v, unit)
+  if v == nil or v == json.null then return "-" end
+  if type(v) == "number" and unit == "s" then return esc(seconds(v)) end
+  if type(v) == "number" and math.type(v) == "float" then return esc(string.format("%.4g", v)) end
+  return esc(v)
+end
+
+-- An HTML table: header list and rows of already escaped cells; row.class
+-- marks a row (e.g. "fail", shown in red).
+local function html_table(header, rows)
+  local out = { '<table class="grid">', "<thead><tr>" }
+  for _, h in ipairs(header) do out[#out + 1] = "<th>" .. esc(h) .. "</th>" end
+  out[#out + 1] = "</tr></thead><tbody>"
+  for _, row in ipairs(rows) do
+    out[#out + 1] = row.class and ('<tr class="' .. row.class .. '">') or "<tr>"
+    for _, c in ipairs(row) do out[#out + 1] = "<td>" .. c .. "</td>" end
+    out[#out + 1] = "</tr>"
+  end
+  out[#out + 1] = "</tbody></table>"
+  return table.concat(out)
+end
+
+local function runs_section(r)
+  if type(r.runs) ~= "table" then return nil end
+  local rows = {}
+  for _, o in ipairs(OUTCOMES) do
+    if (r.outcomes[o] or 0) > 0 then rows[#rows + 1] = { esc(o), cell(r.outcomes[o]) } end
+  end
+  local states_rows = {}
+  for _, st in ipairs(require("kb.kfp.common").sorted_keys(r.states)) do
+    states_rows[#states_rows + 1] = { esc(st), cell(r.states[st]) }
+  end
+  local d, l = r.durations, r.observed_lag
+  local html = html_table({ "outcome", "runs" }, rows)
+    .. "<p>Last KFP state of each run:</p>" .. html_table({ "state", "runs" }, states_rows)
+    .. html_table({ "", "count", "min", "p50", "p90", "p99", "max" }, {
+      { "run duration (succeeded, finished_at - created_at)", cell(d.count), cell(d.min, "s"),
+        cell(d.p50, "s"), cell(d.p90, "s"), cell(d.p99, "s"), cell(d.max, "s") },
+      { "observed lag (poll that saw the end - finished_at)", cell(l.count), cell(l.min, "s"),
+        cell(l.p50, "s"), cell(l.p90, "s"), cell(l.p99, "s"), cell(l.max, "s") } })
+  return { title = "Runs", html = html }
+end
+
+local function server_section(r)
+  local sm = r.server_metrics
+  if not sm or not sm.available then
+    return { title = "Server-side vs client-side", html = "<p class=\"muted\">No server metrics: "
+      .. esc(sm and sm.reason or "not scraped") .. "</p>" }
+  end
+  local rows = {}
+  for _, row in ipairs(r.server_vs_client or {}) do
+    local c, sv = row.client or {}, row.server or {}
+    rows[#rows + 1] = { esc(row.op), cell(c.count), cell(c.p50, "s"), cell(c.p99, "s"),
+      cell(c.other_calls), esc(sv.method or "-"), cell(sv.count), cell(sv.mean, "s"),
+      cell(sv.p50, "s"), cell(sv.p99, "s"), cell(sv.errors) }
+  end
+  return { title = "Server-side vs client-side", html = "<p>Client: kbrun's timed calls "
+    .. "(round trip). Server: <code>grpc_server_handling_seconds</code> between the scrapes "
+    .. "before and after (every call, polls and cleanup included; p50/p99 interpolated in "
+    .. "its buckets).</p>" .. html_table({ "op", "client calls", "client p50", "client p99",
+      "polls/cleanup calls", "gRPC method", "server calls", "server mean", "server p50 (est.)",
+      "server p99 (est.)", "server errors" }, rows) }
+end
+
+local function calibration_section(r)
+  if type(r.comparison) ~= "table" or #r.comparison == 0 then return nil end
+  local rows = {}
+  for _, c in ipairs(r.comparison) do
+    rows[#rows + 1] = { esc(c.label), cell(c.published, c.unit), cell(c.measured, c.unit),
+      c.diff and esc(string.format("%+.1f%%", 100 * c.diff)) or "-",
+      c.within and "yes" or "<b>no</b>", class = c.within and nil or "fail" }
+  end
+  local tol = r.comparison[1].tolerance or 0
+  return { title = "Calibration", html = string.format("<p>This run next to the 50-run result "
+    .. "published with KFP's benchmark scripts (kubeflow/website, benchmark-examples; figures "
+    .. "read off its plots). Within: |measured - published| ≤ %.0f%% of published.</p>", 100 * tol)
+    .. html_table({ "figure", "published", "measured", "difference", "within" }, rows) }
+end
+
+local function errors_section(r)
+  if (r.error_count or 0) == 0 then return nil end
+  local rows = {}
+  for _, class in ipairs(require("kb.kfp.common").sorted_keys(r.errors)) do
+    local e = r.errors[class]
+    local ops = {}
+    for _, op in ipairs(require("kb.kfp.common").sorted_keys(e.ops)) do
+      ops[#ops + 1] = op .. " ×" .. e.ops[op]
+    end
+    local samples = {}
+    for _, m in ipairs(e.samples) do samples[#samples + 1] = "<code>" .. esc(m) .. "</code>" end
+    rows[#rows + 1] = { esc(class), cell(e.count), esc(table.concat(ops, ", ")),
+      table.concat(samples, "<br>") }
+  end
+  return { title = "Errors", html = html_table({ "class", "count", "ops", "sample messages" }, rows) }
+end
+
+--- Options for kb.report from a result document: the notebook's plot
+-- order and the storm's sections (runs, server vs client, calibration,
+-- errors). Use as a scenario's `report` field.
+function M.report(doc)
+  local r = type(doc) == "table" and type(doc.result) == "table" and doc.result or nil
+  local opts = { order = { "run.create", "run.duration", "run.get", "run.delete", "run.list",
+    "run.observed_lag" } }
+  if not r then return opts end
+  local sections = {}
+  for _, make in ipairs({ calibration_section, runs_section, server_section, errors_section }) do
+    local sec = make(r)
+    if sec then sections[#sections + 1] = sec end
+  end
+  opts.sections = sections
+  return opts
+end
+
+return M

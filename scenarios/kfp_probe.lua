@@ -1,0 +1,72 @@
+--- kfp_probe: how many concurrent runs does a KFP server take before it
+-- breaks? Starting at start_concurrency, each step creates that many runs
+-- at once, polls them all (and lists the experiment) polls_per_step times,
+-- then terminates and deletes them, every step's requests in flight at the
+-- step's level. The ramp stops at the first step whose failed calls exceed
+-- max_error_rate or whose p99 on an op exceeds max_p99: that is where the
+-- server broke. The report shows every step, p99 per level, and the
+-- errors grouped by class with sample messages.
+--
+--   kbrun scenarios/kfp_probe.lua                                # the embedded simulator
+--   kbrun --sim-profile degraded scenarios/kfp_probe.lua         # a struggling server
+--   kbrun scenarios/kfp_probe.lua host=https://kubeflow.example.com/pipeline token_file=/var/run/token
+local kb = require "kb"
+local storm = require "kb.kfp.storm"
+local probe = require "kb.kfp.storm_probe"
+
+local HERE = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+
+local session -- kept for cleanup, which also runs after an error or Ctrl-C
+
+local params = storm.params {
+  pipeline_file_url = "pipelines/taxi_updated_pool.yaml",  -- next to this file
+  run_status_polling_interval_sec = 30,
+  run_timeout = 0,            -- runs are stopped by the probe, not waited for
+}
+for k, v in pairs(probe.DEFAULTS) do params[k] = v end
+params.num_runs = nil         -- the ramp decides
+
+return {
+  name = "kfp_probe",
+  params = params,
+
+  run = function(p)
+    p.num_runs = p.start_concurrency
+    session = storm.new(p, { name = "kfp_probe", base_dir = HERE, keep_calls = true })
+    local s = session
+    s:scrape_metrics("before")
+    s:create_pipeline()
+    s:create_experiment()
+    local steps = {}
+    for _, level in ipairs(probe.ramp(p)) do
+      kb.log.info("probe: %d concurrent runs", level)
+      local mark = #s.calls
+      s:set_concurrency(level)
+      local runs = s:create_runs(level)         -- `level` CreateRun calls at once
+      s:poll_rounds(runs, p.polls_per_step)     -- ListRuns + a GET of every run, per round
+      s:terminate_runs(runs)
+      s:delete_runs(runs)
+      local step = probe.step(level, s.calls, mark, p)
+      steps[#steps + 1] = step
+      if step.broke then
+        kb.log.warn("probe: the server broke at %d concurrent runs: %s", level, step.reason)
+        break
+      end
+    end
+    s:cleanup()
+    s:scrape_metrics("after")
+    local result = s:finish()
+    result.probe = probe.summary(steps, p)
+    return result
+  end,
+
+  cleanup_timeout = 300,       -- real seconds for cleanup after an error or Ctrl-C
+  cleanup = function()
+    if session then
+      session:cleanup()
+      session:finish()
+    end
+  end,
+
+  report = probe.report,
+}
