@@ -68,6 +68,13 @@ typedef struct kb_httpd_config {
   const char *server_timing; /* metric name: add "Server-Timing: NAME;dur=MS",
                                 the real time from handing the request to the
                                 handler until the response head [none] */
+  /* Called as each response head is sent (kb_httpd_respond or
+   * kb_httpd_stream_begin) with its status and the Server-Timing duration
+   * in ms (the one set with kb_httpd_req_set_timing, else measured): for
+   * the owner's latency metrics. It runs inside that call: it may read the
+   * request (path, headers) but must not finish it. [none] */
+  void (*on_response)(kb_httpd_req *req, int status, double ms, void *ud);
+  void *on_response_ud;
 } kb_httpd_config;
 
 typedef struct kb_httpd_stats {

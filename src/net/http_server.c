@@ -928,10 +928,10 @@ static int build_head(kb_buf *b, kb_httpd_req *r, int status, const kb_httpd_hea
     e = kb_buf_appendf(b, "%s: %s\r\n", name, h[i].value);
   }
   if (!e && !has_date) e = kb_buf_appendf(b, "Date: %s\r\n", http_date(s));
+  double ms = r->timing_ms >= 0 ? r->timing_ms : (double)(uv_hrtime() - r->handed_ns) / 1e6;
   if (!e && s->cfg.server_timing)
-    e = kb_buf_appendf(b, "Server-Timing: %s;dur=%.6f\r\n", s->cfg.server_timing,
-                       r->timing_ms >= 0 ? r->timing_ms
-                                         : (double)(uv_hrtime() - r->handed_ns) / 1e6);
+    e = kb_buf_appendf(b, "Server-Timing: %s;dur=%.6f\r\n", s->cfg.server_timing, ms);
+  if (!e && s->cfg.on_response) s->cfg.on_response(r, status, ms, s->cfg.on_response_ud);
   if (!e && mode == BODY_FIXED) e = kb_buf_appendf(b, "Content-Length: %zu\r\n", len);
   if (!e && mode == BODY_CHUNKED) e = kb_buf_appendf(b, "Transfer-Encoding: chunked\r\n");
   if (!e && close) e = kb_buf_appendf(b, "Connection: close\r\n");

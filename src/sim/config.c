@@ -176,7 +176,7 @@ static int profile_default(kb_sim_config *c) {
   c->api_max_inflight = 64;                                             /* est. */
   if (set_endpoint(c, "CreateRun", lognormal(0.40, 0.85), 0, 0) ||      /* A1 */
       set_endpoint(c, "GetRun", lognormal(0.15, 0.20), 0, 0) ||         /* A2 */
-      set_endpoint(c, "DeleteRun", lognormal(0.18, 0.60), 0, 0) ||      /* A3 */
+      set_endpoint(c, "DeleteRun", lognormal(0.18, 0.45), 0, 0) ||      /* A3: p50 .18, p90 .3 */
       set_endpoint(c, "ListRuns", lognormal(0.20, 0.50), 0.005, 1e-5) || /* est. A2, A6, A8 */
       set_endpoint(c, "CreatePipeline", lognormal(0.30, 0.80), 0, 0) || /* est. A11 */
       set_endpoint(c, "CreateExperiment", lognormal(0.08, 0.25), 0, 0) || /* est. A11 */

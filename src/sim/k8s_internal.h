@@ -47,8 +47,16 @@ typedef struct k8s_pending {
   struct k8s_pending *next;
 } k8s_pending;
 
+/* Counts of ownerReferences by owner uid (k8s_owners.c). */
+typedef struct k8s_owners k8s_owners;
+k8s_owners *k8s_owners_new(void);
+void k8s_owners_free(k8s_owners *o);
+void k8s_owners_track(k8s_owners *o, const cJSON *obj, int delta);
+int k8s_owners_has(k8s_owners *o, const char *uid);
+
 struct kb_k8s_store {
   kb_k8s_store_config cfg;
+  k8s_owners *owners;
   k8s_bucket **buckets;
   size_t n_buckets;
   uint64_t rv;

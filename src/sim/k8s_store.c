@@ -146,7 +146,10 @@ kb_k8s_store *kb_k8s_store_new(const kb_k8s_store_config *cfg) {
   if (!st->cfg.history) st->cfg.history = DEFAULT_HISTORY;
   st->rng = st->cfg.seed ? st->cfg.seed : 1;
   st->ring = calloc(st->cfg.history, sizeof *st->ring);
-  if (!st->ring) {
+  st->owners = k8s_owners_new();
+  if (!st->ring || !st->owners) {
+    free(st->ring);
+    k8s_owners_free(st->owners);
     free(st);
     return NULL;
   }
@@ -180,6 +183,7 @@ static void watch_free(kb_k8s_watch *w) {
 
 void kb_k8s_store_free(kb_k8s_store *st) {
   if (!st) return;
+  k8s_owners_free(st->owners);
   while (st->watches) {
     kb_k8s_watch *w = st->watches;
     st->watches = w->next;
@@ -541,6 +545,7 @@ static int put_entry(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, co
   memmove(&b->v[i + 1], &b->v[i], (b->n - i) * sizeof *b->v);
   b->v[i] = (k8s_entry){n1, n2, obj};
   b->n++;
+  k8s_owners_track(st->owners, obj, +1);
   return 0;
 }
 
@@ -549,6 +554,7 @@ static cJSON *take_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e) 
   k8s_bucket *b = bucket_of(st, res);
   size_t i = (size_t)(e - b->v);
   cJSON *obj = e->obj;
+  k8s_owners_track(st->owners, obj, -1);
   free(e->ns);
   free(e->name);
   memmove(&b->v[i], &b->v[i + 1], (b->n - i - 1) * sizeof *b->v);
@@ -771,6 +777,8 @@ static int replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, 
   }
   if (set_rv(next, st->rv + 1)) return cJSON_Delete(next), oom(err);
   st->rv++;
+  k8s_owners_track(st->owners, old, -1);
+  k8s_owners_track(st->owners, next, +1);
   e->obj = next;
   if (k8s_meta_str(next, "deletionTimestamp") && !has_finalizers(next)) {
     cJSON_Delete(old);
@@ -892,6 +900,7 @@ static dep_ref *dependents(kb_k8s_store *st, const char *uid, const char *in_ns,
   dep_ref *v = NULL;
   size_t cap = 0;
   *n = 0;
+  if (!in_ns && !k8s_owners_has(st->owners, uid)) return NULL; /* nobody: no scan */
   for (size_t i = 0; i < st->n_buckets; i++) {
     k8s_bucket *b = st->buckets[i];
     for (size_t j = 0; j < b->n; j++) {

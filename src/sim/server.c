@@ -15,14 +15,27 @@
 
 #include "kb/buf.h"
 #include "kb/http_server.h"
+#include "kb/k8s_api.h"
+#include "kb/k8s_store.h"
 #include "kb/log.h"
 #include "kb/sim_kfp.h"
 #include "kb/sim_server.h"
 #include "kb/yaml.h"
 #include "sim_api_faults.h"
+#include "sim_glue.h"
 
-enum { API_METRICS, API_ADMIN, API_KFP, API_K8S, API_OTHER, API_COUNT };
-static const char *api_names[API_COUNT] = {"metrics", "admin", "kfp", "kubernetes", "other"};
+enum { API_METRICS, API_ADMIN, API_KFP, API_K8S, API_ARGO, API_OTHER, API_COUNT };
+static const char *api_names[API_COUNT] = {"metrics", "admin", "kfp", "kubernetes", "argo", "other"};
+
+/* Response latency buckets (sim seconds) for /metrics. */
+static const double lat_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+#define N_LAT_BOUNDS (sizeof lat_bounds / sizeof lat_bounds[0])
+
+typedef struct lat_hist {
+  uint64_t counts[N_LAT_BOUNDS + 1];
+  uint64_t n;
+  double sum;
+} lat_hist;
 
 struct kb_sim_server {
   char *host, *profile, *config_yaml, *config_name, *admin_token;
@@ -36,6 +49,11 @@ struct kb_sim_server {
   kb_sim *sim;
   kb_httpd *httpd;
   kb_sim_kfp *kfp;
+  kb_k8s_store *store;
+  kb_k8s_api *k8s;
+  sim_glue *glue;
+  glue_argo *argo;
+  kb_httpd_req *k8s_req; /* the request kb_k8s_api_handle is routing */
   kb_sim_api_faults faults;
   int loopback;
 
@@ -51,6 +69,7 @@ struct kb_sim_server {
   double speed, epoch;
 
   uint64_t requests[API_COUNT];
+  lat_hist latency[API_COUNT];
   uint64_t faults_injected[5];
   struct stalled_req *stalled; /* requests held by a stall fault */
 };
@@ -85,6 +104,7 @@ static int classify(const char *path) {
   if (strcmp(path, "/metrics") == 0) return API_METRICS;
   if (strncmp(path, "/sim/", 5) == 0) return API_ADMIN;
   if (is_kfp_path(path)) return API_KFP;
+  if (glue_argo_path(path)) return API_ARGO;
   if (strncmp(path, "/api", 4) == 0 || strncmp(path, "/version", 8) == 0 ||
       strncmp(path, "/openapi", 8) == 0 || strcmp(path, "/healthz") == 0 ||
       strcmp(path, "/readyz") == 0 || strcmp(path, "/livez") == 0)
@@ -100,7 +120,7 @@ static void respond_fault(kb_sim_server *s, kb_httpd_req *req, int api, int stat
   const char *msg = status == 429 ? "the server is rate limiting requests (injected fault)"
                                   : "the server is currently unavailable (injected fault)";
   cJSON *body = cJSON_CreateObject();
-  if (api == API_KFP) { /* grpc-gateway error shape */
+  if (api == API_KFP || api == API_ARGO) { /* grpc-gateway error shape */
     cJSON_AddNumberToObject(body, "code", status == 429 ? 8 : 14);
     cJSON_AddStringToObject(body, "message", msg);
     cJSON_AddItemToObject(body, "details", cJSON_CreateArray());
@@ -238,6 +258,41 @@ static void handle_admin(kb_sim_server *s, kb_httpd_req *req) {
 
 /* ---- /metrics ------------------------------------------------------------- */
 
+/* kb_httpd's on_response hook: the time to each response head, scaled to
+ * sim seconds (for a delayed answer, the latency the model chose). */
+static void on_response(kb_httpd_req *req, int status, double ms, void *ud) {
+  (void)status;
+  kb_sim_server *s = ud;
+  lat_hist *h = &s->latency[classify(kb_httpd_req_path(req))];
+  double sec = ms / 1000.0 * (s->speed > 0 ? s->speed : 1);
+  size_t i = 0;
+  while (i < N_LAT_BOUNDS && sec > lat_bounds[i]) i++;
+  h->counts[i]++;
+  h->n++;
+  h->sum += sec;
+}
+
+static void latency_metrics(kb_sim_server *s, kb_buf *out) {
+  kb_buf_appendf(out, "# HELP kbrun_sim_http_request_duration_seconds Time to the response head "
+                      "in sim seconds (the modelled latency where one applies), by API.\n"
+                      "# TYPE kbrun_sim_http_request_duration_seconds histogram\n");
+  for (int a = 0; a < API_COUNT; a++) {
+    const lat_hist *h = &s->latency[a];
+    uint64_t cum = 0;
+    for (size_t i = 0; i <= N_LAT_BOUNDS; i++) {
+      cum += h->counts[i];
+      char le[32];
+      if (i < N_LAT_BOUNDS) snprintf(le, sizeof le, "%g", lat_bounds[i]);
+      else snprintf(le, sizeof le, "+Inf");
+      kb_buf_appendf(out, "kbrun_sim_http_request_duration_seconds_bucket{api=\"%s\",le=\"%s\"} %llu\n",
+                     api_names[a], le, (unsigned long long)cum);
+    }
+    kb_buf_appendf(out, "kbrun_sim_http_request_duration_seconds_sum{api=\"%s\"} %.6f\n"
+                        "kbrun_sim_http_request_duration_seconds_count{api=\"%s\"} %llu\n",
+                   api_names[a], h->sum, api_names[a], (unsigned long long)h->n);
+  }
+}
+
 static void handle_metrics(kb_sim_server *s, kb_httpd_req *req) {
   kb_buf out = KB_BUF_INIT;
   kb_sim_stats st;
@@ -264,6 +319,7 @@ static void handle_metrics(kb_sim_server *s, kb_httpd_req *req) {
   kb_buf_appendf(&out, "# HELP kbrun_sim_nodes_ready Ready nodes in the modelled cluster.\n"
                        "# TYPE kbrun_sim_nodes_ready gauge\nkbrun_sim_nodes_ready %zu\n",
                  st.nodes_ready);
+  latency_metrics(s, &out);
   kb_sim_kfp_metrics(s->kfp, &out);
   kb_httpd_header h[] = {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}};
   kb_httpd_respond(req, 200, h, 1, out.data ? out.data : "", out.len);
@@ -274,6 +330,14 @@ static void handle_metrics(kb_sim_server *s, kb_httpd_req *req) {
 
 static void dispatch_api(kb_sim_server *s, kb_httpd_req *req, int api) {
   if (api == API_KFP && kb_sim_kfp_handle(s->kfp, req)) return;
+  if (api == API_K8S || api == API_ARGO) {
+    glue_flush(s->glue); /* the store shows the model as of this request */
+    if (api == API_ARGO && glue_argo_handle(s->argo, req)) return;
+    s->k8s_req = req;
+    int taken = api == API_K8S && kb_k8s_api_handle(s->k8s, req);
+    s->k8s_req = NULL;
+    if (taken) return;
+  }
   respond_text(req, 404, "text/plain", "404 page not found\n");
 }
 
@@ -404,6 +468,42 @@ static void on_httpd_closed(kb_httpd *srv, void *ud) { (void)srv; (void)ud; }
 
 static void on_stop(uv_async_t *a) { uv_stop(a->loop); }
 
+/* ---- the Kubernetes API ------------------------------------------------------- */
+
+static double store_now(void *ud) {
+  kb_sim_server *s = ud;
+  return kb_sim_epoch(s->sim) + kb_sim_now(s->sim);
+}
+
+/* The k8s API's latency hook: the modelled latency in real seconds; the
+ * Server-Timing header reports it so clients scale it to virtual time.
+ * Streams (watch, logs) and discovery are not delayed. */
+static double k8s_latency(void *ud, const kb_k8s_req_info *info) {
+  kb_sim_server *s = ud;
+  if (!info->res || !strcmp(info->verb, "watch") || !strcmp(info->subresource, "log") ||
+      s->speed <= 0)
+    return 0;
+  int list = !strcmp(info->verb, "list") || !strcmp(info->verb, "deletecollection");
+  double sim_s = kb_sim_api_latency(s->sim, list ? "k8s.list" : "k8s.single", 0,
+                                    list ? info->stored : 0);
+  double ms = sim_s / s->speed * 1000.0;
+  if (s->k8s_req) kb_httpd_req_set_timing(s->k8s_req, ms);
+  return ms / 1000.0;
+}
+
+static int setup_k8s(kb_sim_server *s) {
+  kb_k8s_store_config sc = {.now = store_now, .now_ud = s, .seed = s->seed ? s->seed : 1};
+  s->store = kb_k8s_store_new(&sc);
+  if (!s->store || kb_k8s_store_add_builtins(s->store) < 0) return -1;
+  s->k8s = kb_k8s_api_new(&s->loop, s->store);
+  if (!s->k8s) return -1;
+  kb_k8s_api_set_latency(s->k8s, k8s_latency, s);
+  s->glue = glue_new(s->sim, s->store, NULL, &s->loop);
+  if (!s->glue || glue_start(s->glue) < 0) return -1;
+  s->argo = glue_argo_new(s->store);
+  return s->argo ? 0 : -1;
+}
+
 static int setup(kb_sim_server *s) {
   kb_sim_error *err = &s->start_err;
   cJSON *api_faults = NULL;
@@ -420,6 +520,12 @@ static int setup(kb_sim_server *s) {
   cJSON_Delete(api_faults);
   if (bad) return -1;
   kb_sim_set_epoch(s->sim, (double)time(NULL));
+  /* Before the clock starts: at 600x, building the store would otherwise
+   * cost a varying few sim seconds before the first request. */
+  if (setup_k8s(s) < 0) {
+    set_err(err, KB_SIM_ENOMEM, "out of memory starting the simulator's Kubernetes API%s", NULL);
+    return -1;
+  }
   if (kb_sim_attach(s->sim, &s->loop) < 0) {
     set_err(err, KB_SIM_ESTATE, "cannot attach the simulator to its loop%s", NULL);
     return -1;
@@ -427,9 +533,11 @@ static int setup(kb_sim_server *s) {
   kb_sim_clock_params(s->sim, &s->origin_ns, &s->speed);
   s->epoch = kb_sim_epoch(s->sim);
   s->kfp = kb_sim_kfp_new(s->sim, &s->loop);
+  glue_set_kfp(s->glue, s->kfp);
   /* Server-Timing tells clients how long the modelled latency held each
    * response, so they can scale just that part to the virtual clock. */
-  kb_httpd_config hcfg = {.server_timing = "kbrun-sim"};
+  kb_httpd_config hcfg = {.server_timing = "kbrun-sim", .on_response = on_response,
+                          .on_response_ud = s};
   s->httpd = kb_httpd_new(&s->loop, &hcfg, handle, s);
   if (!s->kfp || !s->httpd) {
     set_err(err, KB_SIM_ENOMEM, "out of memory starting the simulator%s", NULL);
@@ -450,13 +558,22 @@ static int setup(kb_sim_server *s) {
  * stops its timer, then the HTTP server closes its connections. */
 static void teardown(kb_sim_server *s) {
   stalled_abort_all(s);
+  glue_argo_free(s->argo);
+  s->argo = NULL;
+  if (s->k8s) kb_k8s_api_free(s->k8s);
+  s->k8s = NULL;
   if (s->kfp) kb_sim_kfp_free(s->kfp);
   s->kfp = NULL;
+  glue_stop(s->glue);
   if (s->sim) kb_sim_detach(s->sim);
   if (s->httpd) kb_httpd_close(s->httpd, on_httpd_closed, s);
   s->httpd = NULL;
   uv_close((uv_handle_t *)&s->stop_async, NULL);
   uv_run(&s->loop, UV_RUN_DEFAULT);
+  glue_free(s->glue);
+  s->glue = NULL;
+  kb_k8s_store_free(s->store);
+  s->store = NULL;
   if (s->sim) kb_sim_free(s->sim);
   s->sim = NULL;
   if (uv_loop_close(&s->loop) != 0)

@@ -1,0 +1,149 @@
+/* The Argo workflow controller: a Workflow created through the API (the
+ * CRD path or argo-server's REST) runs through the model exactly like a
+ * KFP v1 pipeline (kb_sim_pipeline_load on the Workflow itself, then a
+ * run named after it), and its status is written back from the model:
+ * phase, startedAt, finishedAt, progress, message, nodes. A workflow the
+ * model cannot run (unknown template type, bad DAG) ends in phase Error
+ * with the loader's message, as Argo reports invalid specs. Deleting the
+ * Workflow stops the run; its pods go with it (ownerReferences).
+ *
+ * Annotation sim.kbrun.io/fail: "true" makes every step fail. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "k8s_internal.h"
+#include "sim_glue.h"
+
+typedef struct wf_rec {
+  struct ctl_wf *ctl;
+  char *ns, *name, *uid;
+  int run;
+  char phase[16]; /* the last one reported in an Event */
+  struct wf_rec *next;
+} wf_rec;
+
+typedef struct ctl_wf {
+  glue_ctl base;
+  sim_glue *g;
+  const kb_k8s_res *res;
+  kb_k8s_watch *w;
+  wf_rec *wfs;
+} ctl_wf;
+
+/* Events as the workflow controller records them on phase changes. */
+static void wf_events(wf_rec *w) {
+  sim_glue *g = w->ctl->g;
+  const cJSON *obj = kb_k8s_peek(glue_store(g), w->ctl->res, w->ns, w->name);
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
+  const char *phase = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(st, "phase"));
+  const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(st, "message"));
+  if (!phase || !strcmp(phase, w->phase) || !strcmp(phase, "Pending")) return;
+  snprintf(w->phase, sizeof w->phase, "%s", phase);
+  if (!strcmp(phase, "Running"))
+    glue_event(g, obj, "Normal", "WorkflowRunning", "workflow-controller", "Workflow Running");
+  else if (!strcmp(phase, "Succeeded"))
+    glue_event(g, obj, "Normal", "WorkflowSucceeded", "workflow-controller", "Workflow completed");
+  else
+    glue_event(g, obj, "Warning", "WorkflowFailed", "workflow-controller", "%s",
+               msg ? msg : "Workflow failed");
+}
+
+static void wf_changed(void *ud, int run) {
+  wf_rec *w = ud;
+  glue_workflow_status(w->ctl->g, run, w->ns, w->name);
+  wf_events(w);
+}
+
+static const glue_owner_ops wf_ops = {NULL, wf_changed, NULL};
+
+static void wf_error(ctl_wf *c, const char *ns, const char *name, const char *msg) {
+  char ts[32];
+  glue_time(c->g, kb_sim_now(glue_sim(c->g)), ts);
+  cJSON *st = cJSON_CreateObject();
+  cJSON_AddStringToObject(st, "phase", "Error");
+  cJSON_AddStringToObject(st, "startedAt", ts);
+  cJSON_AddStringToObject(st, "finishedAt", ts);
+  cJSON_AddStringToObject(st, "progress", "0/0");
+  cJSON_AddStringToObject(st, "message", msg);
+  glue_put_status(c->g, c->res, ns, name, st);
+  cJSON_Delete(st);
+}
+
+static void wf_added(ctl_wf *c, const cJSON *obj) {
+  if (glue_annotation(obj, GLUE_MIRRORED)) return;
+  const cJSON *phase = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "status"), "phase");
+  if (cJSON_GetStringValue(phase) && phase->valuestring[0]) return; /* already ran elsewhere */
+  const char *ns = k8s_meta_str(obj, "namespace"), *name = k8s_meta_str(obj, "name");
+  kb_sim *sim = glue_sim(c->g);
+  kb_sim_error err = {0};
+  int pl = kb_sim_pipeline_load(sim, obj, NULL, &err);
+  if (pl < 0) {
+    wf_error(c, ns, name, err.message);
+    return;
+  }
+  const char *fail = glue_annotation(obj, "sim.kbrun.io/fail");
+  kb_sim_run_opts o = {.name = name, .workflow_name = name, .namespace_ = ns,
+                       .fail_prob = fail && !strcmp(fail, "true") ? 1 : -1};
+  int run = kb_sim_run_create(sim, pl, &o, &err);
+  if (run < 0) {
+    wf_error(c, ns, name, err.message);
+    return;
+  }
+  wf_rec *w = calloc(1, sizeof *w);
+  if (!w) return;
+  w->ctl = c;
+  w->ns = strdup(ns);
+  w->name = strdup(name);
+  w->uid = strdup(k8s_meta_str(obj, "uid") ? k8s_meta_str(obj, "uid") : "");
+  w->run = run;
+  w->next = c->wfs;
+  c->wfs = w;
+  glue_own_run(c->g, run, &wf_ops, w);
+  glue_workflow_status(c->g, run, ns, name);
+}
+
+static void wf_deleted(ctl_wf *c, const cJSON *obj) {
+  const char *uid = k8s_meta_str(obj, "uid");
+  for (wf_rec *w = c->wfs; w; w = w->next) {
+    if (w->run < 0 || !uid || strcmp(w->uid, uid)) continue;
+    kb_sim_run_delete(glue_sim(c->g), w->run, NULL);
+    glue_disown_run(c->g, w->run);
+    w->run = -1;
+  }
+}
+
+static void on_wf(void *ud, kb_k8s_event_type type, const cJSON *obj) {
+  ctl_wf *c = ud;
+  if (glue_writing(c->g)) return;
+  if (type == KB_K8S_ADDED) wf_added(c, obj);
+  else if (type == KB_K8S_DELETED) wf_deleted(c, obj);
+}
+
+static void wf_free(glue_ctl *base) {
+  ctl_wf *c = (ctl_wf *)base;
+  kb_k8s_watch_cancel(c->w);
+  while (c->wfs) {
+    wf_rec *w = c->wfs;
+    c->wfs = w->next;
+    free(w->ns);
+    free(w->name);
+    free(w->uid);
+    free(w);
+  }
+  free(c);
+}
+
+glue_ctl *glue_workflow_start(sim_glue *g) {
+  ctl_wf *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->base.free = wf_free;
+  c->g = g;
+  c->res = kb_k8s_store_lookup(glue_store(g), "argoproj.io", "v1alpha1", "workflows");
+  c->w = c->res ? kb_k8s_store_on(glue_store(g), c->res, on_wf, c) : NULL;
+  if (!c->w) {
+    free(c);
+    return NULL;
+  }
+  return &c->base;
+}

@@ -1,0 +1,157 @@
+/* The glue between the cluster model (kb/sim.h) and the Kubernetes object
+ * store (kb/k8s_store.h): the mirror writes Nodes, Pods, Events, pod logs
+ * and the Workflows of KFP runs into the store as the model changes, and
+ * the controllers (Job, Workflow, TFJob/PyTorchJob/MPIJob) turn objects
+ * created through the API into model runs and write their status back.
+ *
+ * The model's observer fires in the middle of its event processing, where
+ * neither the model nor (safely) the store may be changed; it only marks
+ * objects dirty. glue_flush() writes them out and tells the owners of runs,
+ * from a uv idle callback or from the server before it answers a request,
+ * so every answer sees the model as of its arrival.
+ *
+ * Not a public header. Everything runs on the simulator's loop thread. */
+#ifndef KB_SIM_GLUE_H
+#define KB_SIM_GLUE_H
+
+#include <uv.h>
+
+#include "kb/http_server.h"
+
+#include "kb/k8s_store.h"
+#include "kb/sim.h"
+#include "kb/sim_kfp.h"
+
+typedef struct sim_glue sim_glue;
+
+/* Annotation on objects the mirror made for the model's own runs. */
+#define GLUE_MIRRORED "sim.kbrun.io/mirrored"
+
+/* What a controller that owns a model run wants from the mirror. */
+typedef struct glue_owner_ops {
+  /* The Pod object for step `step` of the run: metadata (name, labels,
+   * annotations, ownerReferences) and spec; the mirror adds nodeName and
+   * status. NULL: an Argo-style pod. The caller frees. */
+  cJSON *(*pod)(void *ud, int run, int step);
+  /* The run or one of its pods changed; called from glue_flush, where the
+   * model and the store may be changed. */
+  void (*changed)(void *ud, int run);
+  /* The main container, for pod logs ("main" when NULL). */
+  const char *(*container)(void *ud, int run, int step);
+} glue_owner_ops;
+
+sim_glue *glue_new(kb_sim *sim, kb_k8s_store *st, kb_sim_kfp *kfp, uv_loop_t *loop);
+/* The KFP API, for the run ids of the Workflows of KFP runs. */
+void glue_set_kfp(sim_glue *g, kb_sim_kfp *kfp);
+/* Installs the observer and the controllers, creates the Node objects. */
+int glue_start(sim_glue *g);
+/* Stops the idle handle and the controllers (before the loop's last run). */
+void glue_stop(sim_glue *g);
+/* After the loop's last run. */
+void glue_free(sim_glue *g);
+
+/* Writes out everything dirty (syncs the model first). Reentrancy-safe. */
+void glue_flush(sim_glue *g);
+
+kb_sim *glue_sim(sim_glue *g);
+kb_k8s_store *glue_store(sim_glue *g);
+/* Resource types by plural ("pods", "jobs", "workflows", "tfjobs"). */
+const kb_k8s_res *glue_res(sim_glue *g, const char *group, const char *resource);
+
+/* Claims a run for a controller (before the model's first change of it
+ * is flushed). */
+void glue_own_run(sim_glue *g, int run, const glue_owner_ops *ops, void *ud);
+/* Releases the claim (e.g. the owner object was deleted). */
+void glue_disown_run(sim_glue *g, int run);
+/* Model pod ids of the run, in creation order. */
+size_t glue_run_pods(sim_glue *g, int run, const int **pods);
+
+/* Store writes made by the glue itself: the controllers' hooks ignore
+ * the events they cause. */
+int glue_writing(const sim_glue *g);
+void glue_write_begin(sim_glue *g);
+void glue_write_end(sim_glue *g);
+
+/* Sim time as unix seconds, and as RFC 3339. */
+double glue_unix(const sim_glue *g, double sim_time);
+void glue_time(const sim_glue *g, double sim_time, char out[32]);
+/* Makes sure a namespace exists (controllers may run anywhere). */
+void glue_ensure_namespace(sim_glue *g, const char *ns);
+/* Replaces the status of an object (KB_K8S_STATUS update); 0 or -code. */
+int glue_put_status(sim_glue *g, const kb_k8s_res *res, const char *ns, const char *name,
+                    const cJSON *status);
+/* Appends one log line (a newline is added) to a pod's container. */
+void glue_log(sim_glue *g, const char *ns, const char *pod, const char *container,
+              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Records a Normal/Warning Event about an object (obj: its stored state,
+ * for kind, apiVersion, namespace, name and uid) from a controller. */
+void glue_event(sim_glue *g, const cJSON *obj, const char *type, const char *reason,
+                const char *component, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Five characters as in generateName suffixes. */
+void glue_suffix(sim_glue *g, char out[6]);
+
+/* ---- controllers (one file each) ---- */
+typedef struct glue_ctl glue_ctl;
+struct glue_ctl { /* the first member of each controller */
+  void (*free)(glue_ctl *c);
+};
+glue_ctl *glue_job_start(sim_glue *g);
+glue_ctl *glue_workflow_start(sim_glue *g);
+glue_ctl *glue_training_start(sim_glue *g);
+void glue_ctl_free(glue_ctl *c);
+
+/* The Argo Workflow objects the mirror keeps for runs nobody owns (KFP
+ * runs): created on the run's first change, status from the model. */
+void glue_kfp_workflow(sim_glue *g, int run);
+/* Writes a run's Argo status into its Workflow object (phase, startedAt,
+ * finishedAt, progress, message, nodes) and its phase labels. */
+void glue_workflow_status(sim_glue *g, int run, const char *ns, const char *name);
+
+/* Log lines for a pod that started or ended (mirror_logs.c). */
+void glue_logs_started(sim_glue *g, const kb_sim_pod_info *pi, const char *ns,
+                       const char *pod, const char *container);
+void glue_logs_ended(sim_glue *g, const kb_sim_pod_info *pi, const char *ns, const char *pod,
+                     const char *container);
+
+/* ---- argo-server's REST API (argo_server.c) ---- */
+/* /api/v1/workflows/{ns}[/{name}] (create, list, get, delete),
+ * /api/v1/workflow-events/{ns} (newline-delimited {"result":...} or SSE
+ * with Accept: text/event-stream), /api/v1/version, /info, /userinfo,
+ * over the store's Workflow objects; errors in grpc-gateway's shape. */
+typedef struct glue_argo glue_argo;
+glue_argo *glue_argo_new(kb_k8s_store *st);
+/* 1 when the path is argo-server's (the request is answered), else 0. */
+int glue_argo_handle(glue_argo *a, kb_httpd_req *req);
+/* 1 for argo-server paths. */
+int glue_argo_path(const char *path);
+/* Ends open event streams; call before the store is freed. */
+void glue_argo_free(glue_argo *a);
+
+/* ---- object builders (mirror_objects.c): pure functions of model info ---- */
+/* "8" or "7910m"; "31457280Ki" style memory. */
+void glue_cpu_str(int64_t m, char out[32]);
+void glue_mem_str(int64_t bytes, char out[32]);
+/* A whole Node object. */
+cJSON *glue_node_object(sim_glue *g, const kb_sim_node_info *ni);
+/* The Pod status a kubelet reports for the model pod; containers: the
+ * pod spec's containers (their names and images). */
+cJSON *glue_pod_status(sim_glue *g, const kb_sim_pod_info *pi, const cJSON *containers);
+/* resources {requests, limits} for a step. */
+cJSON *glue_step_resources(const kb_sim_step_info *si);
+/* An Argo pod (containers wait + main) for a workflow step. */
+cJSON *glue_argo_pod(sim_glue *g, const kb_sim_pod_info *pi, const char *wf_uid);
+/* A synthetic Workflow spec for a pipeline (templates from its steps). */
+cJSON *glue_workflow_spec(sim_glue *g, int pipeline);
+/* An Argo container template named `name` from a pod template
+ * ({metadata, spec}): its first container, nodeSelector, tolerations and
+ * annotations (sim.kbrun.io/duration ...), plus `annotations` from the
+ * owner object for the sim.kbrun.io/ keys the template lacks. */
+cJSON *glue_template_from_pod(const char *name, const cJSON *pod_template,
+                              const cJSON *annotations);
+/* {apiVersion, kind, name, uid, controller: true, blockOwnerDeletion: true} */
+cJSON *glue_owner_ref(const char *api_version, const char *kind, const char *name,
+                      const char *uid);
+/* An object's annotation, or NULL. */
+const char *glue_annotation(const cJSON *obj, const char *key);
+
+#endif
