@@ -222,8 +222,12 @@ T.case("the same seed gives the same outcome twice", function()
     end)
     return out
   end
+  -- Over HTTP a request's arrival moves with real-time jitter (1 ms is 0.6
+  -- simulated s at x600), and KFP timestamps are whole seconds: the model's
+  -- own determinism is tested exactly in C (test_sim_run); here within 1 s.
   local a, b = once(), once()
-  T.same(a, b)
+  T.eq(a.state, b.state)
+  T.near(a.duration, b.duration, 1, "duration")
 end)
 
 T.case("a bad simulator config is refused with its position", function()
