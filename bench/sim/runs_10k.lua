@@ -33,10 +33,11 @@ end
 
 return {
   name = "sim_runs_10k",
-  params = { runs = 10000, concurrency = 64, profile = "fast", speed = 600 },
+  params = { runs = 10000, concurrency = 64, profile = "fast", speed = 600,
+    timeout = 36000 }, -- per request, simulated seconds: the simulator's thread is the bottleneck
   run = function(p)
     local sim = kb.sim.start { profile = p.profile, speed = p.speed, config = CLUSTER, seed = 7 }
-    local c = kfp.client { host = sim.url, api = "v2beta1" }
+    local c = kfp.client { host = sim.url, api = "v2beta1", timeout = p.timeout }
     local wall0 = kb.time()
     local pipeline = c:upload_pipeline { file = PIPELINE, name = "bench-10-steps" }
     local exp = c:create_experiment { name = "bench" }
