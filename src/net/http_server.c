@@ -93,7 +93,7 @@ struct kb_httpd_req {
   void *abort_ud, *drain_ud;
   uint64_t handed_ns;    /* when the handler got it, for Server-Timing */
   double timing_ms;      /* Server-Timing value set by the owner, or < 0 */
-  char remote[64];
+  char remote[72];
 };
 
 struct conn {
@@ -112,7 +112,7 @@ struct conn {
   int writes;            /* uv_write requests in flight */
   int reject_status;     /* why a parser callback refused the request */
   int reading, closing, lingering, resetting;
-  char remote[64];
+  char remote[72];
 };
 
 struct kb_httpd {
@@ -732,7 +732,7 @@ kb_httpd *kb_httpd_new(uv_loop_t *loop, const kb_httpd_config *config,
 static void format_peer(conn *c) {
   struct sockaddr_storage ss;
   int len = sizeof ss;
-  char ip[64] = "?";
+  char ip[INET6_ADDRSTRLEN] = "?"; /* "[ip]:port" fits in remote[72] */
   int port = 0;
   if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
     if (ss.ss_family == AF_INET6) {
