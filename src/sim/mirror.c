@@ -44,6 +44,7 @@ struct sim_glue {
   uv_loop_t *loop;
   uv_idle_t idle;
   int idle_init, idle_on, flushing, writing, stopped;
+  int demanded; /* someone uses the Kubernetes/Argo view: keep it current */
   glue_pod *pods;
   size_t n_pods;
   glue_run *runs;
@@ -173,8 +174,13 @@ static size_t dirty_take(dirty_set *d, uint32_t **out) {
 
 static void on_idle(uv_idle_t *h) { glue_flush(h->data); }
 
+/* The mirror costs more than the model it mirrors (a JSON object per pod,
+ * events, watch history), so it only runs once someone looks: a request to
+ * the Kubernetes or Argo API (glue_flush) or a controller owning a run.
+ * Until then the dirty sets (deduplicated, bounded by the object counts)
+ * just accumulate; the first look writes everything out. */
 static void want_flush(sim_glue *g) {
-  if (g->idle_on || g->stopped || !g->idle_init) return;
+  if (!g->demanded || g->idle_on || g->stopped || !g->idle_init) return;
   g->idle_on = 1;
   uv_idle_start(&g->idle, on_idle);
 }
@@ -198,6 +204,7 @@ void glue_own_run(sim_glue *g, int run, const glue_owner_ops *ops, void *ud) {
   if (!r) return;
   r->ops = ops;
   r->ud = ud;
+  g->demanded = 1;
 }
 
 void glue_disown_run(sim_glue *g, int run) {
@@ -601,6 +608,7 @@ static void mirror_run(sim_glue *g, int run) {
 /* ---- flush ---- */
 
 void glue_flush(sim_glue *g) {
+  g->demanded = 1;
   if (g->flushing || g->stopped) return;
   g->flushing = 1;
   kb_sim_sync(g->sim);
