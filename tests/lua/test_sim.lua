@@ -41,8 +41,8 @@ local function with_sim(opts, fn)
   if not ok then error(err, 0) end
 end
 
-local function upload_and_run(c, file, name)
-  local p = c:upload_pipeline { file = file, name = name }
+local function upload_and_run(c, file, name, content)
+  local p = c:upload_pipeline { file = file, content = content, name = name }
   local e = c:create_experiment { name = name .. "-exp" }
   local run = c:create_run { name = name .. "-run", experiment_id = e.id, pipeline_id = p.id,
     pipeline_version_id = p.default_version_id }
@@ -103,6 +103,74 @@ T.case("fast profile: a run lasts its critical path of 1 s steps", function()
     T.eq(run.state, "Succeeded")
     local d = run.finished_at - run.created_at
     T.ok(d >= 1 and d <= 12, "duration in whole seconds from the model, got " .. d)
+  end)
+end)
+
+-- A diamond a -> (b, c) -> d with fixed durations, pinned to pool-2.
+local DIAMOND = [[
+apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata: {generateName: diamond-}
+spec:
+  entrypoint: main
+  nodeSelector: {cloud.google.com/gke-nodepool: pool-2}
+  templates:
+  - name: main
+    dag:
+      tasks:
+      - {name: a, template: t10}
+      - {name: b, template: t20, dependencies: [a]}
+      - {name: c, template: t30, dependencies: [a]}
+      - {name: d, template: t40, dependencies: [b, c]}
+  - {name: t10, metadata: {annotations: {sim.kbrun.io/duration: "fixed:10"}},
+     container: {image: busybox, resources: {requests: {cpu: "2", memory: 1Gi}}}}
+  - {name: t20, metadata: {annotations: {sim.kbrun.io/duration: "fixed:20"}},
+     container: {image: busybox, resources: {requests: {cpu: "2", memory: 1Gi}}}}
+  - {name: t30, metadata: {annotations: {sim.kbrun.io/duration: "fixed:30"}},
+     container: {image: busybox, resources: {requests: {cpu: "2", memory: 1Gi}}}}
+  - {name: t40, metadata: {annotations: {sim.kbrun.io/duration: "fixed:40"}},
+     container: {image: busybox, resources: {requests: {cpu: "2", memory: 1Gi}}}}
+]]
+
+local function epoch(rfc3339)
+  local y, mo, d, h, mi, sec = rfc3339:match("^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)")
+  return os.time { year = tonumber(y), month = tonumber(mo), day = tonumber(d),
+    hour = tonumber(h), min = tonumber(mi), sec = tonumber(sec), isdst = false }
+end
+
+T.case("a run's pods follow its DAG, nodeSelector, requests and modelled durations", function()
+  with_sim({ profile = "fast", speed = 600, seed = 8 }, function(sim)
+    local c = kfp.client { host = sim.url, api = "v1beta1" }
+    local run = upload_and_run(c, nil, "diamond", DIAMOND)
+    T.eq(run.state, "Succeeded")
+    T.eq(run.finished_at - run.created_at, 80, "critical path 10 + 30 + 40 s")
+    -- The Kubernetes view of the same run: its workflow and pods.
+    local wfs = kb.json.decode(kb.http.get(sim.url ..
+      "/apis/argoproj.io/v1alpha1/namespaces/kubeflow/workflows").body).items
+    T.eq(#wfs, 1)
+    local wf = wfs[1]
+    T.eq(wf.status.phase, "Succeeded")
+    local task = {}
+    for _, n in pairs(wf.status.nodes) do
+      if n.type == "Pod" then task[n.displayName] = { start = epoch(n.startedAt), finish = epoch(n.finishedAt) } end
+    end
+    for name, want in pairs({ a = 10, b = 20, c = 30, d = 40 }) do
+      T.eq(task[name].finish - task[name].start, want, name .. " lasts its modelled duration")
+    end
+    T.eq(task.b.start, task.a.finish, "b starts when a finishes")
+    T.eq(task.c.start, task.a.finish, "c starts when a finishes")
+    T.eq(task.d.start, math.max(task.b.finish, task.c.finish), "d waits for b and c")
+    local pods = kb.json.decode(kb.http.get(sim.url .. "/api/v1/namespaces/kubeflow/pods",
+      { query = { labelSelector = "workflows.argoproj.io/workflow=" .. wf.metadata.name } }).body).items
+    T.eq(#pods, 4)
+    for _, pod in ipairs(pods) do
+      local node = kb.json.decode(kb.http.get(sim.url .. "/api/v1/nodes/" .. pod.spec.nodeName).body)
+      T.eq(node.metadata.labels["cloud.google.com/gke-nodepool"], "pool-2", pod.metadata.name .. " on pool-2")
+      local main
+      for _, ct in ipairs(pod.spec.containers) do if ct.name == "main" then main = ct end end
+      T.eq(main.resources.requests.cpu, "2", "the step's requests on its main container")
+      T.eq(pod.status.phase, "Succeeded")
+    end
   end)
 end)
 
