@@ -684,7 +684,8 @@ end
 
 local function make_ctx(spec, call, direction)
   local o = spec.opts
-  local strict = call.strict
+  local strict = direction and call["strict_" .. direction]
+  if strict == nil then strict = call.strict end
   if strict == nil and direction then strict = o["strict_" .. direction] end
   if strict == nil then strict = o.strict end
   local allow_null = call.allow_null
@@ -1211,16 +1212,22 @@ end
 -- check), or nil + message.
 local function response_schema(spec, op, status)
   local code = tostring(status)
-  local over = spec.responses[op.key]
-  if over then
-    local s = over[code]
-    if s == nil then s = over[code:sub(1, 1) .. "XX"] end
-    if s == nil then s = over.default end
-    if s ~= nil then return s end
-  end
+  local range = code:sub(1, 1) .. "XX"
+  local over = spec.responses[op.key] or {}
   local responses = op.raw.responses or {}
-  local r = responses[code] or responses[tonumber(code)] or responses[code:sub(1, 1) .. "XX"]
-  if r == nil then r = responses.default end
+  -- Most specific first: an exact status (override, then document) wins
+  -- over any range or default, so an override of `default` (an error
+  -- shape) never captures a documented 200.
+  if over[code] ~= nil then return over[code] end
+  local r = responses[code] or responses[tonumber(code)]
+  if r == nil then
+    if over[range] ~= nil then return over[range] end
+    r = responses[range]
+  end
+  if r == nil then
+    if over.default ~= nil then return over.default end
+    r = responses.default
+  end
   if r == nil then
     local es = spec.opts.error_schema
     if es ~= nil and (tonumber(code) or 0) >= 400 then return to_schema(spec, es, "error_schema") end

@@ -437,8 +437,18 @@ static char *workflow_manifest(const kb_sim_kfp *kfp, const kfp_run *run) {
                              ? kfp_lookup(kfp, run->t.pipeline_version_id, KFP_VERSION)
                              : NULL;
   const cJSON *doc = v && !strcmp(v->format, "v1") ? cJSON_GetArrayItem(v->docs, 0) : NULL;
+  if (!v && cJSON_GetObjectItemCaseSensitive(run->t.pipeline_spec, "apiVersion"))
+    doc = run->t.pipeline_spec; /* an inline v1 workflow_manifest */
   const cJSON *spec = cJSON_GetObjectItemCaseSensitive(doc, "spec");
-  if (spec) add_copy(wf, "spec", spec);
+  if (spec) {
+    add_copy(wf, "spec", spec);
+  } else {
+    /* A Workflow always has a spec. The IR compiles to driver and executor
+     * templates the simulator does not model; keep argocompiler's names. */
+    cJSON *ws = cJSON_AddObjectToObject(wf, "spec");
+    cJSON_AddStringToObject(ws, "entrypoint", "entrypoint");
+    add_str(ws, "serviceAccountName", run->service_account);
+  }
   cJSON *st = kb_sim_run_workflow_status(kfp->sim, run->sim_run);
   if (st) cJSON_AddItemToObject(wf, "status", st);
   char *s = cJSON_PrintUnformatted(wf);

@@ -146,19 +146,20 @@ static int parse_filter(kfp_req *r, const kfp_listable *l, const char *text, con
     const char *k = cJSON_IsString(key) ? key->valuestring : "";
     const char *mf = model_field(l, k);
     if (!mf) {
-      cJSON_Delete(norm), cJSON_Delete(f);
+      /* k points into f: the message is built before f goes */
       char ext[200];
       snprintf(ext, sizeof ext, "no support for filtering on unrecognized field \"%s\"", k);
+      cJSON_Delete(norm), cJSON_Delete(f);
       kfp_error(r, KFP_INVALID_ARGUMENT, ext, "%s: Invalid input error: %s", wrap, ext);
       return -1;
     }
     int oi = op_index(op);
     cJSON *val = oi == 7 ? pred_values(p) : pred_value(p);
     if (!oi || !val) {
-      cJSON_Delete(val), cJSON_Delete(norm), cJSON_Delete(f);
       char ext[200];
       snprintf(ext, sizeof ext, "invalid predicate operation: %s",
                cJSON_IsString(op) ? op->valuestring : "OPERATION_UNSPECIFIED");
+      cJSON_Delete(val), cJSON_Delete(norm), cJSON_Delete(f);
       kfp_error(r, KFP_INVALID_ARGUMENT, ext, "%s: Invalid input error: %s", wrap, ext);
       return -1;
     }
