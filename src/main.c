@@ -235,7 +235,7 @@ done:
 }
 
 /* kbrun SUBCOMMAND ...: Lua subcommands live in lua/kb/commands.lua. */
-static const char *lua_subcommands[] = {"report", NULL};
+static const char *lua_subcommands[] = {"report", "render", NULL};
 
 static int run_subcommand(int argc, char **argv) {
   const char *name = argv[1];

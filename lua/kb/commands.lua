@@ -26,4 +26,193 @@ function M.report(args)
   core.exit(0)
 end
 
+--- kbrun render [--argo] EXPERIMENT [key=value...]: prints, as YAML, the
+-- manifests a Kubebench experiment would create (the main job, and the
+-- post job if it is a container), or with --argo the Argo Workflow that
+-- runs it in the cluster; creates nothing. EXPERIMENT is an experiment
+-- YAML file or a scenario made with kb.kubebench.scenario. key=value
+-- override params; namespace=, timeout= and keep= set those options.
+function M.render(args)
+  local usage = "usage: kbrun render [--argo] EXPERIMENT.yaml|SCENARIO.lua [key=value...]"
+  local argo, file, assignments = false, nil, {}
+  for _, a in ipairs(args.argv) do
+    if a == "--argo" then argo = true
+    elseif a == "-h" or a == "--help" then io.stdout:write(usage, "\n") return core.exit(0)
+    elseif a:sub(1, 1) == "-" then return fail(2, "render: unknown option '%s'\n%s", a, usage)
+    elseif not file then file = a
+    else assignments[#assignments + 1] = a end
+  end
+  if not file then return fail(2, "%s", usage) end
+  if not kb.fs.exists(file) then return fail(2, "render: cannot read '%s'", file) end
+  local kubebench = require "kb.kubebench"
+  local overrides, perr = require("kb.params").parse_assignments(assignments)
+  if not overrides then return fail(2, "render: %s", perr) end
+  local opts = { params = {} }
+  for k, v in pairs(overrides) do
+    if k == "namespace" or k == "timeout" or k == "keep" then opts[k] = v
+    elseif k ~= "host" then opts.params[k] = v end
+  end
+  local ok, err = pcall(function()
+    local exp
+    if file:match("%.lua$") then
+      local chunk = assert(loadfile(file))
+      local s = chunk()
+      exp = type(s) == "table" and (s.experiment or s)
+      if type(exp) ~= "table" then error("render: " .. file .. " does not return a kubebench scenario or experiment", 0) end
+    else
+      exp = file
+    end
+    exp = kubebench.load(exp, file:match("%.lua$") and { dir = kb.fs.dirname(file) } or nil)
+    if argo then
+      io.stdout:write(kb.yaml.encode(kubebench.workflow(exp, opts)))
+      return
+    end
+    local r = kubebench.render(exp, opts)
+    local docs = { r.manifest }
+    if r.post_job then docs[2] = r.post_job end
+    io.stdout:write(kb.yaml.encode_all(docs))
+  end)
+  if not ok then
+    return fail(1, "render: %s", type(err) == "table" and (err.message or tostring(err)) or tostring(err))
+  end
+  core.exit(0)
+end
+
+
+local function err_text(err)
+  if type(err) == "table" then return err.message or tostring(err) end
+  return tostring(err)
+end
+
+local COMPARE_USAGE = [[
+usage: kbrun compare [options] A B
+
+Compares two experiments (or two sweeps, cell by cell) metric by metric:
+p50/p99 of every histogram with deltas and a significance test, counters,
+the numeric fields of the result (success_rate, ...). Exits 1 if a gated
+metric regressed, 2 on a usage error or unreadable input.
+
+  --metric NAME     gate this metric (histogram key or name, counter, or
+                    result field such as success_rate); repeatable
+  --stat STAT       statistic of a histogram gate: p50 p90 p95 p99 (default)
+                    p999 mean max min
+  --tolerance T     allowed worsening, relative to A: 10% or 0.1 (default
+                    5%); without --metric, gates every histogram in both
+  --better DIR      lower | higher: which direction is better (default:
+                    lower, higher for success/throughput result fields)
+  --test T          mw (Mann-Whitney U, default), ks (Kolmogorov-Smirnov),
+                    none (gate on the tolerance alone)
+  --alpha A         significance level (default 0.05)
+  --json            the comparison as JSON on stdout]]
+
+--- kbrun compare [options] A B: see COMPARE_USAGE and kb.compare.
+function M.compare(args)
+  local compare = require "kb.compare"
+  local opts, paths, metrics, json_out = { gates = {} }, {}, {}, false
+  local tolerance, stat, better
+  local ok, err = pcall(function()
+    local argv, i = args.argv, 1
+    local function value(opt)
+      i = i + 1
+      if argv[i] == nil then error({ class = "usage", message = "compare: " .. opt .. " needs a value" }) end
+      return argv[i]
+    end
+    while i <= #argv do
+      local a = argv[i]
+      if a == "--metric" then metrics[#metrics + 1] = value(a)
+      elseif a == "--stat" then stat = compare.check_stat(value(a))
+      elseif a == "--tolerance" then tolerance = compare.parse_tolerance(value(a))
+      elseif a == "--better" then
+        better = value(a)
+        if better ~= "lower" and better ~= "higher" then
+          error({ class = "usage", message = "compare: --better wants lower or higher, got '" .. better .. "'" })
+        end
+      elseif a == "--test" then
+        opts.test = value(a)
+        if opts.test ~= "mw" and opts.test ~= "ks" and opts.test ~= "none" then
+          error({ class = "usage", message = "compare: --test wants mw, ks or none, got '" .. opts.test .. "'" })
+        end
+      elseif a == "--alpha" then
+        opts.alpha = tonumber(value(a))
+        if not opts.alpha or opts.alpha <= 0 or opts.alpha >= 1 then
+          error({ class = "usage", message = "compare: --alpha wants a number between 0 and 1" })
+        end
+      elseif a == "--json" then json_out = true
+      elseif a == "-h" or a == "--help" then error({ class = "help" })
+      elseif a:sub(1, 1) == "-" then
+        error({ class = "usage", message = "compare: unknown option '" .. a .. "'\n" .. COMPARE_USAGE })
+      else paths[#paths + 1] = a end
+      i = i + 1
+    end
+    if #paths ~= 2 then error({ class = "usage", message = COMPARE_USAGE }) end
+    for _, m in ipairs(metrics) do
+      opts.gates[#opts.gates + 1] = { metric = m, stat = stat or "p99", tolerance = tolerance or 0.05, better = better }
+    end
+    if #metrics == 0 and tolerance then
+      opts.all_histograms, opts.stat, opts.tolerance, opts.better = true, stat or "p99", tolerance, better
+    end
+    local report = compare.paths(paths[1], paths[2], opts)
+    io.stdout:write(json_out and compare.json(report) or compare.format(report))
+    return report
+  end)
+  if not ok then
+    if type(err) == "table" and err.class == "help" then
+      io.stdout:write(COMPARE_USAGE, "\n")
+      return core.exit(0)
+    end
+    return fail(2, "%s", err_text(err))
+  end
+  core.exit(err.regressed and 1 or 0)
+end
+
+--- kbrun merge [-o OUT] [--name NAME] [--force] DIR...: merges the
+-- experiments (the shards of one run) into a new experiment; see kb.merge.
+function M.merge(args)
+  local usage = "usage: kbrun merge [-o OUT] [--name NAME] [--force] EXPERIMENT_DIR..."
+  local dirs, opts = {}, {}
+  local argv, i = args.argv, 1
+  while i <= #argv do
+    local a = argv[i]
+    if a == "-o" or a == "--out" or a == "--name" then
+      i = i + 1
+      if argv[i] == nil then return fail(2, "merge: %s needs a value", a) end
+      opts[a == "--name" and "name" or "out"] = argv[i]
+    elseif a == "--force" then opts.force = true
+    elseif a == "-h" or a == "--help" then io.stdout:write(usage, "\n") return core.exit(0)
+    elseif a:sub(1, 1) == "-" then return fail(2, "merge: unknown option '%s'\n%s", a, usage)
+    else dirs[#dirs + 1] = a end
+    i = i + 1
+  end
+  if #dirs == 0 then return fail(2, "%s", usage) end
+  local ok, exp, doc = pcall(require("kb.merge").experiments, dirs, opts)
+  if not ok then return fail(1, "merge: %s", err_text(exp)) end
+  for _, w in ipairs(doc.merge.warnings) do io.stderr:write("kbrun: merge: warning: ", w, "\n") end
+  if #doc.merge.unmerged > 0 then
+    io.stderr:write("kbrun: merge: not merged (kept per shard): ", table.concat(doc.merge.unmerged, ", "), "\n")
+  end
+  print(exp.dir)
+  core.exit(0)
+end
+
+--- kbrun k8s-job SCENARIO --shards N [options]: prints (or with --apply
+-- creates) the ConfigMap, PVC and Indexed Job of a sharded run; see
+-- kb.k8s_job.
+function M.k8s_job(args)
+  local k8s_job = require "kb.k8s_job"
+  local ok, opts = pcall(k8s_job.parse_args, args.argv)
+  if not ok then return fail(2, "%s", err_text(opts)) end
+  if opts.help then io.stdout:write(k8s_job.USAGE, "\n") return core.exit(0) end
+  local okr, objects = pcall(k8s_job.render, opts)
+  if not okr then return fail(2, "%s", err_text(objects)) end
+  if not opts.apply then
+    io.stdout:write(k8s_job.yaml(objects))
+    return core.exit(0)
+  end
+  local oka, done = pcall(k8s_job.apply, objects, opts)
+  if not oka then return fail(1, "k8s-job: %s", err_text(done)) end
+  for _, d in ipairs(done) do print(string.format("%s/%s created", d.kind:lower(), d.name)) end
+  core.exit(0)
+end
+M["k8s-job"] = M.k8s_job -- src/main.c looks subcommands up by their command-line name
+
 return M

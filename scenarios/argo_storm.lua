@@ -1,0 +1,157 @@
+--- argo_storm: submit N Argo Workflows through argo-server's REST API
+-- (POST /api/v1/workflows/{ns}), at most `concurrency` submissions in
+-- flight, and measure per workflow
+--   argo.submit         the POST round trip (s)
+--   argo.time_to_running from the POST to the first list showing phase
+--                       Running (s, at `poll` resolution)
+--   argo.duration       status.finishedAt - status.startedAt (s)
+--   argo.completion     from the POST to the first list showing it done (s)
+-- Against the embedded simulator by default; host=URL (and token=) for a
+-- real argo-server. Every workflow carries the label kbrun.io/storm=<run
+-- id>; cleanup deletes them.
+--
+--   kbrun scenarios/argo_storm.lua workflows=200 concurrency=20 steps=3
+local kb = require "kb"
+
+local STATUS_DONE = { Succeeded = true, Failed = true, Error = true }
+
+local function workflow(name, label, p)
+  local steps = {}
+  for i = 1, p.steps do
+    steps[i] = { { name = "step-" .. i, template = "work" } }
+  end
+  return {
+    apiVersion = "argoproj.io/v1alpha1",
+    kind = "Workflow",
+    metadata = { name = name, labels = { ["kbrun.io/storm"] = label } },
+    spec = {
+      entrypoint = "main",
+      templates = {
+        { name = "main", steps = steps },
+        { name = "work",
+          metadata = { annotations = { ["sim.kbrun.io/duration"] = p.step_duration } },
+          container = { image = p.image, command = { "sh", "-c", "sleep 5" } } },
+      },
+    },
+  }
+end
+
+local function epoch(s)
+  local y, mo, d, h, mi, sec = tostring(s):match("^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)")
+  if not y then return nil end
+  return os.time { year = y, month = mo, day = d, hour = h, min = mi, sec = sec, isdst = false }
+end
+
+local state = {}
+
+return {
+  name = "argo_storm",
+  params = {
+    host = "sim",          -- "sim": the embedded simulator, else argo-server's URL
+    token = "",            -- bearer token for a real argo-server
+    namespace = "default",
+    workflows = 50,        -- how many to submit
+    concurrency = 10,      -- submissions in flight
+    steps = 2,             -- sequential steps per workflow
+    step_duration = "lognormal:10,30", -- the simulator's duration model per step
+    image = "busybox:1.36",
+    poll = 1,              -- seconds between list calls
+    timeout = 3600,        -- seconds for all workflows to finish
+  },
+  thresholds = { completed_rate = 1.0 },
+
+  run = function(p)
+    local base = require("kb.target").resolve(p.host)
+    local url = string.format("%s/api/v1/workflows/%s", base, p.namespace)
+    local headers = { ["content-type"] = "application/json" }
+    if p.token ~= "" then headers.authorization = "Bearer " .. p.token end
+    local label = kb.exp and kb.exp.id or ("storm-" .. os.time())
+    state.url, state.headers, state.label = url, headers, label
+
+    local h_submit = kb.metrics.histogram("argo.submit")
+    local h_running = kb.metrics.histogram("argo.time_to_running")
+    local h_duration = kb.metrics.histogram("argo.duration")
+    local h_done = kb.metrics.histogram("argo.completion")
+    local submitted, failed_submit, phases = {}, 0, {}
+
+    local pool = kb.pool(p.concurrency)
+    for i = 1, p.workflows do
+      pool:spawn(function()
+        local name = string.format("%s-%04d", label, i):sub(-63):gsub("^%-+", "")
+        local t0 = kb.now()
+        local ok, res = pcall(kb.http.request, { method = "POST", url = url, headers = headers,
+          body = kb.json.encode { namespace = p.namespace, workflow = workflow(name, label, p) }, timeout = 60 })
+        if ok and res.status == 200 then
+          h_submit:record(kb.now() - t0)
+          submitted[name] = { at = t0 }
+        else
+          failed_submit = failed_submit + 1
+          kb.log.warn("submit %s: %s", name, ok and (res.status .. " " .. res.body) or tostring(res))
+        end
+      end)
+    end
+
+    -- one poller for all of them: a list per `poll` seconds
+    local watcher = kb.spawn(function()
+      local pending = math.huge
+      while pending > 0 do
+        kb.sleep(p.poll)
+        local res = kb.http.request { url = url, headers = headers, timeout = 60,
+          query = { ["listOptions.labelSelector"] = "kbrun.io/storm=" .. label } }
+        if res.status == 200 then
+          local now = kb.now()
+          pending = 0
+          for _, wf in ipairs(kb.json.decode(res.body).items or {}) do
+            local s = submitted[wf.metadata.name]
+            local phase = wf.status and wf.status.phase
+            if s and not s.done then
+              if phase and phase ~= "Pending" and not s.running then
+                s.running = true
+                h_running:record(now - s.at)
+              end
+              if STATUS_DONE[phase] then
+                s.done = true
+                phases[phase] = (phases[phase] or 0) + 1
+                h_done:record(now - s.at)
+                local a, b = epoch(wf.status.startedAt), epoch(wf.status.finishedAt)
+                if a and b then h_duration:record(b - a) end
+              end
+            end
+          end
+          for _, s in pairs(submitted) do if not s.done then pending = pending + 1 end end
+          if not state.all_submitted then pending = pending + 1 end
+        end
+      end
+    end)
+    pool:wait()
+    state.all_submitted = true
+    local ok, err = pcall(kb.timeout, p.timeout, watcher.wait, watcher)
+    if not ok then kb.log.error("not every workflow finished: %s", tostring(err)) end
+
+    local n = 0
+    for _ in pairs(submitted) do n = n + 1 end
+    local completed = 0
+    for _, c in pairs(phases) do completed = completed + c end
+    local s, r, d = h_submit:summary(), h_running:summary(), h_duration:summary()
+    kb.log.info("%d submitted (%d refused): submit p50 %.3f s p99 %.3f s; running after p50 %.1f s; "
+      .. "duration p50 %.1f s", n, failed_submit, s.p50 or 0, s.p99 or 0, r.p50 or 0, d.p50 or 0)
+    kb.report.attach { outcomes = phases }
+    return {
+      submitted = n,
+      refused = failed_submit,
+      phases = phases,
+      completed_rate = p.workflows > 0 and (phases.Succeeded or 0) / p.workflows or 1,
+    }
+  end,
+
+  cleanup = function()
+    if not state.url then return end
+    local res = kb.http.request { url = state.url, headers = state.headers, timeout = 60,
+      query = { ["listOptions.labelSelector"] = "kbrun.io/storm=" .. state.label } }
+    if res.status ~= 200 then return end
+    for _, wf in ipairs(kb.json.decode(res.body).items or {}) do
+      kb.http.request { method = "DELETE", url = state.url .. "/" .. wf.metadata.name,
+        headers = state.headers, timeout = 60 }
+    end
+  end,
+}
