@@ -50,6 +50,7 @@ local M = {}
 M.states = states
 M.parse_time = states.parse_time
 M.is_finished = states.is_finished
+M.pipeline = require("kb.kfp.pipeline_gen").pipeline
 
 local DIALECTS = {
   v2beta1 = "kb.kfp.v2", v2 = "kb.kfp.v2",

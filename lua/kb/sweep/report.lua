@@ -1,0 +1,537 @@
+--- kb.sweep.report: what a sweep leaves behind (docs/sweep.md, "Outputs"):
+-- sweep.csv (one row per cell x repeat), sweep.html (line plots with error
+-- bars over repeats, a heat map, the best and worst cells, search results)
+-- and the terminal table.
+--
+-- Every function works from the journal's "done" records (as they read
+-- back from JSON), so an interrupted-and-resumed sweep and an
+-- uninterrupted one with the same seed write the same sweep.csv.
+-- Wall-clock figures (a cell's elapsed time) stay in the journal and the
+-- cells' result.json, out of sweep.csv, which is deterministic.
+local csv = require "kb.csv"
+local fs = require "kb.fs"
+local json = require "kb.json"
+local svg = require "kb.svg"
+
+local M = {}
+local format, concat = string.format, table.concat
+local esc = svg.escape
+
+-- ---- columns and aggregation --------------------------------------------------------
+
+local function is_num(v) return type(v) == "number" and v == v end
+
+--- The metric names of the records: `preferred` first (those present),
+-- then the rest sorted.
+function M.metric_names(records, preferred)
+  local seen, names = {}, {}
+  for _, name in ipairs(preferred or {}) do
+    if not seen[name] then seen[name], names[#names + 1] = true, name end
+  end
+  local rest = {}
+  for _, r in ipairs(records) do
+    for k in pairs(r.metrics or {}) do
+      if not seen[k] then seen[k], rest[#rest + 1] = true, k end
+    end
+  end
+  table.sort(rest)
+  for _, k in ipairs(rest) do names[#names + 1] = k end
+  return names
+end
+
+--- The records in report order: by cell index, then repeat.
+function M.sorted(records)
+  local list = {}
+  for i, r in ipairs(records) do list[i] = r end
+  table.sort(list, function(a, b)
+    if a.index ~= b.index then return a.index < b.index end
+    if a.sub ~= b.sub then return (a.sub or 0) < (b.sub or 0) end
+    return a["repeat"] < b["repeat"]
+  end)
+  return list
+end
+
+local function value_text(v)
+  if v == nil or v == json.null then return "" end
+  return v
+end
+
+--- The CSV text: cell, repeat, seed, status, the parameters, the
+-- metrics, error.
+function M.csv_text(records, params, metrics)
+  local header = { "cell", "repeat", "seed", "status" }
+  for _, p in ipairs(params) do header[#header + 1] = p end
+  for _, m in ipairs(metrics) do header[#header + 1] = m end
+  header[#header + 1] = "error"
+  local rows = {}
+  for _, r in ipairs(records) do
+    local row = { r.id, r["repeat"], r.seed, r.status }
+    for _, p in ipairs(params) do row[#row + 1] = value_text(r.params and r.params[p]) end
+    for _, m in ipairs(metrics) do row[#row + 1] = value_text(r.metrics and r.metrics[m]) end
+    row[#row + 1] = value_text(r.error)
+    row.n = #header
+    rows[#rows + 1] = row
+  end
+  -- names that clash (a metric named like a parameter) get a prefix
+  local seen = {}
+  for i, h in ipairs(header) do
+    if seen[h] then header[i] = "metric." .. h end
+    seen[header[i]] = true
+  end
+  return csv.encode(rows, header)
+end
+
+--- Mean, sample standard deviation and count of a list of numbers.
+function M.mean_sd(list)
+  local n, sum = #list, 0
+  if n == 0 then return nil, nil, 0 end
+  for _, v in ipairs(list) do sum = sum + v end
+  local mean = sum / n
+  if n == 1 then return mean, nil, 1 end
+  local ss = 0
+  for _, v in ipairs(list) do ss = ss + (v - mean) ^ 2 end
+  return mean, math.sqrt(ss / (n - 1)), n
+end
+
+local function group_key(params, names)
+  local parts = {}
+  for i, n in ipairs(names) do parts[i] = tostring(params[n]) end
+  return concat(parts, "\31")
+end
+
+--- The cells (records grouped over repeats): a list of {id, index,
+-- params, status ("ok" if any repeat succeeded), stats = {[metric] =
+-- {mean, sd, n}}, repeats, failed}, in cell order.
+function M.cells(records, metrics)
+  local by, list = {}, {}
+  for _, r in ipairs(M.sorted(records)) do
+    local c = by[r.key]
+    if not c then
+      c = { id = r.id, index = r.index, key = r.key, params = r.params, values = {}, repeats = 0, failed = 0 }
+      by[r.key] = c
+      list[#list + 1] = c
+    end
+    c.repeats = c.repeats + 1
+    if r.status == "ok" then
+      for _, m in ipairs(metrics) do
+        local v = r.metrics and r.metrics[m]
+        if is_num(v) then
+          c.values[m] = c.values[m] or {}
+          table.insert(c.values[m], v)
+        end
+      end
+    else
+      c.failed = c.failed + 1
+      c.error = c.error or r.error
+    end
+  end
+  for _, c in ipairs(list) do
+    c.status = c.failed < c.repeats and "ok" or "failed"
+    c.stats = {}
+    for m, vals in pairs(c.values) do
+      local mean, sd, n = M.mean_sd(vals)
+      c.stats[m] = { mean = mean, sd = sd, n = n }
+    end
+    c.values = nil
+  end
+  return list
+end
+
+-- ---- numbers as text ------------------------------------------------------------
+
+local function num_text(v)
+  if not is_num(v) then return v == nil and "-" or tostring(v) end
+  local a = math.abs(v)
+  if math.type(v) == "integer" then return tostring(v) end
+  if v == math.floor(v) and a < 1e6 then return format("%d", math.floor(v)) end
+  if a ~= 0 and (a >= 1e6 or a < 1e-3) then return format("%.3g", v) end
+  if a >= 100 then return format("%.0f", v) end
+  if a >= 10 then return format("%.1f", v) end
+  return format("%.3g", v)
+end
+M.num_text = num_text
+
+local function stat_text(st)
+  if not st or st.mean == nil then return "-" end
+  if st.sd then return num_text(st.mean) .. " ±" .. num_text(st.sd) end
+  return num_text(st.mean)
+end
+
+-- ---- the terminal table -----------------------------------------------------------
+
+--- The terminal table: one line per cell with its parameters and the
+-- (up to `max_metrics`) metrics' mean ± sd over repeats.
+function M.table_text(cells, params, metrics, max_metrics)
+  local shown = {}
+  for i = 1, math.min(#metrics, max_metrics or 4) do shown[i] = metrics[i] end
+  local header = { "cell" }
+  for _, p in ipairs(params) do header[#header + 1] = p end
+  for _, m in ipairs(shown) do header[#header + 1] = m end
+  header[#header + 1] = "status"
+  local rows = { header }
+  for _, c in ipairs(cells) do
+    local row = { c.id }
+    for _, p in ipairs(params) do row[#row + 1] = tostring(c.params[p]) end
+    for _, m in ipairs(shown) do row[#row + 1] = stat_text(c.stats[m]) end
+    row[#row + 1] = c.failed > 0 and format("%s (%d/%d failed)", c.status, c.failed, c.repeats) or c.status
+    rows[#rows + 1] = row
+  end
+  local width = {}
+  for _, row in ipairs(rows) do
+    for i, cell in ipairs(row) do width[i] = math.max(width[i] or 0, utf8.len(cell) or #cell) end
+  end
+  local lines = {}
+  for r, row in ipairs(rows) do
+    local parts = {}
+    for i, cell in ipairs(row) do
+      local pad = string.rep(" ", width[i] - (utf8.len(cell) or #cell))
+      parts[i] = (i == 1 or i == #row) and (cell .. pad) or (pad .. cell)
+    end
+    lines[#lines + 1] = "  " .. concat(parts, "  ")
+    if r == 1 then
+      local rule = {}
+      for i = 1, #row do rule[i] = string.rep("-", width[i]) end
+      lines[#lines + 1] = "  " .. concat(rule, "  ")
+    end
+  end
+  return concat(lines, "\n") .. "\n"
+end
+
+-- ---- plots ------------------------------------------------------------------------
+
+local function distinct(cells, name)
+  local seen, out = {}, {}
+  for _, c in ipairs(cells) do
+    local v = c.params[name]
+    if v ~= nil and not seen[v] then seen[v], out[#out + 1] = true, v end
+  end
+  table.sort(out, function(a, b)
+    if type(a) == type(b) and type(a) ~= "boolean" then return a < b end
+    return tostring(a) < tostring(b)
+  end)
+  return out
+end
+
+local function all_numeric(values)
+  for _, v in ipairs(values) do if type(v) ~= "number" then return false end end
+  return #values > 0
+end
+
+--- Which parameter is on the x axis, which one makes the series, and
+-- which ones split the plots (facets): from opts (x, series), else the
+-- first numeric varying parameter, the next varying one, the rest.
+function M.layout(cells, params, opts)
+  opts = opts or {}
+  local varying = {}
+  for _, p in ipairs(params) do
+    if #distinct(cells, p) > 1 then varying[#varying + 1] = p end
+  end
+  local x = opts.x
+  if not x then
+    for _, p in ipairs(varying) do
+      if all_numeric(distinct(cells, p)) then x = p break end
+    end
+  end
+  local series = opts.series
+  if series == nil then
+    for _, p in ipairs(varying) do
+      if p ~= x then series = p break end
+    end
+  end
+  local facets = {}
+  for _, p in ipairs(varying) do
+    if p ~= x and p ~= series then facets[#facets + 1] = p end
+  end
+  return { x = x, series = series or nil, facets = facets, varying = varying }
+end
+
+local function facet_label(params, facets)
+  local parts = {}
+  for i, f in ipairs(facets) do parts[i] = f .. " = " .. tostring(params[f]) end
+  return concat(parts, ", ")
+end
+
+local MAX_PLOTS = 24
+
+--- The line plots of one metric: metric vs layout.x, one line per value of
+-- layout.series, error bars = sd over repeats, one plot per combination
+-- of the facet parameters. Returns a list of {title, svg}.
+function M.line_plots(cells, metric, layout, opts)
+  opts = opts or {}
+  if not layout.x then return {} end
+  local xs = distinct(cells, layout.x)
+  if not all_numeric(xs) then return {} end
+  local groups, order = {}, {}
+  for _, c in ipairs(cells) do
+    local st = c.stats[metric]
+    if st and st.mean then
+      local fk = group_key(c.params, layout.facets)
+      local g = groups[fk]
+      if not g then
+        g = { label = facet_label(c.params, layout.facets), series = {}, sorder = {} }
+        groups[fk] = g
+        order[#order + 1] = fk
+      end
+      local sv = layout.series and c.params[layout.series]
+      local sk = tostring(sv)
+      local s = g.series[sk]
+      if not s then
+        s = { name = layout.series and (layout.series .. " = " .. tostring(sv)) or metric, points = {}, sort = sv }
+        g.series[sk] = s
+        g.sorder[#g.sorder + 1] = sk
+      end
+      s.points[#s.points + 1] = { x = c.params[layout.x], y = st.mean, err = st.sd }
+    end
+  end
+  table.sort(order)
+  local plots = {}
+  for _, fk in ipairs(order) do
+    if #plots >= MAX_PLOTS then break end
+    local g = groups[fk]
+    table.sort(g.sorder, function(a, b)
+      local va, vb = g.series[a].sort, g.series[b].sort
+      if type(va) == "number" and type(vb) == "number" then return va < vb end
+      return a < b
+    end)
+    local series = {}
+    for _, sk in ipairs(g.sorder) do series[#series + 1] = g.series[sk] end
+    local title = metric .. " vs " .. layout.x
+    plots[#plots + 1] = {
+      title = title, facet = g.label,
+      svg = svg.lines {
+        title = title, subtitle = g.label ~= "" and g.label or nil,
+        series = series, width = opts.width or 560, height = opts.height or 340,
+        x = { label = layout.x, scale = opts.x_scale },
+        y = { label = metric, unit = opts.units and opts.units[metric] },
+      },
+    }
+  end
+  return plots
+end
+
+--- The heat map of a metric over two parameters (mean over everything
+-- else, repeats included).
+function M.heatmap(cells, metric, rows_p, cols_p, opts)
+  opts = opts or {}
+  local rows, cols = distinct(cells, rows_p), distinct(cells, cols_p)
+  local sums = {}
+  for _, c in ipairs(cells) do
+    local st = c.stats[metric]
+    if st and st.mean then
+      local k = tostring(c.params[rows_p]) .. "\31" .. tostring(c.params[cols_p])
+      local s = sums[k] or { sum = 0, n = 0 }
+      s.sum, s.n = s.sum + st.mean, s.n + 1
+      sums[k] = s
+    end
+  end
+  local values, rl, cl = {}, {}, {}
+  for r, rv in ipairs(rows) do
+    rl[r] = tostring(rv)
+    values[r] = {}
+    for c, cv in ipairs(cols) do
+      local s = sums[tostring(rv) .. "\31" .. tostring(cv)]
+      values[r][c] = s and s.sum / s.n or nil
+    end
+  end
+  for c, cv in ipairs(cols) do cl[c] = tostring(cv) end
+  return svg.heatmap {
+    title = format("%s by %s and %s", metric, rows_p, cols_p),
+    subtitle = opts.subtitle, rows = rl, cols = cl, values = values,
+    ylabel = rows_p, xlabel = cols_p, unit = opts.units and opts.units[metric],
+    width = opts.width or 620, height = math.max(220, 60 + 40 * #rl),
+  }
+end
+
+--- The best and worst `n` cells by a metric's mean (goal = "min" or "max").
+function M.ranked(cells, metric, goal, n)
+  local list = {}
+  for _, c in ipairs(cells) do
+    if c.stats[metric] and c.stats[metric].mean then list[#list + 1] = c end
+  end
+  table.sort(list, function(a, b)
+    local va, vb = a.stats[metric].mean, b.stats[metric].mean
+    if va ~= vb then
+      if goal == "max" then return va > vb end
+      return va < vb
+    end
+    return a.index < b.index
+  end)
+  local best, worst = {}, {}
+  for i = 1, math.min(n, #list) do best[i] = list[i] end
+  for i = 1, math.min(n, #list) do worst[i] = list[#list - i + 1] end
+  return best, worst
+end
+
+-- ---- HTML -------------------------------------------------------------------------
+
+local CSS = [[
+:root{--fg:#1b1f24;--muted:#5b6571;--line:#d8dde3;--bg:#f6f8fa}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:var(--fg);background:var(--bg);margin:0}
+header,main{max-width:1240px;margin:0 auto;padding:12px 20px}
+h1{font-size:22px;margin:8px 0}h2{font-size:17px;margin:0 0 8px}
+section{background:#fff;border:1px solid var(--line);border-radius:6px;padding:14px;margin:14px 0}
+.grid{display:flex;flex-wrap:wrap;gap:10px}figure{margin:0;flex:1 1 520px;max-width:100%}
+svg{max-width:100%;height:auto}
+table{border-collapse:collapse;font-size:13px}td,th{border-bottom:1px solid var(--line);padding:3px 8px;text-align:right}
+th:first-child,td:first-child{text-align:left}.muted{color:var(--muted)}.failed{color:#b42318}
+]]
+
+local function html_table(header, rows)
+  local out = { "<table><tr>" }
+  for _, h in ipairs(header) do out[#out + 1] = "<th>" .. esc(h) .. "</th>" end
+  out[#out + 1] = "</tr>"
+  for _, row in ipairs(rows) do
+    out[#out + 1] = "<tr>"
+    for _, v in ipairs(row) do out[#out + 1] = "<td>" .. esc(tostring(v)) .. "</td>" end
+    out[#out + 1] = "</tr>"
+  end
+  out[#out + 1] = "</table>"
+  return concat(out)
+end
+
+local function cell_rows(list, params, metrics)
+  local rows = {}
+  for _, c in ipairs(list) do
+    local row = { c.id }
+    for _, p in ipairs(params) do row[#row + 1] = tostring(c.params[p]) end
+    for _, m in ipairs(metrics) do row[#row + 1] = stat_text(c.stats[m]) end
+    row[#row + 1] = c.failed > 0 and format("%d/%d failed%s", c.failed, c.repeats,
+      c.error and (": " .. tostring(c.error):sub(1, 120)) or "") or "ok"
+    rows[#rows + 1] = row
+  end
+  return rows
+end
+
+--- The sweep.html page. info: {name, seed, hash, dims = {{name, values}},
+-- repeats, params (parameter columns), varying (those that vary), metrics, report = {x, series,
+-- metrics, heatmap = {rows, cols, metric}, goal = {metric, minimize},
+-- units = {[metric] = "s"}}, searches = list of search results,
+-- total (cells x repeats planned)}.
+function M.html(records, info)
+  local ropts = info.report or {}
+  local metrics = M.metric_names(records, info.metrics)
+  local cells = M.cells(records, metrics)
+  local layout = M.layout(cells, info.params, ropts)
+  if info.sampled then
+    -- sampled values rarely repeat: one cloud of points per metric, no facets
+    layout.series = ropts.series or nil
+    layout.facets = {}
+  end
+  -- tables show what varies; the fixed parameters are listed once
+  local shown, fixed = {}, {}
+  local varies = {}
+  for _, p in ipairs(info.varying or info.params) do varies[p] = true end
+  for _, p in ipairs(info.params) do
+    if varies[p] then shown[#shown + 1] = p
+    elseif cells[1] then fixed[#fixed + 1] = { p, tostring(cells[1].params[p]) } end
+  end
+  local plot_metrics = ropts.metrics or {}
+  if #plot_metrics == 0 then
+    for i = 1, math.min(3, #metrics) do plot_metrics[i] = metrics[i] end
+  end
+  local ok, failed = 0, 0
+  for _, r in ipairs(records) do
+    if r.status == "ok" then ok = ok + 1 else failed = failed + 1 end
+  end
+  local body = {}
+  local dims = {}
+  for _, d in ipairs(info.dims or {}) do
+    local vals = {}
+    for i, v in ipairs(d.values or {}) do vals[i] = tostring(v) end
+    dims[#dims + 1] = { d.name, d.values and concat(vals, ", ") or d.range or "" }
+  end
+  body[#body + 1] = format([[<section id="summary"><h2>Sweep</h2><p>%d of %d cell runs recorded (%d ok, %d failed), %d cells, %s repeat(s), seed %s, definition %s.%s</p>%s</section>]],
+    #records, info.total or #records, ok, failed, #cells, tostring(info.repeats or 1), esc(tostring(info.seed)),
+    esc(tostring(info.hash)), info.complete == false and ' <b class="failed">Incomplete: re-run the same command to finish it.</b>' or "",
+    (#dims > 0 and html_table({ "parameter", "values" }, dims) or "") ..
+    (#fixed > 0 and ("<h3>Fixed parameters</h3>" .. html_table({ "parameter", "value" }, fixed)) or ""))
+
+  if layout.x then
+    local figs = {}
+    for _, m in ipairs(plot_metrics) do
+      for _, p in ipairs(M.line_plots(cells, m, layout, ropts)) do
+        figs[#figs + 1] = "<figure>" .. p.svg .. "</figure>"
+      end
+    end
+    if #figs > 0 then
+      body[#body + 1] = format('<section id="lines"><h2>Metrics vs %s</h2><p class="muted">One line per %s%s; points are means over repeats, error bars one standard deviation.</p><div class="grid">%s</div></section>',
+        esc(layout.x), esc(layout.series or "sweep"), #layout.facets > 0 and (", one plot per " .. esc(concat(layout.facets, " x "))) or "",
+        concat(figs))
+    end
+  end
+
+  local hm = ropts.heatmap or {}
+  local hrows, hcols = hm.rows or layout.series, hm.cols or layout.x
+  if info.sampled and not ropts.heatmap then hrows = nil end
+  if hrows and hcols and hrows ~= hcols and #metrics > 0 then
+    local hmetric = hm.metric or plot_metrics[1]
+    local others = {}
+    for _, p in ipairs(layout.varying) do
+      if p ~= hrows and p ~= hcols then others[#others + 1] = p end
+    end
+    body[#body + 1] = format('<section id="heatmap"><h2>Heat map</h2><figure>%s</figure></section>',
+      M.heatmap(cells, hmetric, hrows, hcols, { units = ropts.units,
+        subtitle = #others > 0 and ("mean over " .. concat(others, ", ") .. " and repeats") or "mean over repeats" }))
+  end
+
+  local goal = ropts.goal or {}
+  local gmetric = goal.metric or plot_metrics[1]
+  if gmetric then
+    local dir = goal.minimize == false and "max" or "min"
+    local best, worst = M.ranked(cells, gmetric, dir, ropts.top or 5)
+    local header = { "cell" }
+    for _, p in ipairs(shown) do header[#header + 1] = p end
+    for _, m in ipairs(plot_metrics) do header[#header + 1] = m end
+    header[#header + 1] = "status"
+    body[#body + 1] = format('<section id="best"><h2>Best and worst cells by %s (%s is better)</h2><h3>Best</h3>%s<h3>Worst</h3>%s</section>',
+      esc(gmetric), dir == "min" and "lower" or "higher", html_table(header, cell_rows(best, shown, plot_metrics)),
+      html_table(header, cell_rows(worst, shown, plot_metrics)))
+  end
+
+  if info.searches and #info.searches > 0 then
+    local rows = {}
+    for _, s in ipairs(info.searches) do
+      local pts = {}
+      for i, p in ipairs(s.points) do
+        pts[i] = format("%s→%s%s", tostring(p.value), num_text(p.metric), p.crossed and "✗" or "")
+      end
+      rows[#rows + 1] = { s.base_id or "-", s.base_label or "", tostring(s.last_ok or "-"),
+        tostring(s.first_crossing or "-"), concat(pts, "  ") }
+    end
+    body[#body + 1] = format('<section id="search"><h2>Search</h2>%s</section>',
+      html_table({ "base", "parameters", "last value under the limit", "first crossing", "points (value→metric, ✗ crossed)" }, rows))
+  end
+
+  local header = { "cell" }
+  for _, p in ipairs(shown) do header[#header + 1] = p end
+  for _, m in ipairs(metrics) do header[#header + 1] = m end
+  header[#header + 1] = "status"
+  body[#body + 1] = format('<section id="cells"><h2>All cells (mean ±sd over repeats)</h2>%s</section>',
+    html_table(header, cell_rows(cells, shown, metrics)))
+
+  return concat({
+    "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+    '<meta name="viewport" content="width=device-width, initial-scale=1"><meta name="generator" content="kbrun">',
+    format("<title>%s — kbrun sweep</title>", esc(info.name)),
+    "<style>" .. CSS .. "</style></head><body>",
+    format("<header><h1>Sweep %s</h1><p class=\"muted\">sweep.csv holds every cell x repeat; each cell's experiment folder holds its result.json. One self-contained file: no scripts, no network.</p></header>", esc(info.name)),
+    "<main>", concat(body, "\n"), "</main></body></html>", "",
+  }, "\n")
+end
+
+--- Writes sweep.csv (and with html = true sweep.html) into dir; returns
+-- their paths.
+function M.write(dir, records, info, html)
+  local metrics = M.metric_names(records, info.metrics)
+  local sorted = M.sorted(records)
+  local csv_path = fs.join(dir, "sweep.csv")
+  fs.write(csv_path, M.csv_text(sorted, info.params, metrics), { sync = false })
+  local html_path
+  if html then
+    html_path = fs.join(dir, "sweep.html")
+    fs.write(html_path, M.html(sorted, info))
+  end
+  return csv_path, html_path
+end
+
+return M
