@@ -39,11 +39,15 @@ static void usage(FILE *out) {
     "      --sim-config FILE   cluster config of the embedded simulator (docs/simulator.md)\n"
     "      --sim-profile NAME  simulator profile: default (calibrated), fast, degraded\n"
     "      --sim-speed X       simulated seconds per real second (default 600)\n"
+    "      --shard I/N         run shard I of N (0 <= I < N; see kb.shard)\n"
     "  -h, --help              this help\n"
     "      --version           versions of kbrun and its libraries\n"
     "\n"
     "       kbrun sim [options]     the simulator standalone (kbrun sim --help)\n"
     "       kbrun report DIR...     rebuild report.html of experiment folders\n"
+    "       kbrun compare A B       compare two experiments or sweeps (--help)\n"
+    "       kbrun merge DIR...      merge the shards of an experiment\n"
+    "       kbrun k8s-job SCENARIO --shards N   an Indexed Kubernetes Job (--help)\n"
     "\n"
     "exit codes: 0 success, 1 scenario failed, 2 usage error,\n"
     "            130/143 interrupted by SIGINT/SIGTERM\n"
@@ -132,6 +136,7 @@ typedef struct {
   const char *out;
   const char *seed;
   const char *sim_config, *sim_profile, *sim_speed;
+  const char *shard;
   int quiet, verbose;
 } options;
 
@@ -147,7 +152,8 @@ static void push_args(lua_State *L, const options *o, int argc, char **argv, int
   lua_pushstring(L, o->out ? o->out : "experiments");
   lua_setfield(L, -2, "out");
   const char *strings[][2] = {{"seed", o->seed}, {"sim_config", o->sim_config},
-                              {"sim_profile", o->sim_profile}, {"sim_speed", o->sim_speed}};
+                              {"sim_profile", o->sim_profile}, {"sim_speed", o->sim_speed},
+                              {"shard", o->shard}};
   for (size_t i = 0; i < sizeof strings / sizeof *strings; i++) {
     if (!strings[i][1]) continue;
     lua_pushstring(L, strings[i][1]);
@@ -235,7 +241,7 @@ done:
 }
 
 /* kbrun SUBCOMMAND ...: Lua subcommands live in lua/kb/commands.lua. */
-static const char *lua_subcommands[] = {"report", "render", NULL};
+static const char *lua_subcommands[] = {"report", "render", "compare", "merge", "k8s-job", NULL};
 
 static int run_subcommand(int argc, char **argv) {
   const char *name = argv[1];
@@ -268,6 +274,7 @@ int main(int argc, char **argv) {
     {"sim-config", required_argument, NULL, 'C'},
     {"sim-profile", required_argument, NULL, 'P'},
     {"sim-speed", required_argument, NULL, 'X'},
+    {"shard", required_argument, NULL, 'I'},
     {NULL, 0, NULL, 0}
   };
   options o = {0};
@@ -295,6 +302,7 @@ int main(int argc, char **argv) {
     case 'V': print_version(); return 0;
     case 'C': o.sim_config = optarg; break;
     case 'P': o.sim_profile = optarg; break;
+    case 'I': o.shard = optarg; break; /* validated by kb.shard (runner) */
     case 'X': {
       char *end;
       double speed = strtod(optarg, &end);

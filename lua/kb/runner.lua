@@ -136,6 +136,7 @@ function Run:result_document()
     duration = kb.now() - self.started,
     clock = M.clock(),
     seed = self.seed_value,
+    shard = require("kb.shard").describe(),
     params = kb.params,
     environment = M.environment(),
     metrics = kb.metrics.snapshot(),
@@ -284,6 +285,9 @@ local function main(args)
   f:close()
   local chunk, lerr = loadfile(args.scenario)
   if not chunk then return early_exit(EXIT_FAILED, lerr) end
+
+  local shard_ok, shard_err = require("kb.shard").configure(args.shard)
+  if not shard_ok then return early_exit(EXIT_USAGE, shard_err) end
 
   local okf, file_params = pcall(run.load_params_file, run)
   if not okf then return early_exit(EXIT_USAGE, message_of(file_params)) end

@@ -1,0 +1,433 @@
+--- kb.merge: combines the results of the shards of one experiment (or any
+-- experiments of one scenario) into one experiment, exactly where the data
+-- allows it (`kbrun merge DIR...`).
+--
+--   local merge = require "kb.merge"
+--   local snap = merge.snapshots({ doc1.metrics, doc2.metrics })  -- exact
+--   local doc = merge.documents({ doc1, doc2 })                   -- result docs
+--   local exp, doc = merge.experiments({ dir1, dir2 }, { out = "experiments" })
+--
+-- What is merged and how (docs/scale-out.md has the rationale):
+--   metrics     histograms merge bucket by bucket (exact: the merged
+--               histogram is the one a single process recording every value
+--               would hold), counters and gauges add; layouts must match.
+--   result      run()'s return values, field by field: integers add (counts);
+--               lists concatenate; equal strings/booleans are kept; a
+--               `*_rate`/`*_ratio` field is recomputed from counts next to it
+--               (succeeded / total, requested, runs, ...; or succeeded /
+--               (succeeded + failed); failed / ... for error and failure
+--               rates), else averaged weighted by such a total; throughputs (`*per_second`, `*_rps`, `throughput`)
+--               add (the shards ran side by side); `elapsed`, `duration`,
+--               `wall*` take the maximum. Any other float (a mean, a
+--               percentile computed by the scenario) cannot be merged
+--               exactly: it is left out and its path listed in
+--               merge.unmerged; each shard's own result stays in shards[i].
+--   thresholds  re-evaluated on the merged metrics and result.
+--   status      passed only if every input passed.
+local fs = require "kb.fs"
+local json = require "kb.json"
+local hist = require "kb.hist"
+
+local M = {}
+
+local format = string.format
+local ARRAY_MT = getmetatable(json.array())
+
+local function merge_error(fmt, ...)
+  error(setmetatable({ class = "merge", message = format(fmt, ...) },
+    { __tostring = function(e) return e.message end }), 0)
+end
+
+-- ---- metrics ---------------------------------------------------------------
+
+--- merge.snapshots(list) -> snapshot: the exact merge of kb.metrics
+-- snapshots (as in result.json): the same rules as
+-- kb.metrics.merge_snapshot, without touching the process's registry.
+-- Raises class "merge" on a kind or layout mismatch.
+function M.snapshots(list)
+  local by_key, order = {}, {}
+  for si, snap in ipairs(list) do
+    if type(snap) ~= "table" or type(snap.metrics) ~= "table" then
+      merge_error("input %d has no metrics snapshot", si)
+    end
+    if snap.version ~= 1 then
+      merge_error("input %d: unsupported metrics snapshot version %s", si, tostring(snap.version))
+    end
+    for _, m in ipairs(snap.metrics) do
+      local e = by_key[m.key]
+      if e and e.kind ~= m.kind then
+        merge_error("metric %s is a %s in input %d but a %s before", m.key, tostring(m.kind), si, e.kind)
+      end
+      if not e then
+        e = { key = m.key, name = m.name, labels = m.labels, kind = m.kind }
+        by_key[m.key] = e
+        order[#order + 1] = m.key
+      end
+      if m.kind == "histogram" then
+        local ok, h = pcall(hist.decode, m.encoded)
+        if not ok then merge_error("histogram %s of input %d: %s", m.key, si, tostring(h)) end
+        if e.hist then
+          local okm, err = pcall(e.hist.merge, e.hist, h)
+          if not okm then merge_error("histogram %s of input %d: %s", m.key, si, tostring(err)) end
+        else
+          e.hist = h
+        end
+      elseif m.kind == "counter" or m.kind == "gauge" then
+        if type(m.value) ~= "number" then merge_error("%s %s of input %d has no value", m.kind, m.key, si) end
+        e.value = (e.value or 0) + m.value
+      else
+        merge_error("metric %s of input %d has an unknown kind %s", tostring(m.key), si, tostring(m.kind))
+      end
+    end
+  end
+  table.sort(order)
+  local out = {}
+  for i, key in ipairs(order) do
+    local e = by_key[key]
+    local m = { key = e.key, name = e.name, labels = e.labels, kind = e.kind }
+    if e.hist then
+      m.summary, m.encoded = e.hist:summary(), e.hist:encode()
+    else
+      m.value = e.value
+    end
+    out[i] = m
+  end
+  return { version = 1, metrics = json.array(out) }
+end
+
+-- ---- run()'s results ---------------------------------------------------------
+
+local function is_array(t)
+  return getmetatable(t) == ARRAY_MT or (#t > 0 and next(t, #t) == nil)
+end
+
+local SUCCESSES = { "succeeded", "successes", "success", "completed", "ok", "passed" }
+local FAILURES = { "failed", "failures", "errors", "error_count" }
+local DENOMINATORS = { "total", "requested", "requests", "attempts", "runs", "count", "n" }
+
+-- The counts a rate is made of: success counts for success_rate,
+-- completed_rate, ...; failure counts for error_rate, failure_rate; none
+-- for other rates (they can only be averaged).
+local function numerators_of(key)
+  local k = key:lower()
+  if k:find("fail") or k:find("error") then return FAILURES, SUCCESSES end
+  if k:find("succe") or k:find("complet") or k:find("ok") or k:find("pass") then return SUCCESSES, FAILURES end
+end
+
+-- The (numerator, denominator) counts a rate next to them is made of, in t
+-- or one level down (result.runs.succeeded, result.calls.succeeded); either
+-- may be nil. Without a total, numerator + its complement (succeeded +
+-- failed) is the denominator.
+local function rate_counts(t, key)
+  local nums, complement = numerators_of(key)
+  local function in_table(x)
+    local num, den, other
+    for _, k in ipairs(nums or {}) do
+      if math.type(x[k]) == "integer" then num = x[k] break end
+    end
+    for _, k in ipairs(DENOMINATORS) do
+      if math.type(x[k]) == "integer" then den = x[k] break end
+    end
+    for _, k in ipairs(complement or {}) do
+      if math.type(x[k]) == "integer" then other = x[k] break end
+    end
+    if num and not den and other then den = num + other end
+    return num, den
+  end
+  local num, den = in_table(t)
+  if num and den then return num, den end
+  local keys = {}
+  for k, v in pairs(t) do if type(v) == "table" and type(k) == "string" then keys[#keys + 1] = k end end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local n2, d2 = in_table(t[k])
+    if n2 and d2 then return n2, d2 end
+  end
+  return num, den
+end
+
+local function kind_of_float(key)
+  if type(key) ~= "string" then return nil end
+  if key:match("rate$") or key:match("ratio$") then
+    if key:match("per_second") then return "sum" end
+    return "rate"
+  end
+  if key:match("per_second$") or key:match("_rps$") or key:match("^rps$") or key:match("throughput") then
+    return "sum"
+  end
+  if key:match("^elapsed") or key:match("duration$") or key:match("^duration") or key:match("^wall") then
+    return "max"
+  end
+end
+
+local merge_values
+
+-- Merges the tables of all shards (nil where a shard lacks the field).
+local function merge_tables(values, path, unmerged)
+  local keys, seen = {}, {}
+  for _, t in pairs(values) do
+    for k in pairs(t) do
+      if not seen[k] then seen[k] = true keys[#keys + 1] = k end
+    end
+  end
+  table.sort(keys, function(a, b)
+    if type(a) == type(b) then return a < b end
+    return type(a) == "number"
+  end)
+  local out, rates = {}, {}
+  for _, k in ipairs(keys) do
+    local list = {}
+    for i, t in pairs(values) do list[i] = t[k] end
+    local sub = path .. "." .. tostring(k)
+    local v = merge_values(list, sub, unmerged, k)
+    if v == "__rate" then rates[#rates + 1] = k
+    elseif v ~= nil then out[k] = v end
+  end
+  -- Rates last: they are recomputed from the merged counts.
+  for _, k in ipairs(rates) do
+    local num, den = rate_counts(out, k)
+    if num and den then
+      out[k] = den > 0 and num / den or 0
+    else
+      local wsum, w = 0, 0
+      for i, t in pairs(values) do
+        local _, d = rate_counts(t, k)
+        if not d or type(t[k]) ~= "number" then wsum = nil break end
+        wsum, w = wsum + t[k] * d, w + d
+      end
+      if wsum and w > 0 then out[k] = wsum / w
+      else unmerged[#unmerged + 1] = path .. "." .. k end
+    end
+  end
+  return out
+end
+
+merge_values = function(list, path, unmerged, key)
+  local n, first, kinds = 0, nil, {}
+  for _, v in pairs(list) do
+    n = n + 1
+    first = first == nil and v or first
+    kinds[math.type(v) or type(v)] = true
+  end
+  if n == 0 then return nil end
+  local only = next(kinds)
+  if next(kinds, only) ~= nil then
+    if kinds.integer and kinds.float and not kinds.table and not kinds.string and not kinds.boolean then
+      only = "float"
+    else
+      unmerged[#unmerged + 1] = path
+      return nil
+    end
+  end
+  if only == "integer" then
+    local s = 0
+    for _, v in pairs(list) do s = s + v end
+    return s
+  elseif only == "float" then
+    local how = kind_of_float(key)
+    if how == "rate" then return "__rate" end
+    if how == "sum" then
+      local s = 0
+      for _, v in pairs(list) do s = s + v end
+      return s
+    elseif how == "max" then
+      local m = -math.huge
+      for _, v in pairs(list) do if v > m then m = v end end
+      return m
+    end
+    local same = true
+    for _, v in pairs(list) do same = same and v == first end
+    if same and n == 1 then return first end
+    unmerged[#unmerged + 1] = path
+    return nil
+  elseif only == "table" then
+    local arrays, objects = 0, 0
+    for _, v in pairs(list) do
+      if next(v) == nil then -- empty: fits both
+      elseif is_array(v) then arrays = arrays + 1 else objects = objects + 1 end
+    end
+    if arrays > 0 and objects == 0 then
+      local out = {}
+      local idx = {}
+      for i in pairs(list) do idx[#idx + 1] = i end
+      table.sort(idx)
+      for _, i in ipairs(idx) do
+        for _, x in ipairs(list[i]) do out[#out + 1] = x end
+      end
+      return json.array(out)
+    elseif arrays > 0 then
+      unmerged[#unmerged + 1] = path
+      return nil
+    end
+    return merge_tables(list, path, unmerged)
+  else -- strings, booleans, null
+    for _, v in pairs(list) do
+      if v ~= first then
+        unmerged[#unmerged + 1] = path
+        return nil
+      end
+    end
+    return first
+  end
+end
+
+--- merge.results(list [, n]) -> merged, unmerged: run()'s results of n
+-- shards (list[i] may be nil) merged by the rules above; unmerged lists
+-- the paths ("result.latency.p50") that could not be.
+function M.results(list, n)
+  local values = {}
+  for i = 1, n or #list do
+    if list[i] ~= nil and list[i] ~= json.null then values[i] = list[i] end
+  end
+  local unmerged = {}
+  local v = merge_values(values, "result", unmerged, "result")
+  if v == "__rate" then v, unmerged[#unmerged + 1] = nil, "result" end
+  table.sort(unmerged)
+  return v, unmerged
+end
+
+-- ---- result documents ---------------------------------------------------------
+
+-- The thresholds spec behind a result document's checks, so they can be
+-- evaluated again on merged numbers.
+local function thresholds_spec(checks)
+  if type(checks) ~= "table" or #checks == 0 then return nil end
+  local spec = {}
+  for _, c in ipairs(checks) do
+    local s = spec[c.name] or {}
+    if c.stat == "value" then s[c.op == ">=" and "min" or "max"] = c.limit
+    else s[c.stat] = c.limit end
+    spec[c.name] = s
+  end
+  return spec
+end
+
+local function canonical(v)
+  return json.encode(v == nil and json.null or v, { sort_keys = true })
+end
+
+--- merge.documents(docs [, opts]) -> doc: one result document from the
+-- result documents of shards (or repeats) of one scenario. Raises class
+-- "merge" when they cannot belong together (other scenarios, duplicate or
+-- inconsistent shards); opts.force merges anyway, recording warnings.
+-- opts.dirs: the folders the documents came from (recorded).
+function M.documents(docs, opts)
+  opts = opts or {}
+  if #docs == 0 then merge_error("nothing to merge") end
+  local warnings = {}
+  local function problem(fmt, ...)
+    local msg = format(fmt, ...)
+    if not opts.force then merge_error("%s (--force merges anyway)", msg) end
+    warnings[#warnings + 1] = msg
+  end
+  local first = docs[1]
+  local name = first.scenario and first.scenario.name
+  local params_text = canonical(first.params)
+  local count, seen_index = nil, {}
+  for i, d in ipairs(docs) do
+    local dname = d.scenario and d.scenario.name
+    if dname ~= name then problem("input %d is scenario '%s', input 1 is '%s'", i, tostring(dname), tostring(name)) end
+    if canonical(d.params) ~= params_text then problem("input %d was run with other parameters than input 1", i) end
+    if type(d.merge) == "table" then
+      problem("input %d is itself a merge of %s experiments (its inputs would count twice)", i, tostring(d.merge.inputs))
+    end
+    local s = d.shard
+    if type(s) == "table" then
+      if count and s.count ~= count then problem("input %d is shard %s/%s, but input 1 belongs to %s shards", i, s.index, s.count, count) end
+      count = count or s.count
+      if seen_index[s.index] then problem("shard %s/%s appears twice (inputs %d and %d)", s.index, s.count, seen_index[s.index], i) end
+      seen_index[s.index] = i
+    end
+  end
+  if count then
+    local missing = {}
+    for k = 0, count - 1 do if not seen_index[k] then missing[#missing + 1] = tostring(k) end end
+    if #missing > 0 then problem("shard(s) %s of %d missing", table.concat(missing, ", "), count) end
+  end
+
+  local snaps, results, shards = {}, {}, {}
+  local status, exit_code, duration = "passed", 0, 0
+  for i, d in ipairs(docs) do
+    snaps[i] = d.metrics
+    results[i] = d.result
+    if d.status ~= "passed" then status = "failed" end
+    if type(d.exit_code) == "number" and d.exit_code > exit_code then exit_code = d.exit_code end
+    if type(d.duration) == "number" and d.duration > duration then duration = d.duration end
+    shards[i] = { experiment_id = d.experiment_id, dir = opts.dirs and opts.dirs[i], shard = d.shard,
+      status = d.status, seed = d.seed, duration = d.duration, result = d.result }
+  end
+  local clock = first.clock
+  for i, d in ipairs(docs) do
+    if canonical(d.clock) ~= canonical(clock) then
+      warnings[#warnings + 1] = format("input %d measured on another clock than input 1", i)
+    end
+  end
+  local metrics = M.snapshots(snaps)
+  local result, unmerged = M.results(results, #docs)
+  local doc = {
+    kbrun = first.kbrun,
+    scenario = first.scenario,
+    status = status,
+    exit_code = exit_code,
+    error = status ~= "passed" and "an input did not pass" or nil,
+    started_at = first.started_at,
+    finished_at = first.finished_at,
+    duration = duration,
+    clock = clock,
+    params = first.params,
+    environment = first.environment,
+    metrics = metrics,
+    result = result,
+    merge = { inputs = #docs, shards = count, unmerged = json.array(unmerged),
+      warnings = json.array(warnings) },
+    shards = json.array(shards),
+  }
+  local spec = thresholds_spec(first.thresholds)
+  if spec then
+    local checks, all = require("kb.thresholds").evaluate(spec, metrics, result)
+    doc.thresholds = checks
+    if not all and doc.status == "passed" then
+      doc.status, doc.exit_code, doc.error = "failed", 1, "a threshold failed"
+    end
+  end
+  return doc
+end
+
+--- merge.read(dir) -> the result document of an experiment folder (or of
+-- a result.json path). Raises class "merge" with what is wrong.
+function M.read(dir)
+  local path = dir
+  if fs.exists(dir) == "dir" then path = fs.join(dir, "result", "result.json") end
+  if fs.exists(path) ~= "file" then
+    merge_error("'%s' is not an experiment folder (no result/result.json)", dir)
+  end
+  local ok, doc = pcall(json.decode, fs.read(path), { name = path })
+  if not ok or type(doc) ~= "table" then
+    merge_error("%s: %s", path, ok and "not a result document" or tostring(doc.message or doc))
+  end
+  return doc
+end
+
+--- merge.experiments(dirs, opts) -> exp, doc: reads the experiment
+-- folders, merges them (merge.documents) and writes a new experiment
+-- (config/params.json, result/result.json, result/report.html) under
+-- opts.out (default: the folder holding the first input), named
+-- "<scenario>-merged" unless opts.name.
+function M.experiments(dirs, opts)
+  opts = opts or {}
+  local docs = {}
+  for i, dir in ipairs(dirs) do docs[i] = M.read(dir) end
+  local doc = M.documents(docs, { force = opts.force, dirs = dirs })
+  local out = opts.out or fs.dirname(fs.abspath(dirs[1]))
+  local name = opts.name or ((doc.scenario and doc.scenario.name or "experiment") .. "-merged")
+  local exp = require("kb.experiment").create({ out = out, name = name })
+  doc.experiment_id = exp.id
+  exp:write_json("config", "params.json", { scenario = doc.scenario and doc.scenario.file,
+    params = doc.params, merged_from = json.array(dirs) })
+  exp:write_json("result", "result.json", doc)
+  local ok, err = pcall(require("kb.report").write, exp, doc)
+  if not ok then doc.merge.warnings[#doc.merge.warnings + 1] = "report: " .. tostring(err) end
+  return exp, doc
+end
+
+return M
