@@ -26,13 +26,25 @@ static int l_spawn(lua_State *L) {
 typedef struct {
   uv_timer_t timer;
   kb_task *task;
+  double deadline; /* scenario clock */
 } sleep_op;
 
 static void sleep_free(uv_handle_t *h) { free(h->data); }
 
+/* libuv timers count whole milliseconds of a loop time cached at the start
+ * of each iteration, so one may fire a fraction of a millisecond early;
+ * on a clock sped up 600 times that is most of a simulated second. A
+ * sleep never ends before its deadline: an early timer is re-armed. */
 static void sleep_done(uv_timer_t *timer) {
   sleep_op *op = timer->data;
   kb_task *t = op->task;
+  kb_rt *rt = kb_task_rt(t);
+  double left = op->deadline - kb_rt_now(rt);
+  if (left > 0) {
+    uint64_t ms = kb_rt_real_ms(rt, left);
+    uv_timer_start(timer, sleep_done, ms ? ms : 1, 0);
+    return;
+  }
   uv_close((uv_handle_t *)timer, sleep_free);
   kb_task_wake(t, 0);
 }
@@ -56,6 +68,7 @@ static int l_sleep(lua_State *L) {
   uv_timer_init(kb_rt_loop(rt), &op->timer);
   op->timer.data = op;
   op->task = t;
+  op->deadline = kb_rt_now(rt) + s;
   uv_timer_start(&op->timer, sleep_done, kb_rt_real_ms(rt, s), 0);
   return kb_task_await(L, t, sleep_cancel, op);
 }
