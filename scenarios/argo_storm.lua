@@ -7,13 +7,13 @@
 --   argo.duration       status.finishedAt - status.startedAt (s)
 --   argo.completion     from the POST to the first list showing it done (s)
 -- Against the embedded simulator by default; host=URL (and token=) for a
--- real argo-server. Every workflow carries the label kbrun.io/storm=<run
--- id>; cleanup deletes them.
+-- real argo-server, through kb.argo (which also times argo.create and
+-- argo.list). Every workflow carries the label kbrun.io/storm=<run id>;
+-- cleanup deletes them.
 --
 --   kbrun scenarios/argo_storm.lua workflows=200 concurrency=20 steps=3
 local kb = require "kb"
-
-local STATUS_DONE = { Succeeded = true, Failed = true, Error = true }
+local argo = require "kb.argo"
 
 local function workflow(name, label, p)
   local steps = {}
@@ -36,12 +36,6 @@ local function workflow(name, label, p)
   }
 end
 
-local function epoch(s)
-  local y, mo, d, h, mi, sec = tostring(s):match("^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)")
-  if not y then return nil end
-  return os.time { year = y, month = mo, day = d, hour = h, min = mi, sec = sec, isdst = false }
-end
-
 local state = {}
 
 return {
@@ -61,12 +55,10 @@ return {
   thresholds = { completed_rate = 1.0 },
 
   run = function(p)
-    local base = require("kb.target").resolve(p.host)
-    local url = string.format("%s/api/v1/workflows/%s", base, p.namespace)
-    local headers = { ["content-type"] = "application/json" }
-    if p.token ~= "" then headers.authorization = "Bearer " .. p.token end
+    local c = argo.client { host = require("kb.target").resolve(p.host), namespace = p.namespace,
+      token = p.token ~= "" and p.token or nil, timeout = 60 }
     local label = kb.exp and kb.exp.id or ("storm-" .. os.time())
-    state.url, state.headers, state.label = url, headers, label
+    state.client, state.label = c, label
 
     local h_submit = kb.metrics.histogram("argo.submit")
     local h_running = kb.metrics.histogram("argo.time_to_running")
@@ -79,14 +71,13 @@ return {
       pool:spawn(function()
         local name = string.format("%s-%04d", label, i):sub(-63):gsub("^%-+", "")
         local t0 = kb.now()
-        local ok, res = pcall(kb.http.request, { method = "POST", url = url, headers = headers,
-          body = kb.json.encode { namespace = p.namespace, workflow = workflow(name, label, p) }, timeout = 60 })
-        if ok and res.status == 200 then
+        local ok, err = pcall(c.create, c, workflow(name, label, p))
+        if ok then
           h_submit:record(kb.now() - t0)
           submitted[name] = { at = t0 }
         else
           failed_submit = failed_submit + 1
-          kb.log.warn("submit %s: %s", name, ok and (res.status .. " " .. res.body) or tostring(res))
+          kb.log.warn("submit %s: %s", name, tostring(err))
         end
       end)
     end
@@ -96,25 +87,24 @@ return {
       local pending = math.huge
       while pending > 0 do
         kb.sleep(p.poll)
-        local res = kb.http.request { url = url, headers = headers, timeout = 60,
-          query = { ["listOptions.labelSelector"] = "kbrun.io/storm=" .. label } }
-        if res.status == 200 then
+        local ok, list = pcall(c.list, c, { label_selector = { ["kbrun.io/storm"] = label } })
+        if not ok then
+          kb.log.warn("list: %s", tostring(list))
+        else
           local now = kb.now()
           pending = 0
-          for _, wf in ipairs(kb.json.decode(res.body).items or {}) do
-            local s = submitted[wf.metadata.name]
-            local phase = wf.status and wf.status.phase
+          for _, wf in ipairs(list.items) do
+            local s = submitted[wf.name]
             if s and not s.done then
-              if phase and phase ~= "Pending" and not s.running then
+              if wf.phase ~= "" and wf.phase ~= "Pending" and not s.running then
                 s.running = true
                 h_running:record(now - s.at)
               end
-              if STATUS_DONE[phase] then
+              if wf.finished then
                 s.done = true
-                phases[phase] = (phases[phase] or 0) + 1
+                phases[wf.phase] = (phases[wf.phase] or 0) + 1
                 h_done:record(now - s.at)
-                local a, b = epoch(wf.status.startedAt), epoch(wf.status.finishedAt)
-                if a and b then h_duration:record(b - a) end
+                if wf.duration then h_duration:record(wf.duration) end
               end
             end
           end
@@ -145,13 +135,10 @@ return {
   end,
 
   cleanup = function()
-    if not state.url then return end
-    local res = kb.http.request { url = state.url, headers = state.headers, timeout = 60,
-      query = { ["listOptions.labelSelector"] = "kbrun.io/storm=" .. state.label } }
-    if res.status ~= 200 then return end
-    for _, wf in ipairs(kb.json.decode(res.body).items or {}) do
-      kb.http.request { method = "DELETE", url = state.url .. "/" .. wf.metadata.name,
-        headers = state.headers, timeout = 60 }
-    end
+    local c = state.client
+    if not c then return end
+    local ok, list = pcall(c.list, c, { label_selector = { ["kbrun.io/storm"] = state.label } })
+    if not ok then return end
+    for _, wf in ipairs(list.items) do pcall(c.delete, c, wf.name, { ignore_not_found = true }) end
   end,
 }

@@ -111,7 +111,7 @@ const kb_k8s_res *kb_k8s_store_add_resource(kb_k8s_store *st, const kb_k8s_resde
 /* Registers the simulator's types: core/v1 namespaces, nodes, pods,
  * configmaps, secrets, persistentvolumeclaims, events, serviceaccounts;
  * batch/v1 jobs; apiextensions.k8s.io/v1 customresourcedefinitions;
- * argoproj.io/v1alpha1 workflows; kubeflow.org/v1 tfjobs, pytorchjobs,
+ * argoproj.io/v1alpha1 workflows, workflowtemplates; kubeflow.org/v1 tfjobs, pytorchjobs,
  * mpijobs. Creates a CustomResourceDefinition object for each custom type,
  * the namespaces default, kube-system, kube-public and kubeflow, and a
  * "default" ServiceAccount in each. Returns 0 or -500. */

@@ -500,7 +500,7 @@ static int setup_k8s(kb_sim_server *s) {
   kb_k8s_api_set_latency(s->k8s, k8s_latency, s);
   s->glue = glue_new(s->sim, s->store, NULL, &s->loop);
   if (!s->glue || glue_start(s->glue) < 0) return -1;
-  s->argo = glue_argo_new(s->store);
+  s->argo = glue_argo_new(s->store, &s->loop);
   return s->argo ? 0 : -1;
 }
 

@@ -115,11 +115,14 @@ void glue_logs_ended(sim_glue *g, const kb_sim_pod_info *pi, const char *ns, con
 
 /* ---- argo-server's REST API (argo_server.c) ---- */
 /* /api/v1/workflows/{ns}[/{name}] (create, list, get, delete),
- * /api/v1/workflow-events/{ns} (newline-delimited {"result":...} or SSE
- * with Accept: text/event-stream), /api/v1/version, /info, /userinfo,
- * over the store's Workflow objects; errors in grpc-gateway's shape. */
+ * /api/v1/workflows/{ns}/submit (from a WorkflowTemplate),
+ * /api/v1/workflows/{ns}/{name}/log, /api/v1/workflow-templates/{ns}[/{name}]
+ * (create, list, get, delete), /api/v1/workflow-events/{ns}
+ * (newline-delimited {"result":...} or SSE with Accept: text/event-stream,
+ * ended after listOptions.timeoutSeconds), /api/v1/version, /info,
+ * /userinfo, over the store's objects; errors in grpc-gateway's shape. */
 typedef struct glue_argo glue_argo;
-glue_argo *glue_argo_new(kb_k8s_store *st);
+glue_argo *glue_argo_new(kb_k8s_store *st, uv_loop_t *loop);
 /* 1 when the path is argo-server's (the request is answered), else 0. */
 int glue_argo_handle(glue_argo *a, kb_httpd_req *req);
 /* 1 for argo-server paths. */

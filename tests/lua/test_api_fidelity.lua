@@ -644,6 +644,27 @@ T.case("Argo Server: workflows, the event stream and server info per the swagger
     query = { ["listOptions.labelSelector"] = "a in (" } })
   rpc_error(bad, 3)
 
+  -- workflow templates, and a workflow submitted from one
+  local WT = "/api/v1/workflow-templates/" .. NS
+  local tmpl = a:call("POST", WT, { expect = 200, json = { namespace = NS, template = {
+    metadata = { name = "fid-tmpl", labels = { suite = "fidelity" } }, spec = WORKFLOW.spec } } })
+  T.eq(tmpl.kind, "WorkflowTemplate")
+  rpc_error(a:call("POST", WT, { expect = 409, json = { template = { metadata = { name = "fid-tmpl" },
+    spec = WORKFLOW.spec } } }), 6, "already exists")
+  rpc_error(a:call("POST", WT, { expect = 400, json = { namespace = NS } }), 3, "template is required")
+  T.eq(#a:call("GET", WT, { expect = 200, query = { ["listOptions.labelSelector"] = "suite=fidelity" } }).items, 1)
+  T.eq(a:call("GET", WT .. "/fid-tmpl", { expect = 200 }).metadata.uid, tmpl.metadata.uid)
+  local sub = a:call("POST", W .. "/submit", { expect = 200, json = { namespace = NS,
+    resourceKind = "WorkflowTemplate", resourceName = "fid-tmpl", submitOptions = {
+      generateName = "fid-sub-", parameters = { "p=1" }, labels = "suite=fidelity-sub" } } })
+  T.ok(sub.metadata.name:match("^fid%-sub%-"), "submitOptions.generateName applied")
+  T.eq(sub.metadata.labels["workflows.argoproj.io/workflow-template"], "fid-tmpl")
+  T.eq(sub.spec.arguments.parameters[1].value, "1")
+  rpc_error(a:call("POST", W .. "/submit", { expect = 404, json = { resourceKind = "WorkflowTemplate",
+    resourceName = "nope" } }), 5, "not found")
+  a:call("DELETE", WT .. "/fid-tmpl", { expect = 200 })
+  rpc_error(a:call("GET", WT .. "/fid-tmpl", { expect = 404 }), 5, "not found")
+
   -- run to completion: status.nodes of a finished DAG
   local done
   for _ = 1, 720 do
@@ -656,6 +677,19 @@ T.case("Argo Server: workflows, the event stream and server info per the swagger
   for _, node in pairs(done.status.nodes) do if node.type == "Pod" then pods = pods + 1 end end
   T.eq(pods, 2, "two pod nodes")
   rpc_error(a:call("GET", W .. "/no-such-wf", { expect = 404 }), 5, "not found")
+
+  -- its logs: a stream of {"result":{podName, content}}
+  local LOG = W .. "/" .. name .. "/log"
+  local logs = kb.http.request { url = BASE .. LOG, query = { ["logOptions.container"] = "main" } }
+  T.eq(logs.status, 200)
+  local lines = 0
+  for line in logs.body:gmatch("[^\n]+") do
+    a:check_response("GET", LOG, 200, line)
+    T.eq(json.decode(line).result.podName:sub(1, #name + 1), name .. "-", "the pod of a step")
+    lines = lines + 1
+  end
+  T.ok(lines >= 4, "log lines of both steps")
+  rpc_error(a:call("GET", W .. "/no-such-wf/log", { expect = 404 }), 5, "not found")
 
   local list = a:call("GET", W, { expect = 200, query = { ["listOptions.labelSelector"] = "suite=fidelity",
     ["listOptions.limit"] = 1 } })
@@ -777,6 +811,10 @@ T.case("coverage: the Argo Server operations the simulator routes were checked",
     "GET /api/v1/workflows/{namespace}", "POST /api/v1/workflows/{namespace}",
     "GET /api/v1/workflows/{namespace}/{name}", "DELETE /api/v1/workflows/{namespace}/{name}",
     "GET /api/v1/workflow-events/{namespace}",
+    "POST /api/v1/workflows/{namespace}/submit", "GET /api/v1/workflows/{namespace}/{name}/log",
+    "GET /api/v1/workflow-templates/{namespace}", "POST /api/v1/workflow-templates/{namespace}",
+    "GET /api/v1/workflow-templates/{namespace}/{name}",
+    "DELETE /api/v1/workflow-templates/{namespace}/{name}",
     "GET /api/v1/version", "GET /api/v1/info", "GET /api/v1/userinfo",
   }
   rec.argo:assert_covered(routed)

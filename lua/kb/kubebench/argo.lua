@@ -23,7 +23,6 @@
 --   onExit cleanup     deletes the main (and post) job unless keep
 -- A Lua post job cannot run in the cluster: the step is left out and the
 -- Workflow is annotated kbrun.io/post-job: lua.
-local kb = require "kb"
 local json = require "kb.json"
 local yaml = require "kb.yaml"
 local inject = require "kb.kubebench.inject"
@@ -251,46 +250,33 @@ local Error = { __name = "kb.error" }
 Error.__index = Error
 Error.__tostring = function(e) return e.class .. ": " .. e.message end
 
-local function argo_error(status, msg)
-  error(setmetatable({ class = "argo", status = status, message = msg }, Error), 0)
+-- kb.argo's HTTP errors as this module has always raised them (class
+-- "argo", "METHOD url: status message"); others pass through.
+local function rethrow(err, method, url)
+  if type(err) == "table" and err.status then
+    error(setmetatable({ class = "argo", status = err.status, message = format("%s %s: %d %s",
+      method, url, err.status, tostring(err.server_message or "")) }, Error), 0)
+  end
+  error(err, 0)
 end
 
-local function headers(opts, body)
-  local h = {}
-  if body then h["content-type"] = "application/json" end
-  if opts.token then h.authorization = "Bearer " .. opts.token end
-  return h
-end
-
---- Submits a Workflow to argo-server (POST /api/v1/workflows/{ns}) and
--- returns the created Workflow. opts: host (kb.target: "sim" or a URL),
--- namespace (default the Workflow's), token, timeout (seconds to wait
--- for it to finish when opts.wait), wait, poll.
+--- Submits a Workflow to argo-server (POST /api/v1/workflows/{ns}, through
+-- kb.argo) and returns the created Workflow. opts: host (kb.target: "sim"
+-- or a URL), namespace (default the Workflow's), token, timeout (seconds
+-- to wait for it to finish when opts.wait), wait, poll.
 function M.submit(wf, opts)
   opts = opts or {}
   local base = require("kb.target").resolve(opts.host)
   local ns = opts.namespace or wf.metadata.namespace or "default"
+  local c = require("kb.argo").client { host = base, namespace = ns, token = opts.token, timeout = 60 }
   local url = format("%s/api/v1/workflows/%s", base, ns)
-  local res = kb.http.request { method = "POST", url = url, headers = headers(opts, true),
-    body = json.encode { namespace = ns, workflow = wf }, timeout = 60 }
-  if res.status ~= 200 then
-    local ok, e = pcall(json.decode, res.body)
-    argo_error(res.status, format("POST %s: %d %s", url, res.status,
-      ok and type(e) == "table" and e.message or res.body))
-  end
-  local created = json.decode(res.body)
-  if not opts.wait then return created end
-  local name = created.metadata.name
-  return kb.timeout(opts.timeout or 3600, function()
-    while true do
-      local r = kb.http.request { url = url .. "/" .. name, headers = headers(opts), timeout = 60 }
-      if r.status ~= 200 then argo_error(r.status, format("GET %s/%s: %d %s", url, name, r.status, r.body)) end
-      local w = json.decode(r.body)
-      local phase = w.status and w.status.phase
-      if phase == "Succeeded" or phase == "Failed" or phase == "Error" then return w end
-      kb.sleep(opts.poll or 2)
-    end
-  end)
+  local ok, created = pcall(c.create, c, wf, { namespace = ns })
+  if not ok then rethrow(created, "POST", url) end
+  if not opts.wait then return created.raw end
+  local name = created.name
+  local okw, done = pcall(c.wait, c, name, { timeout = opts.timeout or 3600, interval = opts.poll or 2 })
+  if not okw then rethrow(done, "GET", url .. "/" .. name) end
+  return done.raw
 end
 
 return M

@@ -1,0 +1,1019 @@
+--- kb.argo: an Argo Workflows client, through argo-server's REST API or
+-- through the Kubernetes API (the argoproj.io CRDs, with a kb.k8s client).
+--
+--   local argo = require "kb.argo"
+--   local c = argo.client{ host = "https://argo.example.com:2746", token_file = path }
+--   -- or: argo.client{ k8s = require("kb.k8s").client{ kubeconfig = ... } }
+--   local wf = c:create(yaml_text)                          -- or a table
+--   local run = c:submit{ template = "train", parameters = { lr = "0.1" } }
+--   run = c:wait(run.name, { timeout = 3600 })
+--   print(run.phase, run.duration, run.done .. "/" .. run.total)
+--   print(c:logs(run.name))
+--
+-- Why Lua (as kb.kfp, kb.k8s): HTTP, JSON and histograms are C; what is
+-- left is REST glue. Every method suspends only the calling task.
+--
+-- Both paths return the same normalised tables (see M.normalise): a
+-- workflow is {name, namespace, uid, phase, finished, succeeded, progress,
+-- done, total, started_at, finished_at, duration, message, nodes, labels,
+-- raw}; times are epoch seconds (nil when unset).
+--
+-- Metrics: every successful call records kb.http's total time (JSON
+-- decoding excluded; against the embedded simulator the modelled server
+-- time is virtual) in the histogram argo.<verb> (argo.create, argo.submit,
+-- argo.get, argo.list, argo.delete, argo.logs, argo.create_template, ...);
+-- every answer counts in argo.requests{op, status}, every failure in
+-- argo.errors{op, class}; watch windows in argo.watch.windows. On the CRD
+-- path kb.k8s records its own k8s.* metrics as well. No retries: a
+-- benchmark must see failures.
+--
+-- Failures raise kb error objects: bad_request (400), auth (401),
+-- forbidden (403), not_found (404), conflict (409), throttled (429),
+-- server (5xx), http (other), with status, op, method, url,
+-- server_message, code (argo-server's grpc code), hint; transport errors
+-- keep kb.http's class (connect, timeout, tls, ...) and gain op and a hint.
+-- Credentials are sent only over TLS or to a loopback host (class
+-- "security" otherwise, unless allow_insecure_credentials = true) and never
+-- appear in errors, logs or the client's fields. docs/argo.md is the
+-- reference.
+local kb = require "kb"
+local core = require "kb.core"
+local http = require "kb.http"
+local json = require "kb.json"
+local yaml = require "kb.yaml"
+local fs = require "kb.fs"
+local metrics = require "kb.metrics"
+local log = require "kb.log"
+local u = require "kb.k8s.util"
+
+local M = {}
+
+local GROUP, VERSION = "argoproj.io", "v1alpha1"
+local API_VERSION = GROUP .. "/" .. VERSION
+-- Resolved kb.k8s resources (no discovery needed).
+local WORKFLOWS = { group = GROUP, version = VERSION, resource = "workflows", kind = "Workflow",
+  namespaced = true, prefix = "/apis/" .. API_VERSION, api_version = API_VERSION }
+local TEMPLATES = { group = GROUP, version = VERSION, resource = "workflowtemplates",
+  kind = "WorkflowTemplate", namespaced = true, prefix = "/apis/" .. API_VERSION,
+  api_version = API_VERSION }
+local TEMPLATE_LABEL = "workflows.argoproj.io/workflow-template"
+local WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
+
+--- Terminal phases: Succeeded, Failed, Error.
+M.TERMINAL = { Succeeded = true, Failed = true, Error = true }
+
+-- ---- normalised results -----------------------------------------------------
+
+local function str(v)
+  return type(v) == "string" and v ~= "" and v or nil
+end
+
+-- Argo's pod names (POD_NAMES=v2, the default): <wf>-<template>-<hash>,
+-- where the hash is the node id's suffix; v1 names are the node id.
+local function pod_name(wf_name, node, v1)
+  if node.type ~= "Pod" then return nil end
+  local id = node.id
+  if v1 or not id then return id end
+  if node.name == wf_name then return wf_name end
+  local hash = id:sub(1, #wf_name + 1) == wf_name .. "-" and id:sub(#wf_name + 2) or nil
+  local tmpl = str(node.templateName)
+  if not hash or not tmpl then return id end
+  return wf_name .. "-" .. tmpl .. "-" .. hash
+end
+
+local function nodes_of(wf_name, status, v1)
+  local list = json.array({})
+  if type(status.nodes) ~= "table" then return list end
+  for id, n in pairs(status.nodes) do
+    if type(n) == "table" then
+      list[#list + 1] = {
+        id = str(n.id) or id, name = str(n.name), display_name = str(n.displayName),
+        type = str(n.type), template_name = str(n.templateName), phase = str(n.phase),
+        started_at = u.parse_time(n.startedAt), finished_at = u.parse_time(n.finishedAt),
+        message = str(n.message), progress = str(n.progress), boundary_id = str(n.boundaryID),
+        children = type(n.children) == "table" and n.children or nil,
+        pod_name = pod_name(wf_name, { type = n.type, id = str(n.id) or id, name = n.name,
+          templateName = n.templateName }, v1),
+      }
+    end
+  end
+  table.sort(list, function(a, b)
+    local ta, tb = a.started_at or math.huge, b.started_at or math.huge
+    if ta ~= tb then return ta < tb end
+    return tostring(a.name) < tostring(b.name)
+  end)
+  return list
+end
+
+--- argo.normalise(workflow object) -> {name, namespace, uid, generate_name,
+-- labels, annotations, created_at, resource_version, phase ("" while
+-- unknown), finished (phase terminal), succeeded (phase == "Succeeded"),
+-- progress ("n/m" or nil), done, total (its numbers), started_at,
+-- finished_at, duration (finished_at - started_at), message, nodes (a list
+-- sorted by start: {id, name, display_name, type, template_name, phase,
+-- started_at, finished_at, message, progress, boundary_id, children,
+-- pod_name}), raw (the object)}.
+function M.normalise(wf)
+  if type(wf) ~= "table" then return nil end
+  local m = type(wf.metadata) == "table" and wf.metadata or {}
+  local st = type(wf.status) == "table" and wf.status or {}
+  local phase = str(st.phase) or ""
+  local done, total = tostring(st.progress or ""):match("^(%d+)/(%d+)$")
+  local started, finished = u.parse_time(st.startedAt), u.parse_time(st.finishedAt)
+  local ann = type(m.annotations) == "table" and m.annotations or {}
+  local name = str(m.name)
+  return {
+    name = name, namespace = str(m.namespace), uid = str(m.uid),
+    generate_name = str(m.generateName),
+    labels = type(m.labels) == "table" and m.labels or {}, annotations = ann,
+    created_at = u.parse_time(m.creationTimestamp), resource_version = str(m.resourceVersion),
+    phase = phase, finished = M.TERMINAL[phase] == true, succeeded = phase == "Succeeded",
+    progress = str(st.progress), done = tonumber(done), total = tonumber(total),
+    started_at = started, finished_at = finished,
+    duration = started and finished and finished - started or nil,
+    message = str(st.message),
+    nodes = nodes_of(name or "", st, ann["workflows.argoproj.io/pod-name-format"] == "v1"),
+    raw = wf,
+  }
+end
+
+local function normalise_template(t)
+  local m = type(t) == "table" and type(t.metadata) == "table" and t.metadata or {}
+  return { name = str(m.name), namespace = str(m.namespace), uid = str(m.uid),
+    labels = type(m.labels) == "table" and m.labels or {},
+    created_at = u.parse_time(m.creationTimestamp), raw = t }
+end
+
+-- ---- the client ------------------------------------------------------------------
+
+-- Per-client secrets, out of the client's fields.
+local secrets = setmetatable({}, { __mode = "k" })
+
+local Client = {}
+Client.__index = Client
+Client.__name = "kb.argo.client"
+M.Client = Client
+
+function Client:__tostring()
+  return string.format("kb.argo.client %s (%s, namespace %s)", self.url, self.path, self.namespace)
+end
+
+local OPTIONS = {
+  host = true, k8s = true, namespace = true, token = true, token_file = true, tls = true,
+  timeout = true, watch_window = true, headers = true, http = true,
+  allow_insecure_credentials = true,
+}
+local TLS_OPTIONS = {
+  ca_file = true, ca_pem = true, cert_file = true, cert_pem = true, key_file = true,
+  key_pem = true, insecure = true,
+}
+
+local function usage(fmt, ...)
+  error("kb.argo.client: " .. string.format(fmt, ...), 3)
+end
+
+local function auth_error(fmt, ...)
+  u.raise("auth", "kb.argo: " .. string.format(fmt, ...))
+end
+
+local function read_token(path)
+  local ok, text = pcall(fs.read, path)
+  if not ok then
+    auth_error("cannot read token_file '%s': %s", path,
+      type(text) == "table" and (text.reason or text.message) or tostring(text))
+  end
+  local token = text:match("^%s*(.-)%s*$")
+  if token == "" then auth_error("token_file '%s' is empty", path) end
+  if token:find("%c") then auth_error("token_file '%s' holds more than one line", path) end
+  return token
+end
+
+-- The request headers, re-reading token_file when its mtime or size changed
+-- (projected service account tokens rotate).
+local function current_headers(s)
+  if s.token_file then
+    local ok, st = pcall(fs.stat, s.token_file)
+    if not ok then
+      auth_error("cannot stat token_file '%s': %s", s.token_file,
+        type(st) == "table" and (st.reason or st.message) or tostring(st))
+    end
+    if st.mtime ~= s.mtime or st.size ~= s.size then
+      s.token, s.mtime, s.size = read_token(s.token_file), st.mtime, st.size
+    end
+  end
+  local h = { Accept = "application/json" }
+  for k, v in pairs(s.extra) do h[k] = v end
+  if s.token then h.Authorization = "Bearer " .. s.token end
+  return h
+end
+
+local function escape_pattern(text)
+  return (text:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0"))
+end
+
+local function redact(s, text)
+  if type(text) ~= "string" then return text end
+  for _, secret in ipairs({ s.token or false, s.auth_header or false }) do
+    if secret and #secret >= 4 then text = text:gsub(escape_pattern(secret), "<redacted>") end
+  end
+  return text
+end
+
+local function setup_server(opts, c)
+  local host = opts.host
+  if host == "sim" then host = require("kb.target").resolve("sim") end
+  if type(host) ~= "string" then usage("host= must be argo-server's URL (or \"sim\")") end
+  local scheme, name, base = u.parse_server(host, "kb.argo: host=")
+  local s = { extra = {}, token_file = opts.token_file }
+  local credentials = {}
+  if opts.headers ~= nil then
+    if type(opts.headers) ~= "table" then usage("headers= must be a table {name = value}") end
+    for k, v in pairs(opts.headers) do
+      if type(k) ~= "string" then usage("header names must be strings") end
+      s.extra[k] = v
+      local lk = k:lower()
+      if lk == "authorization" or lk == "cookie" then
+        credentials[#credentials + 1] = "header " .. k
+        if lk == "authorization" then s.auth_header = tostring(v) end
+      end
+    end
+  end
+  if opts.token ~= nil then
+    if type(opts.token) ~= "string" or opts.token == "" or opts.token:find("%c") then
+      usage("token must be a non-empty one-line string")
+    end
+    if opts.token_file ~= nil then usage("give token= or token_file=, not both") end
+    s.token = opts.token
+    credentials[#credentials + 1] = "token"
+  end
+  if s.token_file ~= nil then
+    if type(s.token_file) ~= "string" or s.token_file == "" then usage("token_file must be a path") end
+    credentials[#credentials + 1] = "token_file"
+  end
+  -- Before any traffic: a bearer token sent in clear text to a remote host
+  -- can be replayed by anyone on the path.
+  if #credentials > 0 and scheme == "http" and not u.is_loopback(name)
+      and opts.allow_insecure_credentials ~= true then
+    u.raise("security", string.format("kb.argo: refusing to send credentials (%s) in clear text "
+      .. "over http:// to %s; use https:// (argo-server serves TLS by default), or set "
+      .. "allow_insecure_credentials = true if the network is trusted",
+      table.concat(credentials, ", "), name), { host = base })
+  end
+  local tls = {}
+  if opts.tls ~= nil then
+    if type(opts.tls) ~= "table" then usage("tls= must be a table") end
+    for k, v in pairs(opts.tls) do
+      if not TLS_OPTIONS[k] then usage("unknown tls option '%s'", tostring(k)) end
+      tls[k] = v
+    end
+  end
+  if s.token_file then
+    s.token = read_token(s.token_file) -- fail now, not at the first request
+    local st = fs.stat(s.token_file)
+    s.mtime, s.size = st.mtime, st.size
+  end
+  s.tls = tls
+  s.send = http.request
+  if opts.http ~= nil then
+    local hc = opts.http
+    s.send = function(o) return hc:request(o) end
+  end
+  c.url, c.path = base, "argo-server"
+  return s
+end
+
+--- argo.client(opts) -> client. opts: host (argo-server's URL, e.g.
+-- "https://127.0.0.1:2746", or "sim" for the embedded simulator) or k8s (a
+-- kb.k8s client: the CRD path); namespace (default the k8s client's, else
+-- "default"); token, token_file (re-read when it changes), headers, tls
+-- {ca_file, ca_pem, cert_file, cert_pem, key_file, key_pem, insecure}, http
+-- (a kb.http.client) and allow_insecure_credentials for host=; timeout
+-- (scenario seconds per request, default 30), watch_window (seconds per
+-- watch request, default 5).
+function M.client(opts)
+  if type(opts) ~= "table" then usage("takes a table of options") end
+  for k in pairs(opts) do
+    if not OPTIONS[k] then usage("unknown option '%s'", tostring(k)) end
+  end
+  if (opts.host == nil) == (opts.k8s == nil) then
+    usage("give host= (argo-server's URL) or k8s= (a kb.k8s client for the CRD path)")
+  end
+  local timeout = opts.timeout or 30
+  if type(timeout) ~= "number" or not (timeout > 0) then usage("timeout must be a number > 0") end
+  local window = opts.watch_window or 5
+  if type(window) ~= "number" or not (window > 0) then usage("watch_window must be a number > 0") end
+  if opts.namespace ~= nil and (type(opts.namespace) ~= "string" or opts.namespace == "") then
+    usage("namespace must be a non-empty string")
+  end
+  local c = setmetatable({ timeout = timeout, watch_window = window }, Client)
+  if opts.k8s then
+    if getmetatable(opts.k8s) ~= require("kb.k8s").Client then usage("k8s= must be a kb.k8s client") end
+    for _, k in ipairs({ "token", "token_file", "tls", "headers", "http", "allow_insecure_credentials" }) do
+      if opts[k] ~= nil then usage("%s= is for host=; give credentials to the kb.k8s client", k) end
+    end
+    c.k8s, c.url, c.path = opts.k8s, opts.k8s.server, "crd"
+    c.namespace = opts.namespace or opts.k8s.namespace or "default"
+    secrets[c] = {}
+  else
+    secrets[c] = setup_server(opts, c)
+    c.namespace = opts.namespace or "default"
+  end
+  return c
+end
+
+-- ---- requests ----------------------------------------------------------------------
+
+local CLASS_BY_STATUS = {
+  [400] = "bad_request", [401] = "auth", [403] = "forbidden", [404] = "not_found",
+  [409] = "conflict", [429] = "throttled",
+}
+local HINTS = {
+  auth = "argo-server rejected the credentials: check the token (argo auth mode \"client\" "
+    .. "takes a Kubernetes bearer token)",
+  forbidden = "the token's user lacks RBAC permission on workflows in this namespace",
+  server = "argo-server or the API server failed; retry later or look at its logs",
+  connect = "is argo-server reachable? e.g. kubectl -n argo port-forward svc/argo-server 2746:2746",
+  tls = "TLS failed: argo-server serves a self-signed certificate by default: pass "
+    .. "tls = {ca_file = ...} (or tls = {insecure = true} for a test)",
+}
+
+local function count_error(op, class)
+  metrics.counter("argo.errors", { op = op, class = class }):inc()
+end
+
+local function status_error(s, op, method, url, r)
+  local status = r.status
+  local msg, code
+  if type(r.body) == "string" and r.body:match("^%s*{") then
+    local ok, d = pcall(json.decode, r.body)
+    if ok and type(d) == "table" then msg, code = str(d.message), math.tointeger(d.code) end
+  end
+  if not msg and type(r.body) == "string" and r.body:find("%S") then
+    msg = u.trim(r.body:gsub("<[^>]*>", " "), 300)
+  end
+  msg = redact(s, msg)
+  local class = CLASS_BY_STATUS[status] or (status >= 500 and "server") or "http"
+  local hint = HINTS[class]
+  return u.error(class, string.format("%s: %s %s -> HTTP %d%s%s", op, method, url, status,
+    msg and (": " .. msg) or "", hint and (" (" .. hint .. ")") or ""), {
+    status = status, op = op, method = method, url = url, server_message = msg, code = code,
+    hint = hint,
+    retry_after = status == 429 and tonumber(r.headers and r.headers["retry-after"]) or nil,
+  })
+end
+
+--- c:request{op=, method=, path=, query=, body=, raw=, timeout=,
+-- no_histogram=} -> decoded JSON (or the text with raw = true), response.
+-- argo-server only: path is under host= ("/api/v1/version"); op names the
+-- metrics (argo.<op>).
+function Client:request(req)
+  local s = secrets[self]
+  if not s then error("kb.argo: call methods on a client: c:request(...)", 2) end
+  if self.k8s then error("kb.argo: request is for argo-server clients (host=)", 2) end
+  local op = "argo." .. req.op
+  local method = req.method or "GET"
+  local url = self.url .. req.path
+  local headers = current_headers(s)
+  local body = req.body
+  if type(body) == "table" then body = json.encode(body) end
+  if body then headers["Content-Type"] = "application/json" end
+  local o = { method = method, url = url, headers = headers, query = req.query, body = body,
+    timeout = req.timeout or self.timeout }
+  for k, v in pairs(s.tls) do o[k] = v end
+  local t0 = kb.now()
+  local ok, r = pcall(s.send, o)
+  if not ok then
+    if u.is_error(r) and not kb.is_cancelled(r) then
+      r.op = op
+      if HINTS[r.class] then
+        r.hint = HINTS[r.class]
+        if not tostring(r.message):find(r.hint, 1, true) then
+          r.message = tostring(r.message) .. " (" .. r.hint .. ")"
+        end
+      end
+      count_error(op, r.class or "other")
+    end
+    error(r, 0)
+  end
+  local elapsed = r.time and r.time.total or (kb.now() - t0)
+  metrics.counter("argo.requests", { op = op, status = tostring(r.status) }):inc()
+  if log.enabled("debug") then
+    log.debug("argo %s %s %s -> %d in %.3f s", op, method, url, r.status, elapsed)
+  end
+  if r.status < 200 or r.status > 299 then
+    local err = status_error(s, op, method, url, r)
+    count_error(op, err.class)
+    error(err, 0)
+  end
+  if req.raw then
+    if not req.no_histogram then metrics.histogram(op):record(elapsed) end
+    return r.body, r
+  end
+  local doc = {}
+  if r.body:find("%S") then
+    local okd, d = pcall(json.decode, r.body)
+    if not okd or type(d) ~= "table" then
+      count_error(op, "protocol")
+      u.raise("protocol", string.format("%s: %s %s -> HTTP %d with a body that is not JSON (%s): "
+        .. "%s (is host= argo-server's URL?)", op, method, url, r.status,
+        tostring(r.headers["content-type"] or "no content type"), u.trim(redact(s, r.body), 120)),
+        { status = r.status, op = op, url = url })
+    end
+    doc = d
+  end
+  if not req.no_histogram then metrics.histogram(op):record(elapsed) end
+  return doc, r
+end
+
+-- A kb.k8s request on the CRD path, timed in argo.<op> as well.
+local K8S_VERB = { submit = "create", create_template = "create", get_template = "get",
+  list_templates = "list", delete_template = "delete" }
+
+local function k8s_call(c, op, req)
+  req.verb = K8S_VERB[op] or op
+  local ok, doc, r = pcall(c.k8s.request, c.k8s, req)
+  if not ok then
+    if u.is_error(doc) and not kb.is_cancelled(doc) then count_error("argo." .. op, doc.class or "other") end
+    error(doc, 0)
+  end
+  if not req.no_histogram then
+    metrics.histogram("argo." .. op):record(r.time and r.time.total or 0)
+  end
+  return doc, r
+end
+
+local function esc(v)
+  return (tostring(v):gsub("[^%w%-%._~]", function(ch) return string.format("%%%02X", ch:byte()) end))
+end
+
+local function crd_path(res, ns, name)
+  return "/apis/" .. API_VERSION .. "/namespaces/" .. esc(ns) .. "/" .. res.resource
+    .. (name and ("/" .. esc(name)) or "")
+end
+
+local function check_opts(opts, allowed, fn)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error("kb.argo: " .. fn .. ": options must be a table", 3) end
+  for k in pairs(opts) do
+    if not allowed[k] then error(string.format("kb.argo: %s: unknown option '%s'", fn, tostring(k)), 3) end
+  end
+  return opts
+end
+
+local function need_name(name, fn)
+  if type(name) ~= "string" or name == "" then
+    error("kb.argo: " .. fn .. ": name must be a non-empty string, got " .. tostring(name), 3)
+  end
+end
+
+-- An object from a table or YAML / JSON text.
+local function object_of(what, kind, fn)
+  if type(what) == "string" then
+    local ok, doc = pcall(yaml.decode, what)
+    if not ok or type(doc) ~= "table" then
+      error(string.format("kb.argo: %s: the text is not a YAML mapping: %s", fn,
+        tostring(u.is_error(doc) and doc.message or doc)), 3)
+    end
+    what = doc
+  end
+  if type(what) ~= "table" then error("kb.argo: " .. fn .. ": takes a " .. kind .. " (a table or YAML text)", 3) end
+  if what.kind ~= nil and what.kind ~= kind then
+    error(string.format("kb.argo: %s: expected kind %s, got %s", fn, kind, tostring(what.kind)), 3)
+  end
+  local obj = u.deep_copy(what)
+  obj.apiVersion, obj.kind = obj.apiVersion or API_VERSION, kind
+  if type(obj.metadata) ~= "table" then obj.metadata = {} end
+  return obj
+end
+
+-- ---- workflows -------------------------------------------------------------------
+
+--- c:create(workflow | yaml_text [, {namespace, generate_name, dry_run}]) ->
+-- the normalised workflow. The namespace is opts.namespace, else the
+-- object's, else the client's.
+function Client:create(what, opts)
+  opts = check_opts(opts, { namespace = true, generate_name = true, dry_run = true }, "create")
+  local wf = object_of(what, "Workflow", "create")
+  if opts.generate_name then wf.metadata.generateName, wf.metadata.name = opts.generate_name, nil end
+  local ns = opts.namespace or str(wf.metadata.namespace) or self.namespace
+  wf.metadata.namespace = ns
+  if self.k8s then
+    return M.normalise((k8s_call(self, "create", { resource = "workflows", method = "POST",
+      path = crd_path(WORKFLOWS, ns), body = wf, query = opts.dry_run and { dryRun = "All" } or nil })))
+  end
+  return M.normalise((self:request({ op = "create", method = "POST",
+    path = "/api/v1/workflows/" .. esc(ns),
+    body = { namespace = ns, workflow = wf, serverDryRun = opts.dry_run or nil } })))
+end
+
+local function pairs_text(t, what)
+  if t == nil or type(t) == "string" then return t end
+  if type(t) ~= "table" then error("kb.argo: submit: " .. what .. " must be a table or a string", 4) end
+  local parts = {}
+  for _, k in ipairs(u.sorted_keys(t)) do parts[#parts + 1] = k .. "=" .. tostring(t[k]) end
+  return table.concat(parts, ",")
+end
+
+-- The Workflow a template submits, as argo-server builds it (the
+-- simulator's too): the template's spec inlined (a real controller would
+-- resolve a workflowTemplateRef the same way), workflowMetadata as
+-- labels/annotations, the workflow-template label, then submitOptions.
+local function workflow_from_template(tmpl, name, so)
+  local spec = u.deep_copy(type(tmpl.spec) == "table" and tmpl.spec or {})
+  local wm = type(spec.workflowMetadata) == "table" and spec.workflowMetadata or {}
+  spec.workflowMetadata = nil
+  local labels = u.deep_copy(type(wm.labels) == "table" and wm.labels or {})
+  local ann = u.deep_copy(type(wm.annotations) == "table" and wm.annotations or {})
+  labels[TEMPLATE_LABEL] = name
+  for _, pair in ipairs({ { labels, so.labels }, { ann, so.annotations } }) do
+    for kv in tostring(pair[2] or ""):gmatch("[^,]+") do
+      local k, v = kv:match("^([^=]+)=(.*)$")
+      if k then pair[1][k] = v end
+    end
+  end
+  local meta = { labels = labels, annotations = next(ann) and ann or nil }
+  if so.name then meta.name = so.name else meta.generateName = so.generateName or (name .. "-") end
+  if so.entryPoint then spec.entrypoint = so.entryPoint end
+  if so.serviceAccount then spec.serviceAccountName = so.serviceAccount end
+  for _, kv in ipairs(so.parameters or {}) do
+    local k, v = kv:match("^([^=]+)=(.*)$")
+    if k then
+      spec.arguments = type(spec.arguments) == "table" and spec.arguments or {}
+      local params = type(spec.arguments.parameters) == "table" and spec.arguments.parameters or json.array({})
+      spec.arguments.parameters = params
+      local found
+      for _, p in ipairs(params) do
+        if p.name == k then p.value, found = v, true end
+      end
+      if not found then params[#params + 1] = { name = k, value = v } end
+    end
+  end
+  return { apiVersion = API_VERSION, kind = "Workflow", metadata = meta, spec = spec }
+end
+
+local SUBMIT_OPTS = { template = true, kind = true, parameters = true, generate_name = true,
+  name = true, labels = true, annotations = true, entrypoint = true, service_account = true,
+  namespace = true, dry_run = true }
+
+--- c:submit{template = name, kind = "WorkflowTemplate", parameters = {k = v}
+-- (or a list of "k=v"), generate_name, name, labels ({k = v} or "a=b,c=d"),
+-- annotations, entrypoint, service_account, namespace, dry_run} -> the
+-- normalised workflow created from the template. The CRD path builds the
+-- Workflow as argo-server does (only WorkflowTemplate there).
+function Client:submit(a)
+  a = check_opts(a, SUBMIT_OPTS, "submit")
+  need_name(a.template, "submit: template")
+  local kind = a.kind or "WorkflowTemplate"
+  local params
+  if a.parameters ~= nil then
+    if type(a.parameters) ~= "table" then error("kb.argo: submit: parameters must be a table", 2) end
+    params = json.array({})
+    if u.is_array(a.parameters) then
+      for _, kv in ipairs(a.parameters) do params[#params + 1] = tostring(kv) end
+    else
+      for _, k in ipairs(u.sorted_keys(a.parameters)) do
+        params[#params + 1] = k .. "=" .. tostring(a.parameters[k])
+      end
+    end
+  end
+  local so = { generateName = a.generate_name, name = a.name, parameters = params,
+    labels = pairs_text(a.labels, "labels"), annotations = pairs_text(a.annotations, "annotations"),
+    entryPoint = a.entrypoint, serviceAccount = a.service_account,
+    serverDryRun = a.dry_run or nil }
+  local ns = a.namespace or self.namespace
+  if self.k8s then
+    if kind ~= "WorkflowTemplate" then
+      error("kb.argo: submit: the CRD path submits kind WorkflowTemplate only, got " .. tostring(kind), 2)
+    end
+    local tmpl = k8s_call(self, "get_template", { resource = "workflowtemplates",
+      path = crd_path(TEMPLATES, ns, a.template), no_histogram = true })
+    local wf = workflow_from_template(tmpl, a.template, so)
+    return M.normalise((k8s_call(self, "submit", { resource = "workflows", method = "POST",
+      path = crd_path(WORKFLOWS, ns), body = wf, query = a.dry_run and { dryRun = "All" } or nil })))
+  end
+  return M.normalise((self:request({ op = "submit", method = "POST",
+    path = "/api/v1/workflows/" .. esc(ns) .. "/submit",
+    body = { namespace = ns, resourceKind = kind, resourceName = a.template, submitOptions = so } })))
+end
+
+--- c:get(name [, {namespace}]) -> the normalised workflow.
+function Client:get(name, opts)
+  need_name(name, "get")
+  opts = check_opts(opts, { namespace = true }, "get")
+  local ns = opts.namespace or self.namespace
+  if self.k8s then
+    return M.normalise((k8s_call(self, "get", { resource = "workflows", path = crd_path(WORKFLOWS, ns, name) })))
+  end
+  return M.normalise((self:request({ op = "get",
+    path = "/api/v1/workflows/" .. esc(ns) .. "/" .. esc(name) })))
+end
+
+local LIST_OPTS = { namespace = true, label_selector = true, field_selector = true, limit = true,
+  continue = true }
+
+local function list_items(doc, normalise)
+  local items = json.array({})
+  for _, x in ipairs(type(doc.items) == "table" and doc.items or {}) do items[#items + 1] = normalise(x) end
+  local m = type(doc.metadata) == "table" and doc.metadata or {}
+  return { items = items, continue = str(m.continue), resource_version = str(m.resourceVersion), raw = doc }
+end
+
+local function list_call(c, res, op, opts, normalise)
+  local ns = opts.namespace or c.namespace
+  if opts.limit ~= nil and (math.type(opts.limit) ~= "integer" or opts.limit < 1) then
+    error("kb.argo: " .. op .. ": limit must be a positive integer", 3)
+  end
+  local labels = u.selector(opts.label_selector, "label_selector")
+  local fields = u.selector(opts.field_selector, "field_selector")
+  local doc
+  if c.k8s then
+    doc = k8s_call(c, op, { resource = res.resource, path = crd_path(res, ns), query = {
+      labelSelector = labels, fieldSelector = fields, limit = opts.limit, continue = opts.continue } })
+  else
+    doc = c:request({ op = op, path = "/api/v1/" .. (res == WORKFLOWS and "workflows/" or "workflow-templates/")
+      .. esc(ns), query = { ["listOptions.labelSelector"] = labels, ["listOptions.fieldSelector"] = fields,
+      ["listOptions.limit"] = opts.limit, ["listOptions.continue"] = opts.continue } })
+  end
+  return list_items(doc, normalise)
+end
+
+--- c:list{namespace, label_selector, field_selector (strings or {k = v}),
+-- limit, continue} -> {items (normalised workflows), continue (the next
+-- page's token or nil), resource_version, raw}.
+function Client:list(opts)
+  opts = check_opts(opts, LIST_OPTS, "list")
+  return list_call(self, WORKFLOWS, "list", opts, M.normalise)
+end
+
+--- c:delete(name [, {namespace, ignore_not_found}]) -> true, or false when
+-- absent with ignore_not_found.
+function Client:delete(name, opts)
+  need_name(name, "delete")
+  opts = check_opts(opts, { namespace = true, ignore_not_found = true }, "delete")
+  local ns = opts.namespace or self.namespace
+  local ok, err = pcall(function()
+    if self.k8s then
+      k8s_call(self, "delete", { resource = "workflows", method = "DELETE",
+        path = crd_path(WORKFLOWS, ns, name), body = { kind = "DeleteOptions", apiVersion = "v1",
+        propagationPolicy = "Background" } })
+    else
+      self:request({ op = "delete", method = "DELETE",
+        path = "/api/v1/workflows/" .. esc(ns) .. "/" .. esc(name) })
+    end
+  end)
+  if ok then return true end
+  if opts.ignore_not_found and u.is_error(err) and err.class == "not_found" then return false end
+  error(err, 0)
+end
+
+--- c:wait(name [, {timeout, interval = 2, namespace}]) -> the normalised
+-- workflow once its phase is terminal (Succeeded, Failed, Error: check
+-- .succeeded). Polls c:get every interval scenario seconds; raises class
+-- "timeout" (with .workflow, the last state seen) after timeout seconds.
+function Client:wait(name, opts)
+  need_name(name, "wait")
+  opts = check_opts(opts, { timeout = true, interval = true, namespace = true }, "wait")
+  local interval = opts.interval or 2
+  if type(interval) ~= "number" or not (interval > 0) then error("kb.argo: wait: interval must be a number > 0", 2) end
+  if opts.timeout ~= nil and (type(opts.timeout) ~= "number" or opts.timeout < 0) then
+    error("kb.argo: wait: timeout must be a number >= 0", 2)
+  end
+  local deadline = opts.timeout and kb.now() + opts.timeout
+  while true do
+    local wf = self:get(name, { namespace = opts.namespace })
+    if wf.finished then return wf end
+    local now = kb.now()
+    if deadline and now >= deadline then
+      u.raise("timeout", string.format("kb.argo: workflow %s not finished after %g s (phase %s, "
+        .. "progress %s)", name, opts.timeout, wf.phase ~= "" and wf.phase or "unknown",
+        wf.progress or "-"), { workflow = wf, op = "argo.wait" })
+    end
+    kb.sleep(deadline and math.min(interval, deadline - now) or interval)
+  end
+end
+
+-- ---- logs ------------------------------------------------------------------------
+
+local function grep_ok(grep, line)
+  return not grep or line:find(grep, 1, true) ~= nil
+end
+
+local function crd_logs(c, name, ns, opts)
+  k8s_call(c, "get", { resource = "workflows", path = crd_path(WORKFLOWS, ns, name), no_histogram = true })
+  local t0 = kb.now()
+  local pods = c.k8s:list("pods", { namespace = ns, label_selector = { [WORKFLOW_LABEL] = name },
+    field_selector = opts.pod and { ["metadata.name"] = opts.pod } or nil })
+  local entries = json.array({})
+  for _, p in ipairs(pods.items) do
+    local ok, text = pcall(c.k8s.logs, c.k8s, p.metadata.name, { namespace = ns,
+      container = opts.container or "main" })
+    if not ok then
+      -- a pod without that container has no such log (argo-server skips it)
+      if opts.pod or not (u.is_error(text) and text.class == "bad_request") then error(text, 0) end
+    else
+      for line in text:gmatch("([^\n]*)\n?") do
+        if line ~= "" and grep_ok(opts.grep, line) then
+          entries[#entries + 1] = { pod = p.metadata.name, content = line }
+        end
+      end
+    end
+  end
+  metrics.histogram("argo.logs"):record(kb.now() - t0)
+  return entries
+end
+
+local function server_logs(c, name, ns, opts)
+  local text = c:request({ op = "logs", raw = true,
+    path = "/api/v1/workflows/" .. esc(ns) .. "/" .. esc(name) .. "/log",
+    query = { podName = opts.pod, ["logOptions.container"] = opts.container or "main",
+      grep = opts.grep } })
+  local entries = json.array({})
+  for line in text:gmatch("[^\n]+") do
+    line = line:match("^data: (.*)$") or line
+    if line:find("%S") then
+      local ok, msg = pcall(json.decode, line)
+      if not ok or type(msg) ~= "table" then
+        u.raise("protocol", "argo.logs: a log message is not JSON: " .. u.trim(line, 120))
+      end
+      if type(msg.error) == "table" then
+        u.raise("server", "argo.logs: argo-server ended the log stream: " .. tostring(msg.error.message),
+          { code = msg.error.code })
+      end
+      local r = type(msg.result) == "table" and msg.result or {}
+      if type(r.content) == "string" and grep_ok(opts.grep, r.content) then
+        entries[#entries + 1] = { pod = r.podName, content = r.content }
+      end
+    end
+  end
+  return entries
+end
+
+--- c:logs(name [, {pod, container = "main", grep, follow, namespace,
+-- timeout}]) -> the log text (lines of every pod of the workflow, pod by
+-- pod in name order, or of one pod), and the list of {pod, content}
+-- lines. follow = true first waits for the workflow to finish (c:wait with
+-- timeout), so the text is complete.
+function Client:logs(name, opts)
+  need_name(name, "logs")
+  opts = check_opts(opts, { pod = true, container = true, grep = true, follow = true,
+    namespace = true, timeout = true }, "logs")
+  local ns = opts.namespace or self.namespace
+  if opts.follow then self:wait(name, { namespace = ns, timeout = opts.timeout }) end
+  local entries = self.k8s and crd_logs(self, name, ns, opts) or server_logs(self, name, ns, opts)
+  local lines = {}
+  for i, e in ipairs(entries) do lines[i] = e.content end
+  return #lines > 0 and (table.concat(lines, "\n") .. "\n") or "", entries
+end
+
+-- ---- workflow templates ----------------------------------------------------------
+
+--- c:create_template(template | yaml_text [, {namespace}]) -> {name,
+-- namespace, uid, labels, created_at, raw}.
+function Client:create_template(what, opts)
+  opts = check_opts(opts, { namespace = true }, "create_template")
+  local t = object_of(what, "WorkflowTemplate", "create_template")
+  local ns = opts.namespace or str(t.metadata.namespace) or self.namespace
+  t.metadata.namespace = ns
+  if self.k8s then
+    return normalise_template((k8s_call(self, "create_template", { resource = "workflowtemplates",
+      method = "POST", path = crd_path(TEMPLATES, ns), body = t })))
+  end
+  return normalise_template((self:request({ op = "create_template", method = "POST",
+    path = "/api/v1/workflow-templates/" .. esc(ns), body = { namespace = ns, template = t } })))
+end
+
+--- c:get_template(name [, {namespace}]) -> the template (as create_template).
+function Client:get_template(name, opts)
+  need_name(name, "get_template")
+  opts = check_opts(opts, { namespace = true }, "get_template")
+  local ns = opts.namespace or self.namespace
+  if self.k8s then
+    return normalise_template((k8s_call(self, "get_template", { resource = "workflowtemplates",
+      path = crd_path(TEMPLATES, ns, name) })))
+  end
+  return normalise_template((self:request({ op = "get_template",
+    path = "/api/v1/workflow-templates/" .. esc(ns) .. "/" .. esc(name) })))
+end
+
+--- c:list_templates{namespace, label_selector, field_selector, limit,
+-- continue} -> {items, continue, resource_version, raw}.
+function Client:list_templates(opts)
+  opts = check_opts(opts, LIST_OPTS, "list_templates")
+  return list_call(self, TEMPLATES, "list_templates", opts, normalise_template)
+end
+
+--- c:delete_template(name [, {namespace}]) -> true.
+function Client:delete_template(name, opts)
+  need_name(name, "delete_template")
+  opts = check_opts(opts, { namespace = true }, "delete_template")
+  local ns = opts.namespace or self.namespace
+  if self.k8s then
+    k8s_call(self, "delete_template", { resource = "workflowtemplates", method = "DELETE",
+      path = crd_path(TEMPLATES, ns, name) })
+  else
+    self:request({ op = "delete_template", method = "DELETE",
+      path = "/api/v1/workflow-templates/" .. esc(ns) .. "/" .. esc(name) })
+  end
+  return true
+end
+
+--- c:version() -> argo-server's /api/v1/version {version, gitCommit, ...}
+-- (the API server's /version on the CRD path).
+function Client:version()
+  if self.k8s then return self.k8s:version() end
+  return (self:request({ op = "version", path = "/api/v1/version" }))
+end
+
+-- ---- watches -----------------------------------------------------------------------
+
+local Watch = {}
+Watch.__index = Watch
+Watch.__name = "kb.argo.watch"
+
+function Watch:__tostring()
+  return string.format("kb.argo.watch %s (rv %s, %s)", self.ns, tostring(self.resource_version),
+    self.stopped and "stopped" or "running")
+end
+
+local function key_of(obj)
+  return type(obj) == "table" and type(obj.metadata) == "table" and obj.metadata.name or nil
+end
+
+local function rv_of(obj)
+  return type(obj) == "table" and type(obj.metadata) == "table" and obj.metadata.resourceVersion or nil
+end
+
+local function push(w, ty, obj, now, extra)
+  local ev = { type = ty, workflow = M.normalise(obj), object = obj, observed = now }
+  for k, v in pairs(extra or {}) do ev[k] = v end
+  local k = key_of(obj)
+  if k then w.known[k] = ty ~= "DELETED" and obj or nil end
+  w.tail = w.tail + 1
+  w.queue[w.tail] = ev
+  metrics.counter("argo.watch.events", { type = ty }):inc()
+end
+
+local function raw_list(w)
+  local c = w.client
+  local query = { ["listOptions.labelSelector"] = w.labels, ["listOptions.fieldSelector"] = w.fields }
+  return c:request({ op = "list", path = "/api/v1/workflows/" .. esc(w.ns), query = query })
+end
+
+-- After the server lost our resourceVersion: list, deliver the difference.
+local function relist(w)
+  metrics.counter("argo.watch.relists", {}):inc()
+  local doc = raw_list(w)
+  local now, seen = kb.now(), {}
+  for _, obj in ipairs(doc.items or {}) do
+    local k = key_of(obj)
+    seen[k] = true
+    local old = w.known[k]
+    if not old then push(w, "ADDED", obj, now, { relist = true })
+    elseif rv_of(old) ~= rv_of(obj) then push(w, "MODIFIED", obj, now, { relist = true }) end
+  end
+  for _, k in ipairs(u.sorted_keys(w.known)) do
+    if not seen[k] then push(w, "DELETED", w.known[k], now, { relist = true }) end
+  end
+  w.resource_version = doc.metadata and doc.metadata.resourceVersion
+end
+
+-- listOptions.timeoutSeconds for a window: against the sped-up simulator
+-- the server counts real seconds.
+local function server_window(window)
+  local speed = core.clock_speed()
+  if speed == 1 then return tostring(math.max(1, math.ceil(window))) end
+  return string.format("%.3f", math.max(0.001, window / speed))
+end
+
+-- One window of workflow-events: queues its events.
+local function window(w)
+  local c = w.client
+  local text = c:request({ op = "watch", raw = true, no_histogram = true,
+    path = "/api/v1/workflow-events/" .. esc(w.ns), timeout = w.window + c.timeout,
+    query = { ["listOptions.labelSelector"] = w.labels, ["listOptions.fieldSelector"] = w.fields,
+      ["listOptions.resourceVersion"] = w.resource_version,
+      ["listOptions.timeoutSeconds"] = server_window(w.window) } })
+  metrics.counter("argo.watch.windows", {}):inc()
+  local now = kb.now()
+  for line in text:gmatch("[^\n]+") do
+    line = line:match("^data: (.*)$") or line
+    if line:find("%S") then
+      local ok, msg = pcall(json.decode, line)
+      if not ok or type(msg) ~= "table" then
+        u.raise("protocol", "kb.argo: watch: an event is not JSON: " .. u.trim(line, 120))
+      end
+      if type(msg.error) == "table" then
+        -- grpc OutOfRange / "too old resource version": re-list
+        if msg.error.code == 9 or msg.error.code == 11 or tostring(msg.error.message):find("too old") then
+          relist(w)
+          return
+        end
+        u.raise("watch", "kb.argo: watch: argo-server ended the stream: " .. tostring(msg.error.message))
+      end
+      local r = type(msg.result) == "table" and msg.result or {}
+      if type(r.type) == "string" and type(r.object) == "table" then
+        w.resource_version = rv_of(r.object) or w.resource_version
+        push(w, r.type, r.object, now)
+      end
+    end
+  end
+end
+
+local RETRY = { connect = true, reset = true, timeout = true, server = true, throttled = true,
+  protocol = true }
+
+-- Waits for at least one queued event (or the end).
+local function fill(w)
+  if w.k8s_watch then
+    local ev = w.k8s_watch:next()
+    if not ev then
+      w.stopped = true
+      return
+    end
+    push(w, ev.type, ev.object, ev.observed, { initial = ev.initial, relist = ev.relist })
+    return
+  end
+  local t0 = kb.now()
+  local ok, err = pcall(window, w)
+  if ok then
+    w.failures = 0
+    -- a server that ends windows at once must not turn this into a busy loop
+    if w.tail < w.head and kb.now() - t0 < w.window / 4 then kb.sleep(w.window / 4) end
+  elseif kb.is_cancelled(err) or not (u.is_error(err) and RETRY[err.class])
+      or w.failures >= w.max_retries then
+    error(err, 0)
+  else
+    w.failures = w.failures + 1
+    metrics.counter("argo.watch.retries", { class = err.class }):inc()
+    kb.sleep(err.retry_after or math.min(w.window, 0.05 * 2 ^ w.failures))
+  end
+end
+
+local WATCH_OPTS = { name = true, namespace = true, label_selector = true, field_selector = true,
+  window = true, initial = true, max_retries = true }
+
+--- c:watch{name, namespace, label_selector, field_selector, window,
+-- initial, max_retries} -> watcher. Lists first (the current workflows come
+-- as ADDED events with initial = true, unless initial = false), then
+-- follows changes in windows of `window` scenario seconds (argo-server's
+-- workflow-events with listOptions.timeoutSeconds, or a kb.k8s watch on the
+-- CRD path), resuming from the last resourceVersion. Events: {type =
+-- "ADDED" | "MODIFIED" | "DELETED", workflow (normalised), object (raw),
+-- observed, initial, relist}. w:next() (nil once stopped), w:events(),
+-- w:stop() (also <close>).
+function Client:watch(opts)
+  opts = check_opts(opts, WATCH_OPTS, "watch")
+  local fields = u.selector(opts.field_selector, "field_selector")
+  if opts.name ~= nil then
+    need_name(opts.name, "watch: name")
+    fields = (fields and fields ~= "" and (fields .. ",") or "") .. "metadata.name=" .. opts.name
+  end
+  local win = opts.window or self.watch_window
+  if type(win) ~= "number" or not (win > 0) then error("kb.argo: watch: window must be a number > 0", 2) end
+  local w = setmetatable({ client = self, ns = opts.namespace or self.namespace,
+    labels = u.selector(opts.label_selector, "label_selector"), fields = fields, window = win,
+    max_retries = opts.max_retries or 5, failures = 0, queue = {}, head = 1, tail = 0, known = {},
+    stopped = false }, Watch)
+  if self.k8s then
+    w.k8s_watch = self.k8s:watch(WORKFLOWS, { namespace = w.ns, label_selector = w.labels,
+      field_selector = fields, window = win, initial = opts.initial, max_retries = opts.max_retries })
+    return w
+  end
+  local doc = raw_list(w)
+  local now = kb.now()
+  for _, obj in ipairs(doc.items or {}) do
+    if opts.initial ~= false then push(w, "ADDED", obj, now, { initial = true })
+    else w.known[key_of(obj)] = obj end
+  end
+  w.resource_version = doc.metadata and doc.metadata.resourceVersion
+  return w
+end
+
+--- w:next() -> the next event, or nil once stopped; raises the error that
+-- ended the watch (more than max_retries failed windows in a row).
+function Watch:next()
+  while self.head > self.tail do
+    if self.stopped then return nil end
+    fill(self)
+  end
+  local ev = self.queue[self.head]
+  self.queue[self.head] = nil
+  self.head = self.head + 1
+  return ev
+end
+
+--- w:events() -> iterator for `for ev in w:events() do ... end`.
+function Watch:events()
+  return function() return self:next() end
+end
+
+--- w:stop(): ends the watch; queued events are still returned by next().
+function Watch:stop()
+  self.stopped = true
+  if self.k8s_watch then self.k8s_watch:stop() end
+end
+
+Watch.__close = Watch.stop
+Watch.close = Watch.stop
+
+return M
