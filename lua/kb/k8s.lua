@@ -31,9 +31,19 @@
 -- modelled server time is scaled to virtual time) in the histogram
 -- `k8s.<verb>.<resource>` (k8s.create.pods, k8s.list.jobs, k8s.get.workflows,
 -- k8s.logs.pods, k8s.discovery); every answer counts in
--- k8s.requests{verb, resource, status}, every failure in
--- k8s.errors{verb, resource, class}. There are no retries (except once
--- after a 401 with rotating credentials): a benchmark must see failures.
+-- k8s.requests{verb, resource, status}, every call that fails in the end
+-- in k8s.errors{verb, resource, class}.
+--
+-- Transient failures (connection refused or reset, timeouts, 429, 502,
+-- 503, 504) are retried by the client's kb.retry policy (retry = false
+-- turns it off; a 401 with rotating credentials is re-sent once anyway):
+-- `k8s.<verb>.<resource>` is then the logical call, every attempt and
+-- every delay, and `<that>.attempt` each attempt; k8s.retries{op, reason},
+-- k8s.retry_budget_exhausted{op} and k8s.recovered{op} count what the
+-- policy did. A create is not re-sent blindly: after a failure that may
+-- have created the object it is looked up first (by name, or by the label
+-- kbrun.io/create-id that a generateName object gets) and returned when it
+-- exists. Watches resume themselves (kb.k8s.watch) and are not retried here.
 --
 -- Failures raise kb error objects: HTTP error statuses as class
 -- bad_request (400), auth (401), forbidden (403), not_found (404),
@@ -54,6 +64,7 @@ local u = require "kb.k8s.util"
 local kubeconfig = require "kb.k8s.kubeconfig"
 local auth = require "kb.k8s.auth"
 local discovery = require "kb.k8s.discovery"
+local retry = require "kb.retry"
 
 local M = {}
 
@@ -78,7 +89,7 @@ local OPTIONS = {
   kubeconfig = true, context = true, namespace = true, in_cluster = true, server = true,
   token = true, timeout = true, watch_window = true, http = true,
   allow_insecure_credentials = true, exec_timeout = true, compressed = true, http2 = true,
-  user_agent = true,
+  user_agent = true, retry = true,
 }
 
 local function usage(fmt, ...)
@@ -121,7 +132,9 @@ end
 -- plugin may run, default 60), compressed (ask for gzip; default as the
 -- kubeconfig's disable-compression says), http2 (default true over https),
 -- user_agent, http (a kb.http.client to use instead of the shared pool),
--- allow_insecure_credentials (false).
+-- allow_insecure_credentials (false), retry (a kb.retry.policy or a table
+-- of its options; default the default policy, false = no retries; docs/k8s.md
+-- "Retries").
 function M.client(opts)
   opts = opts or {}
   if type(opts) ~= "table" then usage("takes a table of options") end
@@ -138,6 +151,7 @@ function M.client(opts)
     usage("token must be a non-empty one-line string")
   end
 
+  local policy = retry.resolve(opts.retry, "kb.k8s.client")
   local cfg = connection(opts)
   if opts.token then cfg.auth = { kind = "token", token = opts.token } end
   local provider = auth.new(cfg.auth, { exec_timeout = opts.exec_timeout })
@@ -161,13 +175,13 @@ function M.client(opts)
     server = cfg.server, namespace = cfg.namespace, context = cfg.context,
     user = cfg.user_name, cluster = cfg.cluster_name, files = cfg.files,
     auth_kind = cfg.auth and cfg.auth.kind or (has_cert and "client_certificate") or nil,
-    timeout = timeout, watch_window = window,
+    timeout = timeout, watch_window = window, retry = policy,
   }, Client)
   local p = {
     auth = provider, tls = cfg.tls, send = send,
     compressed = opts.compressed == nil and cfg.compressed or opts.compressed == true,
     http2 = cfg.scheme == "https" and opts.http2 ~= false,
-    user_agent = opts.user_agent or "kbrun",
+    user_agent = opts.user_agent or "kbrun", budget = policy and policy:budget(),
   }
   private[c] = p
   p.discovery = discovery.new(function(path, verb)
@@ -211,6 +225,8 @@ local function transport_hint(err, server)
   end
 end
 
+local creation_check -- defined with c:create
+
 local CLASS_BY_STATUS = {
   [400] = "bad_request", [401] = "auth", [403] = "forbidden", [404] = "not_found",
   [409] = "conflict", [410] = "gone", [422] = "invalid", [429] = "throttled",
@@ -251,15 +267,85 @@ local function count_error(verb, resource, class)
   metrics.counter("k8s.errors", { verb = verb, resource = resource or "-", class = class }):inc()
 end
 
+-- One attempt (with one re-send after a 401 when the credentials rotate):
+-- true, doc, response, or false, error (as pcall), then the attempt's
+-- time. Every attempt is recorded in `<op>.attempt`.
+local function attempt(c, p, req, method, url, body, ctype)
+  local verb, resource = req.verb, req.resource
+  local tries, spent = 0, 0
+  while true do
+    tries = tries + 1
+    local headers = { Accept = req.accept or "application/json", ["User-Agent"] = p.user_agent }
+    if ctype then headers["Content-Type"] = ctype end
+    local o = { method = method, url = url, headers = headers, query = req.query, body = body,
+      timeout = req.timeout or c.timeout, compressed = p.compressed,
+      http2 = p.http2 or nil }
+    for k, v in pairs(p.tls) do o[k] = v end
+    local oka, aerr = pcall(p.auth.apply, p.auth, headers, o)
+    if not oka then
+      if u.is_error(aerr) then aerr.verb, aerr.resource = verb, resource end
+      return false, aerr, nil, spent
+    end
+    local t0 = kb.now()
+    local ok, r = pcall(p.send, o)
+    if not ok then
+      spent = spent + (kb.now() - t0)
+      if u.is_error(r) and not kb.is_cancelled(r) then
+        r.verb, r.resource, r.op = verb, resource, req.op
+        r.hint = transport_hint(r, c.server) or r.hint
+        if r.hint and not tostring(r.message):find(r.hint, 1, true) then
+          r.message = tostring(r.message) .. " (" .. r.hint .. ")"
+        end
+        if not req.no_histogram then metrics.histogram(req.op .. ".attempt"):record(kb.now() - t0) end
+      end
+      return false, r, nil, spent
+    end
+    local elapsed = r.time and r.time.total or (kb.now() - t0)
+    spent = spent + elapsed
+    if not req.no_histogram then metrics.histogram(req.op .. ".attempt"):record(elapsed) end
+    local status = r.status
+    metrics.counter("k8s.requests", { verb = verb, resource = resource or "-",
+      status = tostring(status) }):inc()
+    if log.enabled("debug") then
+      log.debug("k8s %s %s %s -> %d in %.3f s", req.op, method, url, status, elapsed)
+    end
+    if status == 401 and tries == 1 and p.auth:invalidate() then
+      log.debug("k8s %s: 401, retrying with fresh credentials", req.op)
+    elseif status < 200 or status > 299 then
+      return false, status_error(p, req, method, url, r), nil, spent
+    else
+      if req.raw then return true, r.body, r, spent end
+      local doc = {}
+      if r.body:find("%S") then
+        local okd, d = pcall(json.decode, r.body)
+        if not okd or type(d) ~= "table" then
+          return false, u.error("protocol", string.format("%s: %s %s -> HTTP %d with a body that "
+            .. "is not JSON (%s): %s", req.op, method, url, status,
+            tostring(r.headers["content-type"] or "no content type"),
+            u.trim(redact(p, r.body), 120)), { status = status, verb = verb, resource = resource,
+            url = url }), nil, spent
+        end
+        doc = d
+      end
+      return true, doc, r, spent
+    end
+  end
+end
+
 --- c:request{verb=, resource=, method=, path=, query=, body=, content_type=,
--- raw=, timeout=, no_histogram=} -> decoded JSON (or the text with raw =
--- true), response. The call every method uses; path is under the server
--- URL (e.g. "/version", "/api/v1/nodes"); verb and resource name the
--- metrics (k8s.<verb>.<resource>, or k8s.<verb> without a resource).
+-- raw=, timeout=, no_histogram=, no_retry=, recover=} -> decoded JSON (or
+-- the text with raw = true), response. The call every method uses; path is
+-- under the server URL (e.g. "/version", "/api/v1/nodes"); verb and
+-- resource name the metrics (k8s.<verb>.<resource>, or k8s.<verb> without
+-- a resource). Transient failures are retried by the client's policy
+-- (kb.retry) unless no_retry; recover (for a create) returns the object
+-- when a failed attempt created it, else nil. The response gains attempts
+-- and elapsed (the logical call: every attempt and every delay).
 function Client:request(req)
   local p = private[self]
   if not p then error("kb.k8s: call methods on a client: c:request(...)", 2) end
   local verb, resource = req.verb or "request", req.resource
+  req.verb = verb
   req.op = "k8s." .. verb .. (resource and ("." .. resource) or "")
   local method = req.method or "GET"
   local url = self.server .. req.path
@@ -268,71 +354,35 @@ function Client:request(req)
     body = json.encode(body)
     ctype = ctype or "application/json"
   end
-  local attempt = 0
-  while true do
-    attempt = attempt + 1
-    local headers = { Accept = req.accept or "application/json", ["User-Agent"] = p.user_agent }
-    if ctype then headers["Content-Type"] = ctype end
-    local o = { method = method, url = url, headers = headers, query = req.query, body = body,
-      timeout = req.timeout or self.timeout, compressed = p.compressed,
-      http2 = p.http2 or nil }
-    for k, v in pairs(p.tls) do o[k] = v end
-    local oka, aerr = pcall(p.auth.apply, p.auth, headers, o)
-    if not oka then
-      if u.is_error(aerr) then
-        aerr.verb, aerr.resource = verb, resource
-        count_error(verb, resource, aerr.class)
-      end
-      error(aerr, 0)
-    end
-    local t0 = kb.now()
-    local ok, r = pcall(p.send, o)
-    if not ok then
-      if u.is_error(r) and not kb.is_cancelled(r) then
-        r.verb, r.resource, r.op = verb, resource, req.op
-        r.hint = transport_hint(r, self.server) or r.hint
-        if r.hint and not tostring(r.message):find(r.hint, 1, true) then
-          r.message = tostring(r.message) .. " (" .. r.hint .. ")"
-        end
-        count_error(verb, resource, r.class or "other")
-      end
-      error(r, 0)
-    end
-    local elapsed = r.time and r.time.total or (kb.now() - t0)
-    local status = r.status
-    metrics.counter("k8s.requests", { verb = verb, resource = resource or "-",
-      status = tostring(status) }):inc()
-    if log.enabled("debug") then
-      log.debug("k8s %s %s %s -> %d in %.3f s", req.op, method, url, status, elapsed)
-    end
-    if status == 401 and attempt == 1 and p.auth:invalidate() then
-      log.debug("k8s %s: 401, retrying with fresh credentials", req.op)
-    elseif status < 200 or status > 299 then
-      local err = status_error(p, req, method, url, r)
-      count_error(verb, resource, err.class)
-      error(err, 0)
-    else
-      if req.raw then
-        if not req.no_histogram then metrics.histogram(req.op):record(elapsed) end
-        return r.body, r
-      end
-      local doc = {}
-      if r.body:find("%S") then
-        local okd, d = pcall(json.decode, r.body)
-        if not okd or type(d) ~= "table" then
-          count_error(verb, resource, "protocol")
-          u.raise("protocol", string.format("%s: %s %s -> HTTP %d with a body that is not JSON "
-            .. "(%s): %s", req.op, method, url, status,
-            tostring(r.headers["content-type"] or "no content type"),
-            u.trim(redact(p, r.body), 120)), { status = status, verb = verb, resource = resource,
-            url = url })
-        end
-        doc = d
-      end
-      if not req.no_histogram then metrics.histogram(req.op):record(elapsed) end
-      return doc, r
-    end
+  local spent = 0
+  local function once()
+    local ok, a, b, t = attempt(self, p, req, method, url, body, ctype)
+    spent = spent + t
+    return ok, a, b
   end
+  local policy = not req.no_retry and self.retry or nil
+  local ok, doc, r, info
+  if policy then
+    ok, doc, r, info = pcall(policy.run, policy, { op = req.op, method = method,
+      budget = p.budget, prefix = "k8s.", recover = req.recover }, once)
+  else
+    ok, doc, r = once()
+    info = { attempts = 1, slept = 0 }
+  end
+  if not ok then
+    if u.is_error(doc) and not kb.is_cancelled(doc) then
+      count_error(verb, resource, doc.class or "other")
+    end
+    error(doc, 0)
+  end
+  local elapsed = spent + info.slept
+  if r then
+    r.attempts, r.elapsed = info.attempts, elapsed
+  else
+    r = { recovered = true, attempts = info.attempts, elapsed = elapsed, headers = {} }
+  end
+  if not req.no_histogram then metrics.histogram(req.op):record(elapsed) end
+  return doc, r
 end
 
 -- ---- resources and paths ---------------------------------------------------------
@@ -409,6 +459,49 @@ local function check_object(obj, fn)
   if type(obj) ~= "table" then error("kb.k8s: " .. fn .. ": takes an object (a table)", 3) end
 end
 
+--- The label kb.k8s puts on an object created with generateName (and no
+-- name), so that a create whose answer was lost can be found again.
+M.CREATE_ID_LABEL = "kbrun.io/create-id"
+
+local function create_id()
+  local chars = {}
+  for i = 1, 12 do
+    local n = math.random(0, 35)
+    chars[i] = n < 10 and string.char(48 + n) or string.char(87 + n)
+  end
+  return table.concat(chars)
+end
+
+-- The object to send and the recover function of its create (kb.retry):
+-- a GET by name, or by the create-id label for a generateName object.
+creation_check = function(c, res, ns, obj)
+  local m = type(obj.metadata) == "table" and obj.metadata or {}
+  if type(m.name) == "string" and m.name ~= "" then
+    return obj, function()
+      local ok, found = pcall(c.request, c, { verb = "check", resource = res.resource,
+        path = c:path(res, ns, m.name) })
+      if ok then return found end
+      if u.is_error(found) and found.class == "not_found" then return nil end
+      error(found, 0)
+    end
+  end
+  if type(m.generateName) ~= "string" then return obj, nil end
+  local id = create_id()
+  local copy, meta, labels = {}, {}, {}
+  for k, v in pairs(obj) do copy[k] = v end
+  for k, v in pairs(m) do meta[k] = v end
+  for k, v in pairs(type(m.labels) == "table" and m.labels or {}) do labels[k] = v end
+  labels[M.CREATE_ID_LABEL] = id
+  meta.labels, copy.metadata = labels, meta
+  return copy, function()
+    local list = c:request({ verb = "check", resource = res.resource, path = c:path(res, ns),
+      query = { labelSelector = M.CREATE_ID_LABEL .. "=" .. id } })
+    local item = type(list.items) == "table" and list.items[1] or nil
+    if item then item.apiVersion, item.kind = item.apiVersion or obj.apiVersion, item.kind or obj.kind end
+    return item
+  end
+end
+
 --- c:create(obj [, {namespace=, field_manager=, dry_run=}]) -> the created
 -- object. The namespace is opts.namespace, else obj.metadata.namespace,
 -- else the client's.
@@ -417,8 +510,10 @@ function Client:create(obj, opts)
   opts = check_opts(opts, WRITE_OPTS, "create")
   local res = private[self].discovery:resolve_object(obj)
   local ns = object_ns(self, res, obj, opts)
+  local recover
+  if self.retry and not opts.dry_run then obj, recover = creation_check(self, res, ns, obj) end
   return (self:request({ verb = "create", resource = res.resource, method = "POST",
-    path = self:path(res, ns), query = write_query(opts), body = obj }))
+    path = self:path(res, ns), query = write_query(opts), body = obj, recover = recover }))
 end
 
 --- c:get(kind, name [, {namespace=}]) -> the object.

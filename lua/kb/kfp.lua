@@ -19,10 +19,18 @@
 -- time, see kb.http), JSON decoding excluded, and it is
 -- recorded in the histogram `<metrics_prefix><service>.<method>` (e.g.
 -- run.create, run.get, pipeline.upload, healthz.get) when it succeeds;
--- every answer counts in kfp.requests{op, status}, every failure in
--- kfp.errors{op, class}. The same op names are used for both API versions
--- (v1 jobs are recurring_run.*, v1 pipeline_versions pipeline_version.*).
--- There are no retries: a benchmark must see every failure.
+-- every answer counts in kfp.requests{op, status}, every call that fails in
+-- the end in kfp.errors{op, class}. The same op names are used for both API
+-- versions (v1 jobs are recurring_run.*, v1 pipeline_versions
+-- pipeline_version.*).
+--
+-- Transient failures are retried (kb.retry; retry = false turns it off):
+-- the histogram `<op>` is then the logical call (every attempt and every
+-- delay), `<op>.attempt` holds each attempt's own time, failed ones too,
+-- and kfp.retries{op, reason}, kfp.retry_budget_exhausted{op} and
+-- kfp.recovered{op} count what the policy did. Creates are not re-sent
+-- blindly: after a failure that may have created the object, the client
+-- looks it up by name (op `<op>.check`) and returns it when it exists.
 --
 -- Results are normalised tables (the same fields for both versions) with
 -- the decoded JSON under .raw. Runs carry the notebook's state vocabulary
@@ -44,6 +52,7 @@ local metrics = require "kb.metrics"
 local log = require "kb.log"
 local states = require "kb.kfp.states"
 local common = require "kb.kfp.common"
+local retry = require "kb.retry"
 
 local M = {}
 
@@ -83,7 +92,7 @@ end
 local OPTIONS = {
   host = true, api = true, token = true, token_file = true, namespace = true, headers = true,
   cookies = true, timeout = true, tls = true, metrics_prefix = true,
-  allow_insecure_credentials = true, http = true,
+  allow_insecure_credentials = true, http = true, retry = true,
 }
 local TLS_OPTIONS = {
   ca_file = true, ca_pem = true, cert_file = true, cert_pem = true, key_file = true,
@@ -191,7 +200,9 @@ end
 -- timeout (scenario seconds per request, default 30), tls {ca_file, ca_pem,
 -- cert_file, cert_pem, key_file, key_pem, insecure}, metrics_prefix (""),
 -- allow_insecure_credentials (false), http (a kb.http.client to use instead
--- of the shared pool). Raises class "security" when credentials would go in
+-- of the shared pool), retry (a kb.retry.policy or a table of its options;
+-- default the default policy, false = no retries; docs/kfp.md "Retries").
+-- Raises class "security" when credentials would go in
 -- clear text (http://) to a host that is not loopback.
 function M.client(opts)
   if type(opts) ~= "table" then usage("takes a table of options") end
@@ -245,6 +256,8 @@ function M.client(opts)
       { host = base }), 2)
   end
 
+  local policy = retry.resolve(opts.retry, "kb.kfp.client")
+
   local tls = {}
   if opts.tls ~= nil then
     if type(opts.tls) ~= "table" then usage("tls= must be a table") end
@@ -270,6 +283,7 @@ function M.client(opts)
   local c = setmetatable({
     api = dialect.api, host = base, url = base .. "/apis/" .. dialect.api,
     namespace = opts.namespace, timeout = timeout, metrics_prefix = prefix,
+    retry = policy, _budget = policy and policy:budget(),
     _dialect = dialect, _tls = tls, _send = send,
   }, Client)
   secrets[c] = s
@@ -362,11 +376,57 @@ local function count_error(prefix, op, class)
   metrics.counter(prefix .. "kfp.errors", { op = op, class = class }):inc()
 end
 
---- c:request{op=, method=, path=, query=, body=, multipart=, root=, raw=}
--- -> decoded JSON (a table; {} for an empty body), response. The low-level
--- call every method uses: path is under /apis/<api> (under host= with
--- root = true, e.g. "/metrics"), op names the histogram, raw = true returns
--- the body text instead of decoding it. Raises like the methods do.
+-- One attempt: sends the request and decodes the answer. Returns true,
+-- doc, response, or false, error (as pcall). Every answer counts in
+-- kfp.requests{op, status}; every attempt, failed or not, records its time
+-- in the histogram `<op>.attempt`.
+local function attempt(self, s, req, o, op, method, url)
+  local prefix = self.metrics_prefix
+  local t0 = kb.now()
+  local ok, r = pcall(self._send, o)
+  local elapsed = kb.now() - t0
+  if not ok then
+    if type(r) == "table" and getmetatable(r) == ErrorMeta and not kb.is_cancelled(r) then
+      r.op = r.op or op
+      if r.class == "connect" and r.hint == nil then r.hint = HINTS.connect end
+      metrics.histogram(prefix .. op .. ".attempt"):record(elapsed)
+    end
+    return false, r, nil, elapsed
+  end
+  elapsed = r.time and r.time.total or elapsed
+  metrics.histogram(prefix .. op .. ".attempt"):record(elapsed)
+  local status = r.status
+  metrics.counter(prefix .. "kfp.requests", { op = op, status = tostring(status) }):inc()
+  if log.enabled("debug") then
+    log.debug("kfp %s %s %s -> %d in %.3f s", op, method, url, status, elapsed)
+  end
+  if status < 200 or status > 299 then return false, http_error(s, op, method, url, r), nil, elapsed end
+  if req.raw then return true, r.body, r, elapsed end
+  local doc = {}
+  if r.body:find("%S") then
+    local okd, d = pcall(json.decode, r.body)
+    if not okd or type(d) ~= "table" then
+      return false, kb_error("protocol", string.format("%s: %s %s -> HTTP %d with a body that is "
+        .. "not a JSON object (%s): %s (%s)", op, method, url, status,
+        tostring(r.headers["content-type"] or "no content type"),
+        trim(redact(s, r.body), 120), HINTS.json),
+        { status = status, op = op, method = method, url = url, hint = HINTS.json }), nil, elapsed
+    end
+    doc = d
+  end
+  return true, doc, r, elapsed
+end
+
+--- c:request{op=, method=, path=, query=, body=, multipart=, root=, raw=,
+-- recover=} -> decoded JSON (a table; {} for an empty body), response. The
+-- low-level call every method uses: path is under /apis/<api> (under host=
+-- with root = true, e.g. "/metrics"), op names the histogram, raw = true
+-- returns the body text instead of decoding it. Transient failures are
+-- retried by the client's policy (kb.retry); recover (for a create) is
+-- called after a failure that may have created the object and returns it
+-- (decoded JSON as the request would) or nil. The response gains attempts
+-- and elapsed (the logical call's time: every attempt and every delay).
+-- Raises like the methods do; the error gains .attempts.
 function Client:request(req)
   local op = req.op
   if type(op) ~= "string" then error("kb.kfp: request needs op= (the metric name)", 2) end
@@ -385,44 +445,33 @@ function Client:request(req)
     body = req.body, multipart = req.multipart, timeout = self.timeout }
   for k, v in pairs(self._tls) do o[k] = v end
   local prefix = self.metrics_prefix
-  local t0 = kb.now()
-  local ok, r = pcall(self._send, o)
-  local elapsed = kb.now() - t0
+  local spent = 0 -- the attempts' own times, as kb.http measures them
+  local function once()
+    local ok, a, b, elapsed = attempt(self, s, req, o, op, method, url)
+    spent = spent + elapsed
+    return ok, a, b
+  end
+  local ok, doc, r, info
+  if self.retry then
+    ok, doc, r, info = pcall(self.retry.run, self.retry, { op = op, method = method,
+      budget = self._budget, prefix = prefix .. "kfp.", recover = req.recover }, once)
+  else
+    ok, doc, r = once()
+    info = { attempts = 1, slept = 0 }
+  end
   if not ok then
-    if type(r) == "table" and getmetatable(r) == ErrorMeta and not kb.is_cancelled(r) then
-      r.op = r.op or op
-      if r.class == "connect" and r.hint == nil then r.hint = HINTS.connect end
-      count_error(prefix, op, r.class or "other")
+    if type(doc) == "table" and getmetatable(doc) == ErrorMeta and not kb.is_cancelled(doc) then
+      count_error(prefix, op, doc.class or "other")
     end
-    error(r, 0)
+    error(doc, 0)
   end
-  elapsed = r.time and r.time.total or elapsed
-  local status = r.status
-  metrics.counter(prefix .. "kfp.requests", { op = op, status = tostring(status) }):inc()
-  if log.enabled("debug") then
-    log.debug("kfp %s %s %s -> %d in %.3f s", op, method, url, status, elapsed)
-  end
-  if status < 200 or status > 299 then
-    local err = http_error(s, op, method, url, r)
-    count_error(prefix, op, err.class)
-    error(err, 0)
-  end
-  if req.raw then
-    metrics.histogram(prefix .. op):record(elapsed)
-    return r.body, r
-  end
-  local doc = {}
-  if r.body:find("%S") then
-    local okd, d = pcall(json.decode, r.body)
-    if not okd or type(d) ~= "table" then
-      count_error(prefix, op, "protocol")
-      error(kb_error("protocol", string.format("%s: %s %s -> HTTP %d with a body that is not a "
-        .. "JSON object (%s): %s (%s)", op, method, url, status,
-        tostring(r.headers["content-type"] or "no content type"),
-        trim(redact(s, r.body), 120), HINTS.json),
-        { status = status, op = op, method = method, url = url, hint = HINTS.json }), 0)
-    end
-    doc = d
+  -- The logical call: the first attempt's start to the final answer. A
+  -- recovered create was answered by its lookup (timed as its own op).
+  local elapsed = spent + info.slept
+  if r then
+    r.attempts, r.elapsed = info.attempts, elapsed
+  else
+    r = { recovered = true, attempts = info.attempts, elapsed = elapsed, headers = {} }
   end
   metrics.histogram(prefix .. op):record(elapsed)
   return doc, r

@@ -707,7 +707,7 @@ T.case("errors: KFP error bodies, upload errors, plain text, classes and hints",
       return 400, { code = 3, message = "The run name is empty" }
     end,
   }, function(m)
-    local c = kfp.client{ host = m.url, metrics_prefix = "t.err." }
+    local c = kfp.client{ host = m.url, metrics_prefix = "t.err.", retry = false }
     local err = T.raises(function() c:get_run("missing") end, "Run missing not found")
     T.eq(err.class, "not_found")
     T.eq(err.status, 404)
@@ -778,7 +778,7 @@ T.case("errors: transport failures keep their class and gain the op", function()
   local srv = httpd.listen{ handler = function() return 200, "{}" end }
   local url = srv.url
   srv:close()
-  local c = kfp.client{ host = url, metrics_prefix = "t.net.", timeout = 5 }
+  local c = kfp.client{ host = url, metrics_prefix = "t.net.", timeout = 5, retry = false }
   local err = T.raises(function() c:get_run("r1") end)
   T.eq(err.class, "connect")
   T.eq(err.op, "run.get")

@@ -188,7 +188,7 @@ T.case("failed creates are counted by class with sample messages", function()
   metrics.clear()
   local m = mocks.start{ no_metrics = true, fail = function(op, n) return op == "CreateRun" and n == 2 end }
   local exp = new_exp("errors")
-  local _, r = full_storm(storm.new(params(m, { concurrency = 1 }), { exp = exp }))
+  local _, r = full_storm(storm.new(params(m, { concurrency = 1, retry = false }), { exp = exp }))
   m:close()
   T.eq(r.runs.not_created, 1)
   T.eq(r.runs.succeeded, 4)

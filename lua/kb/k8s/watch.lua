@@ -162,8 +162,9 @@ local function window(w)
     fieldSelector = u.selector(w.opts.field_selector, "field_selector"),
   }
   local ns = not w.opts.all_namespaces and (w.opts.namespace or c.namespace) or nil
+  -- no_retry: the watch resumes from its resourceVersion itself (turn()).
   local text = c:request({ verb = "watch", resource = w.resource, raw = true, no_histogram = true,
-    path = c:path(w.res, ns), query = q, timeout = w.window + c.timeout })
+    no_retry = true, path = c:path(w.res, ns), query = q, timeout = w.window + c.timeout })
   metrics.counter("k8s.watch.windows", { resource = w.resource }):inc()
   local now = kb.now()
   local got = 0

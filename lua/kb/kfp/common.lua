@@ -77,6 +77,27 @@ function M.list_query(a, q)
   return q
 end
 
+--- recover function of a create (see kb.retry): lists `path` (query q
+-- plus a filter `key` EQUALS name) as op `<op>.check` and returns the raw
+-- item whose `field` is name, or nil. ver: 1 or 2 (the predicate's
+-- operator key differs). The item is checked here too, so a server that
+-- ignores the filter cannot make a wrong object the answer.
+function M.finder(c, ver, op, path, q, items_key, key, field, name)
+  return function()
+    local query = {}
+    for k, v in pairs(q or {}) do query[k] = v end
+    query.page_size = 20
+    query.filter = json.encode({ predicates = json.array({ { key = key,
+      [ver == 1 and "op" or "operation"] = "EQUALS", string_value = name } }) })
+    local doc = c:request{ op = op .. ".check", method = "GET", path = path, query = query }
+    local items = doc[items_key]
+    for _, x in ipairs(type(items) == "table" and items or {}) do
+      if type(x) == "table" and x[field] == name then return x end
+    end
+    return nil
+  end
+end
+
 --- A page of a list answer: {items, next_page_token (nil on the last page),
 -- total_size, raw}.
 function M.page(doc, key, norm)

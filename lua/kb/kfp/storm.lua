@@ -62,7 +62,12 @@ M.DEFAULTS = {
   poll_all = true,                        -- poll every pending run each interval
   measure_list = true,                    -- ListRuns of the experiment each interval
   scrape_metrics = true,                  -- the server's /metrics before and after
+  prometheus_url = "",                    -- server figures from Prometheus instead (docs/observability.md)
   progress = "auto",                      -- live line: auto (on a TTY), true, false
+  retry = true,                           -- retry transient API failures (kb.retry)
+  retry_max_attempts = 5,                 -- attempts per call, the first included
+  retry_budget_ratio = 0.2,               -- retries allowed per call (plus 10), per client
+  request_timeout = 30,                   -- one request, scenario seconds
   notebook = false,                       -- true: all improvements off (concurrency 1, ...)
 }
 
@@ -137,7 +142,12 @@ local function normalize(params)
   check_number(p, "run_status_polling_interval_sec", 0, true)
   check_number(p, "timeout", 0)
   check_number(p, "run_timeout", 0)
-  for _, name in ipairs({ "poll_all", "measure_list", "scrape_metrics" }) do p[name] = flag(p[name], name) end
+  for _, name in ipairs({ "poll_all", "measure_list", "scrape_metrics", "retry" }) do
+    p[name] = flag(p[name], name)
+  end
+  check_int(p, "retry_max_attempts", 1)
+  check_number(p, "retry_budget_ratio", 0)
+  check_number(p, "request_timeout", 0, true)
   if p.progress ~= "auto" then p.progress = flag(p.progress, "progress") end
   if p.api ~= "v1beta1" and p.api ~= "v2beta1" then
     bad("api must be v1beta1 or v2beta1, got %s", tostring(p.api))
@@ -269,9 +279,10 @@ function Session:instrument(c)
     local ok, doc, resp = pcall(inner, client, req)
     if not ok and kb.is_cancelled(doc) then error(doc, 0) end
     local status = ok and resp and resp.status or (type(doc) == "table" and doc.status or nil)
-    -- kb.http's time.total is what kb.kfp records (against the simulator
-    -- it counts only the modelled hold as virtual time)
-    local latency = ok and resp and resp.time and resp.time.total or kb.now() - t0
+    -- what kb.kfp records: the logical call (resp.elapsed: every attempt's
+    -- kb.http time.total plus the retry delays; against the simulator
+    -- time.total counts only the modelled hold as virtual time)
+    local latency = ok and resp and (resp.elapsed or resp.time and resp.time.total) or kb.now() - t0
     session:record_call(client.metrics_prefix .. req.op, t0, latency, status, not ok and doc or nil)
     if not ok then error(doc, 0) end
     return doc, resp
@@ -301,7 +312,9 @@ local function client_opts(self, prefix)
     host = self.url, api = p.api, metrics_prefix = prefix,
     namespace = p.namespace ~= "" and p.namespace or nil,
     token_file = p.token_file ~= "" and p.token_file or nil,
-    http = self.opts.http,
+    http = self.opts.http, timeout = p.request_timeout,
+    retry = p.retry and { max_attempts = p.retry_max_attempts,
+      budget = { ratio = p.retry_budget_ratio } },
   }
 end
 
@@ -330,6 +343,7 @@ function M.new(params, opts)
   self.poller = self:instrument(kfp.client(client_opts(self, "poll.")))
   self.aux = self:instrument(kfp.client(client_opts(self, "aux.")))
   self.progress = require("kb.kfp.storm_report").progress(self)
+  require("kb.kfp.prom_query").publish(self) -- runs by state for --metrics-listen, kb.live
   self:journal_write{ event = "start", url = self.url, api = p.api, clock = self.clock,
     params = p, wall = self.started_wall }
   log.info("storm: %s (%s, %s), %s, concurrency %d", self.url, p.api, self.clock.kind,
@@ -361,6 +375,8 @@ end
 -- { available, grpc = {[op] = {count, mean, p50, p90, p99, codes, errors}},
 -- handlers = {run_server_create_requests = n, ...}, gauges = {...} }.
 function Session:server_metrics()
+  -- prometheus_url: the run's window from Prometheus (kb.kfp.prom_query)
+  if self.p.prometheus_url ~= "" then return require("kb.kfp.prom_query").server_metrics(self) end
   local a, b = self.scrapes.before, self.scrapes.after
   if not (a and b) then
     return { available = false, reason = self.scrape_error
@@ -495,7 +511,7 @@ local function guarded(fn)
 end
 
 local function pending(run)
-  return run.id ~= nil and not run.finished and not run.timed_out
+  return run.id ~= nil and not run.finished and not run.timed_out and not run.lost
 end
 
 function Session:create_one(run)
@@ -576,10 +592,25 @@ function Session:poll_one(run)
   if not ok then
     if kb.is_cancelled(r) then error(r, 0) end
     run.poll_error = message_of(r)
+    if type(r) == "table" and r.class == "not_found" then self:lose(run, r) end
     return false
   end
   self:observe(run, r)
   return true
+end
+
+--- Marks a run the server no longer knows (a GET by id answered 404: it
+-- was deleted behind the storm's back, or a restarted server lost its
+-- state) as lost: outcome "Lost", class not_found; it is no longer polled,
+-- fetched or deleted.
+function Session:lose(run, err)
+  if run.lost then return end
+  run.lost, run.lost_class = true, type(err) == "table" and err.class or "not_found"
+  run.poll_error = string.format("lost (%s): the server no longer knows this run: %s",
+    run.lost_class, message_of(err))
+  self:journal_write{ event = "run.lost", id = run.id, t = self:elapsed(), class = run.lost_class,
+    error = run.poll_error }
+  log.warn("storm: run %s is lost: the server answered %s", run.id, message_of(err))
 end
 
 -- The notebook's loop: GET runs in creation order, stop at the first
@@ -722,14 +753,18 @@ end
 -- these are the notebook's GetRun latencies).
 function Session:get_runs(list)
   self:each_created(list, guarded(function(s, run)
-    s:observe(run, s.c:get_run(run.id))
+    if run.lost then return end
+    local ok, r = pcall(s.c.get_run, s.c, run.id)
+    if ok then return s:observe(run, r) end
+    if type(r) == "table" and r.class == "not_found" then s:lose(run, r) end
+    error(r, 0)
   end))
 end
 
 --- Deletes every created run, timed as run.delete (notebook step 6).
 function Session:delete_runs(list)
   self:each_created(list, guarded(function(s, run)
-    if run.deleted then return end
+    if run.deleted or run.lost then return end
     s.c:delete_run(run.id)
     run.deleted = true
   end))
@@ -761,7 +796,7 @@ end
 function Session:cleanup_runs()
   local aux = self.aux
   self:each_created(nil, function(s, run)
-    if run.deleted then return end
+    if run.deleted or run.lost then return end
     if pending(run) then try(s, "terminate run " .. run.id, aux.terminate_run, aux, run.id) end
     if try(s, "delete run " .. run.id, aux.delete_run, aux, run.id) then
       run.deleted = true
@@ -810,10 +845,12 @@ function Session:cleanup()
 end
 
 --- The outcome of a run: Succeeded, Failed (finished otherwise), Timed out,
--- Not created, Terminated (stopped by terminate_runs, as the probe does),
--- or Interrupted (still running when the storm stopped).
+-- Not created, Lost (the server answered 404 for it: see Session:lose),
+-- Terminated (stopped by terminate_runs, as the probe does), or
+-- Interrupted (still running when the storm stopped).
 function M.outcome(run)
   if not run.id then return "Not created" end
+  if run.lost and not run.finished then return "Lost" end
   if run.timed_out then return "Timed out" end
   if run.finished then return run.state == "Succeeded" and "Succeeded" or "Failed" end
   if run.terminated then return "Terminated" end
@@ -830,6 +867,38 @@ function M.compare(...) return require("kb.kfp.storm_report").compare(...) end
 -- scenario's `report` field.
 function M.report(doc) return require("kb.kfp.storm_report").report(doc) end
 
+-- Counters of the storm's three clients (prefixes "", "poll.", "aux."),
+-- summed over the prefixes: {[op] = {[label] = n}} for the label given.
+local function client_counters(name, label)
+  local out, total = {}, 0
+  for _, _, e in metrics.each("counter") do
+    for _, prefix in ipairs({ "", "poll.", "aux." }) do
+      if e.name == prefix .. name then
+        local op = prefix .. (e.labels.op or "-")
+        local row = out[op] or {}
+        local key = label and e.labels[label] or "n"
+        row[key] = (row[key] or 0) + e.metric:value()
+        out[op] = row
+        total = total + e.metric:value()
+      end
+    end
+  end
+  return out, total
+end
+
+--- Adds what the retry policy did (result.retries) and the lost runs
+-- (result.runs.lost, when there are any) to a result.
+function Session:add_retry_figures(r)
+  -- only when there are any, so the runs table stays as it was otherwise
+  if r.runs and r.outcomes and r.outcomes.Lost then r.runs.lost = r.outcomes.Lost end
+  local by_op, total = client_counters("kfp.retries", "reason")
+  local exhausted, nexhausted = client_counters("kfp.retry_budget_exhausted")
+  local recovered, nrecovered = client_counters("kfp.recovered")
+  r.retries = { enabled = self.p.retry, total = total, by_op = by_op,
+    budget_exhausted = nexhausted, budget_exhausted_by_op = exhausted,
+    recovered = nrecovered, recovered_by_op = recovered }
+end
+
 --- Writes runs.csv, hands the samples and outcomes to the report, appends
 -- the experiment's row to <out>/report.csv, prints the summary and returns
 -- the result table for result.json (see storm_report.result). Idempotent.
@@ -837,6 +906,7 @@ function Session:finish()
   if self.result then return self.result end
   local out = require(self.kind == "pipelines" and "kb.kfp.storm_pipelines" or "kb.kfp.storm_report")
   self.result = out.result(self)
+  self:add_retry_figures(self.result)
   out.write(self, self.result)
   self:journal_write{ event = "finish", result = self.result }
   return self.result

@@ -104,7 +104,9 @@ function V.create_pipeline(c, a)
   need(a, "url", "create_pipeline")
   return V.pipeline(c:request{ op = "pipeline.create", method = "POST", path = "/pipelines",
     body = { name = a.name, description = a.description, url = { pipeline_url = a.url },
-      resource_references = namespace_refs(a.namespace) } })
+      resource_references = namespace_refs(a.namespace) },
+    recover = C.finder(c, 1, "pipeline.create", "/pipelines",
+      owner_query({}, "NAMESPACE", a.namespace), "pipelines", "name", "name", a.name) })
 end
 
 -- v1beta1 has no CreatePipelineAndVersion: CreatePipeline from a URL makes
@@ -118,6 +120,9 @@ function V.create_pipeline_version(c, a)
   need(a, "url", "create_pipeline_version")
   return V.version(c:request{ op = "pipeline_version.create", method = "POST",
     path = "/pipeline_versions",
+    recover = C.finder(c, 1, "pipeline_version.create", "/pipeline_versions",
+      { ["resource_key.type"] = "PIPELINE", ["resource_key.id"] = pid }, "versions", "name",
+      "name", a.name),
     body = { name = a.name, description = a.description, package_url = { pipeline_url = a.url },
       code_source_url = a.code_source_url,
       resource_references = json.array({ ref("PIPELINE", pid, "OWNER") }) } })
@@ -128,7 +133,9 @@ function V.upload_pipeline(c, a)
   local part = C.upload_part(a, "upload_pipeline")
   return V.pipeline(c:request{ op = "pipeline.upload", method = "POST", path = "/pipelines/upload",
     query = { name = a.name, description = a.description, namespace = a.namespace },
-    multipart = { part } })
+    multipart = { part },
+    recover = a.name and C.finder(c, 1, "pipeline.upload", "/pipelines",
+      owner_query({}, "NAMESPACE", a.namespace), "pipelines", "name", "name", a.name) or nil })
 end
 
 function V.upload_pipeline_version(c, a)
@@ -138,7 +145,10 @@ function V.upload_pipeline_version(c, a)
   return V.version(c:request{ op = "pipeline_version.upload", method = "POST",
     path = "/pipelines/upload_version",
     query = { pipelineid = pid, name = a.name, description = a.description },
-    multipart = { part } })
+    multipart = { part },
+    recover = a.name and C.finder(c, 1, "pipeline_version.upload", "/pipeline_versions",
+      { ["resource_key.type"] = "PIPELINE", ["resource_key.id"] = pid }, "versions", "name",
+      "name", a.name) or nil })
 end
 
 function V.get_pipeline(c, id)
@@ -198,9 +208,11 @@ end
 function V.create_experiment(c, a)
   a = C.args(a, "create_experiment")
   need(a, "name", "create_experiment")
+  local ns = a.namespace or c.namespace
   return V.experiment(c:request{ op = "experiment.create", method = "POST", path = "/experiments",
-    body = { name = a.name, description = a.description,
-      resource_references = namespace_refs(a.namespace or c.namespace) } })
+    body = { name = a.name, description = a.description, resource_references = namespace_refs(ns) },
+    recover = C.finder(c, 1, "experiment.create", "/experiments",
+      owner_query({}, "NAMESPACE", ns), "experiments", "name", "name", a.name) })
 end
 
 function V.get_experiment(c, id)
@@ -270,7 +282,10 @@ function V.create_run(c, a)
   a = C.args(a, "create_run")
   need(a, "name", "create_run")
   local body = pipeline_fields({ name = a.name, description = a.description }, a, "create_run")
-  return V.run(c:request{ op = "run.create", method = "POST", path = "/runs", body = body })
+  return V.run(c:request{ op = "run.create", method = "POST", path = "/runs", body = body,
+    recover = C.finder(c, 1, "run.create", "/runs", a.experiment_id
+      and owner_query({}, "EXPERIMENT", a.experiment_id) or owner_query({}, "NAMESPACE", c.namespace),
+      "runs", "name", "name", a.name) })
 end
 
 function V.get_run(c, id)
@@ -313,7 +328,9 @@ function V.create_recurring_run(c, a)
     max_concurrency = C.int64(a.max_concurrency, "max_concurrency"),
     no_catchup = a.no_catchup, enabled = a.enabled ~= false }, a, "create_recurring_run")
   return V.recurring_run(c:request{ op = "recurring_run.create", method = "POST", path = "/jobs",
-    body = body })
+    body = body, recover = C.finder(c, 1, "recurring_run.create", "/jobs", a.experiment_id
+      and owner_query({}, "EXPERIMENT", a.experiment_id) or owner_query({}, "NAMESPACE", c.namespace),
+      "jobs", "name", "name", a.name) })
 end
 
 function V.get_recurring_run(c, id)

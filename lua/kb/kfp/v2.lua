@@ -86,8 +86,10 @@ function V.create_pipeline_version(c, a)
   local pid = need(a, "pipeline_id", "create_pipeline_version")
   need(a, "name", "create_pipeline_version")
   need(a, "url", "create_pipeline_version")
-  return V.version(c:request{ op = "pipeline_version.create", method = "POST",
-    path = "/pipelines/" .. seg(pid) .. "/versions",
+  local path = "/pipelines/" .. seg(pid) .. "/versions"
+  return V.version(c:request{ op = "pipeline_version.create", method = "POST", path = path,
+    recover = C.finder(c, 2, "pipeline_version.create", path, nil, "pipeline_versions", "name",
+      "name", a.name),
     body = { pipeline_id = pid, name = a.name, display_name = a.display_name,
       description = a.description, package_url = { pipeline_url = a.url },
       code_source_url = a.code_source_url } })
@@ -97,7 +99,8 @@ function V.create_pipeline(c, a)
   a = C.args(a, "create_pipeline")
   need(a, "name", "create_pipeline")
   local p = V.pipeline(c:request{ op = "pipeline.create", method = "POST", path = "/pipelines",
-    body = pipeline_body(a) })
+    body = pipeline_body(a), recover = C.finder(c, 2, "pipeline.create", "/pipelines",
+      { namespace = a.namespace }, "pipelines", "name", "name", a.name) })
   if a.url ~= nil then
     -- v2beta1 creates a pipeline empty; its first version comes from the URL.
     local ok, v = pcall(V.create_pipeline_version, c, { pipeline_id = p.id,
@@ -116,7 +119,8 @@ function V.create_pipeline_and_version(c, a)
   need(a, "name", "create_pipeline_and_version")
   need(a, "url", "create_pipeline_and_version")
   return V.pipeline(c:request{ op = "pipeline.create_and_version", method = "POST",
-    path = "/pipelines/create",
+    path = "/pipelines/create", recover = C.finder(c, 2, "pipeline.create_and_version", "/pipelines",
+      { namespace = a.namespace }, "pipelines", "name", "name", a.name),
     body = { pipeline = pipeline_body(a),
       pipeline_version = { name = a.version_name or a.name, display_name = a.version_display_name,
         description = a.description, package_url = { pipeline_url = a.url },
@@ -128,7 +132,9 @@ function V.upload_pipeline(c, a)
   local part = C.upload_part(a, "upload_pipeline")
   return V.pipeline(c:request{ op = "pipeline.upload", method = "POST", path = "/pipelines/upload",
     query = { name = a.name, display_name = a.display_name, description = a.description,
-      namespace = a.namespace }, multipart = { part } })
+      namespace = a.namespace }, multipart = { part },
+    recover = a.name and C.finder(c, 2, "pipeline.upload", "/pipelines", { namespace = a.namespace },
+      "pipelines", "name", "name", a.name) or nil })
 end
 
 function V.upload_pipeline_version(c, a)
@@ -138,7 +144,10 @@ function V.upload_pipeline_version(c, a)
   return V.version(c:request{ op = "pipeline_version.upload", method = "POST",
     path = "/pipelines/upload_version",
     query = { pipelineid = pid, name = a.name, display_name = a.display_name,
-      description = a.description }, multipart = { part } })
+      description = a.description }, multipart = { part },
+    recover = a.name and C.finder(c, 2, "pipeline_version.upload",
+      "/pipelines/" .. seg(pid) .. "/versions", nil, "pipeline_versions", "name", "name", a.name)
+      or nil })
 end
 
 function V.get_pipeline(c, id)
@@ -211,9 +220,11 @@ end
 function V.create_experiment(c, a)
   a = C.args(a, "create_experiment")
   need(a, "name", "create_experiment")
+  local ns = a.namespace or c.namespace
   return V.experiment(c:request{ op = "experiment.create", method = "POST", path = "/experiments",
-    body = { display_name = a.name, description = a.description,
-      namespace = a.namespace or c.namespace } })
+    body = { display_name = a.name, description = a.description, namespace = ns },
+    recover = C.finder(c, 2, "experiment.create", "/experiments", { namespace = ns }, "experiments",
+      "display_name", "display_name", a.name) })
 end
 
 function V.get_experiment(c, id)
@@ -276,7 +287,10 @@ function V.create_run(c, a)
   need(a, "name", "create_run")
   local body = pipeline_fields({ display_name = a.name, description = a.description,
     experiment_id = a.experiment_id }, a, "create_run")
-  return V.run(c:request{ op = "run.create", method = "POST", path = "/runs", body = body })
+  return V.run(c:request{ op = "run.create", method = "POST", path = "/runs", body = body,
+    recover = C.finder(c, 2, "run.create", "/runs", { experiment_id = a.experiment_id,
+      namespace = not a.experiment_id and c.namespace or nil }, "runs", "display_name",
+      "display_name", a.name) })
 end
 
 function V.get_run(c, id)
@@ -319,7 +333,10 @@ function V.create_recurring_run(c, a)
     no_catchup = a.no_catchup, mode = a.enabled == false and "DISABLE" or "ENABLE" },
     a, "create_recurring_run")
   return V.recurring_run(c:request{ op = "recurring_run.create", method = "POST",
-    path = "/recurringruns", body = body })
+    path = "/recurringruns", body = body,
+    recover = C.finder(c, 2, "recurring_run.create", "/recurringruns",
+      { experiment_id = a.experiment_id, namespace = not a.experiment_id and c.namespace or nil },
+      "recurringRuns", "display_name", "display_name", a.name) })
 end
 
 function V.get_recurring_run(c, id)
