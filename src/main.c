@@ -40,6 +40,9 @@ static void usage(FILE *out) {
     "      --sim-profile NAME  simulator profile: default (calibrated), fast, degraded\n"
     "      --sim-speed X       simulated seconds per real second (default 600)\n"
     "      --shard I/N         run shard I of N (0 <= I < N; see kb.shard)\n"
+    "      --metrics-listen HOST:PORT  serve live metrics for Prometheus on\n"
+    "                          http://HOST:PORT/metrics (port 0: any free port,\n"
+    "                          printed on stderr; docs/observability.md)\n"
     "  -h, --help              this help\n"
     "      --version           versions of kbrun and its libraries\n"
     "\n"
@@ -137,6 +140,7 @@ typedef struct {
   const char *seed;
   const char *sim_config, *sim_profile, *sim_speed;
   const char *shard;
+  const char *metrics_listen; /* kb.prometheus exporter, started by the runner */
   int quiet, verbose;
 } options;
 
@@ -153,7 +157,7 @@ static void push_args(lua_State *L, const options *o, int argc, char **argv, int
   lua_setfield(L, -2, "out");
   const char *strings[][2] = {{"seed", o->seed}, {"sim_config", o->sim_config},
                               {"sim_profile", o->sim_profile}, {"sim_speed", o->sim_speed},
-                              {"shard", o->shard}};
+                              {"shard", o->shard}, {"metrics_listen", o->metrics_listen}};
   for (size_t i = 0; i < sizeof strings / sizeof *strings; i++) {
     if (!strings[i][1]) continue;
     lua_pushstring(L, strings[i][1]);
@@ -275,6 +279,7 @@ int main(int argc, char **argv) {
     {"sim-profile", required_argument, NULL, 'P'},
     {"sim-speed", required_argument, NULL, 'X'},
     {"shard", required_argument, NULL, 'I'},
+    {"metrics-listen", required_argument, NULL, 'M'},
     {NULL, 0, NULL, 0}
   };
   options o = {0};
@@ -303,6 +308,7 @@ int main(int argc, char **argv) {
     case 'C': o.sim_config = optarg; break;
     case 'P': o.sim_profile = optarg; break;
     case 'I': o.shard = optarg; break; /* validated by kb.shard (runner) */
+    case 'M': o.metrics_listen = optarg; break; /* validated by kb.prometheus (runner) */
     case 'X': {
       char *end;
       double speed = strtod(optarg, &end);

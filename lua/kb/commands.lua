@@ -5,22 +5,53 @@ local kb = require "kb"
 
 local M = {}
 
+local function err_text(err)
+  if type(err) == "table" then return err.message or tostring(err) end
+  return tostring(err)
+end
+
 local function fail(code, fmt, ...)
   io.stderr:write("kbrun: ", string.format(fmt, ...), "\n")
   core.exit(code)
 end
 
---- kbrun report DIR...: rebuilds result/report.html of each experiment
--- folder from its result/result.json (and output/report-data.json).
+--- kbrun report [--rebuild] DIR...: rebuilds result/report.html of each
+-- experiment folder from its result/result.json (and
+-- output/report-data.json). When result.json is missing or older than
+-- output/journal.jsonl (kbrun was killed), or with --rebuild, first
+-- rebuilds result.json (and a storm's runs.csv, latencies.csv) from the
+-- journal (kb.rebuild).
 function M.report(args)
-  local dirs = args.argv
-  if #dirs == 0 then return fail(2, "usage: kbrun report EXPERIMENT_DIR...") end
+  local usage = "usage: kbrun report [--rebuild] EXPERIMENT_DIR..."
+  local dirs, force = {}, false
+  for _, a in ipairs(args.argv) do
+    if a == "--rebuild" then force = true
+    elseif a == "-h" or a == "--help" then io.stdout:write(usage, "\n") return core.exit(0)
+    elseif a:sub(1, 1) == "-" then return fail(2, "report: unknown option '%s'\n%s", a, usage)
+    else dirs[#dirs + 1] = a end
+  end
+  if #dirs == 0 then return fail(2, "%s", usage) end
+  local rebuild = require "kb.rebuild"
   for _, dir in ipairs(dirs) do
     if kb.fs.exists(dir) ~= "dir" then
       return fail(2, "'%s' is not an experiment folder", dir)
     end
-    local ok, path = pcall(require("kb.report").write, dir)
-    if not ok then return fail(1, "%s: %s", dir, tostring(path)) end
+    local ok, path = pcall(function()
+      local needed, why = rebuild.needed(dir)
+      if force or needed then
+        local html, doc = rebuild.experiment(dir)
+        io.stderr:write(string.format("kbrun: %s: rebuilt from output/journal.jsonl (%s; status %s)\n",
+          dir, why or "--rebuild", doc.status))
+        return html
+      end
+      local opts, result = {}, kb.fs.join(dir, "result", "result.json")
+      if kb.fs.exists(result) == "file" then
+        local okd, doc = pcall(kb.json.decode, kb.fs.read(result))
+        if okd then opts = rebuild.report_options(doc) end
+      end
+      return require("kb.report").write(dir, nil, opts)
+    end)
+    if not ok then return fail(1, "%s: %s", dir, err_text(path)) end
     print(path)
   end
   core.exit(0)
@@ -78,11 +109,6 @@ function M.render(args)
   core.exit(0)
 end
 
-
-local function err_text(err)
-  if type(err) == "table" then return err.message or tostring(err) end
-  return tostring(err)
-end
 
 local COMPARE_USAGE = [[
 usage: kbrun compare [options] A B

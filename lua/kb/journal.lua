@@ -7,10 +7,23 @@
 --
 --   local records, skipped = journal.read(path)
 --
--- Each :write encodes one record with kb.json (compact, so one line) and
--- hands "<json>\n" to the kernel in a single write(2) before returning: a
--- SIGKILL of kbrun loses nothing written before it. (A machine crash can
--- still lose what the disk had not stored; :sync() and :close() fsync.)
+-- Write-through (the default): each :write encodes one record with kb.json
+-- (compact, so one line) and hands "<json>\n" to the kernel in a single
+-- write(2) before returning: a SIGKILL of kbrun loses nothing written
+-- before it. (A machine crash can still lose what the disk had not stored;
+-- :sync() and :close() fsync.)
+--
+-- Buffered (journal.open(path, {interval = s}), what kbrun's runner uses
+-- for output/journal.jsonl): records collect in memory and go to the
+-- kernel in one write(2) per :flush(), which a task started with
+-- :start_flusher() does every `interval` real seconds; :close() flushes.
+-- A SIGKILL then loses at most the last `interval` of records. A record
+-- costs ~2.5 us to encode, its write(2) several more: buffering keeps
+-- measurement hot paths cheap (bench/journal.md).
+--
+-- journal.open of the path of the active journal (journal.set_active, the
+-- runner's) returns a handle writing into that journal's buffer, so that
+-- everything written to one file during a run stays in order.
 --
 -- A kill in the middle of a write(2) can leave a partial last line.
 -- journal.read skips lines that are not valid JSON and returns how many it
@@ -24,6 +37,14 @@ local M = {}
 local Journal = {}
 Journal.__index = Journal
 
+--- Default flush interval of the run journal, in milliseconds.
+M.DEFAULT_FLUSH_MS = 50
+
+-- Buffered lines beyond which :write flushes at once (bounds memory).
+local MAX_BUFFERED = 4096
+
+local active -- the run's journal (set_active), shared by open() of its path
+
 -- Does the file end in the middle of a line?
 local function ends_mid_line(path)
   local f = io.open(path, "rb")
@@ -33,40 +54,153 @@ local function ends_mid_line(path)
   return last ~= nil and last ~= "\n"
 end
 
+-- A handle on the active journal: writes go to its buffer, close is a no-op
+-- (the runner owns the file); after the runner closed it, writes are dropped.
+local View = {}
+View.__index = View
+function View:write(record)
+  local j = self.journal
+  if j.out then j:write(record) end
+  return self
+end
+function View:flush() if self.journal.out then self.journal:flush() end end
+function View:sync() if self.journal.out then self.journal:sync() end end
+function View:close() end
+View.__close = View.close
+
 --- Opens (creating it and its directory if needed) a journal for appending.
-function M.open(path)
+-- opts.interval: seconds between flushes (buffered; see above); nil or 0:
+-- write-through. A path that is the active journal's gives a view on it.
+function M.open(path, opts)
   if type(path) ~= "string" then error("kb.journal.open: path must be a string", 2) end
+  if active and active.out and fs.abspath(path) == active.abspath then
+    return setmetatable({ path = path, journal = active }, View)
+  end
+  local interval = opts and opts.interval or 0
+  if type(interval) ~= "number" or interval ~= interval or interval < 0 then
+    error("kb.journal.open: interval must be a number of seconds >= 0, got " .. tostring(interval), 2)
+  end
   fs.mkdir(fs.dirname(path))
   local partial = ends_mid_line(path)
   local out = fs.open_append(path)
   if partial then out:write("\n") end
-  return setmetatable({ path = path, out = out, count = 0 }, Journal)
+  return setmetatable({ path = path, abspath = fs.abspath(path), out = out, count = 0,
+    interval = interval, buf = {}, nbuf = 0, hooks = {} }, Journal)
 end
 
---- Appends one record (any value kb.json can encode) as one line.
+--- Appends one record (any value kb.json can encode) as one line: at once
+-- (write-through) or at the next flush (buffered).
 function Journal:write(record)
   if not self.out then error(string.format("kb.journal: '%s' is closed", self.path), 2) end
   local line = json.encode(record)
-  self.out:write(line, "\n")
   self.count = self.count + 1
+  if self.interval == 0 then
+    self.out:write(line, "\n")
+    return self
+  end
+  local n = self.nbuf
+  self.buf[n + 1], self.buf[n + 2] = line, "\n"
+  self.nbuf = n + 2
+  if n >= 2 * MAX_BUFFERED then self:flush() end
   return self
 end
 
---- Forces the records written so far to disk (fsync).
-function Journal:sync()
-  if self.out then self.out:sync() end
+--- True when every :write goes straight to the kernel.
+function Journal:write_through() return self.interval == 0 end
+
+--- fn(journal) runs at the start of every flush, to write records it has
+-- been collecting (kb.metrics batches measurements this way).
+function Journal:on_flush(fn)
+  self.hooks[#self.hooks + 1] = fn
 end
 
---- Syncs and closes the journal; further writes raise. Also runs at the
--- end of a `local j <close> = journal.open(...)` scope.
+--- Writes the buffered records with one write(2). Raises a kb error of
+-- class "fs" when the write fails (the records stay buffered).
+function Journal:flush()
+  if not self.out then return end
+  if self.flushing then return end -- a hook that writes must not recurse
+  self.flushing = true
+  local ok, err = pcall(function()
+    for _, hook in ipairs(self.hooks) do hook(self) end
+  end)
+  self.flushing = false
+  if not ok then error(err, 0) end
+  if self.nbuf == 0 then return end
+  local text = table.concat(self.buf, "", 1, self.nbuf)
+  self.out:write(text)
+  self.buf, self.nbuf = {}, 0
+end
+
+--- Starts (once; again after it was cancelled) the task that flushes every
+-- `interval` real seconds. A write-through journal needs none.
+function Journal:start_flusher()
+  if self.interval == 0 or self.flusher or not self.out then return end
+  local kb, core = require "kb", require "kb.core"
+  self.flusher = kb.spawn(function()
+    local ok, err = pcall(function()
+      while self.out do
+        -- kb.sleep counts scenario seconds; the interval is real time
+        kb.sleep(self.interval * core.clock_speed())
+        local okf, ferr = pcall(self.flush, self)
+        if not okf and not self.flush_failed then
+          self.flush_failed = true
+          require("kb.log").error("journal %s: %s", self.path, tostring(ferr))
+        end
+      end
+    end)
+    self.flusher = nil
+    if not ok and not core.is_cancelled(err) then error(err, 0) end
+  end)
+end
+
+--- Forces the records written so far to disk (flush, then fsync).
+function Journal:sync()
+  if self.out then
+    self:flush()
+    self.out:sync()
+  end
+end
+
+--- Flushes, syncs and closes the journal; further writes raise. Also runs
+-- at the end of a `local j <close> = journal.open(...)` scope.
 function Journal:close()
   if not self.out then return end
+  local ok, err = pcall(self.flush, self)
   local out = self.out
   self.out = nil
+  if active == self then active = nil end
+  if self.flusher then
+    local f = self.flusher
+    self.flusher = nil
+    pcall(f.cancel, f)
+  end
   out:close()
+  if not ok then error(err, 0) end
 end
 
 Journal.__close = Journal.close
+
+--- Makes j the run's journal (nil: none): journal.open of its path then
+-- shares it. kbrun's runner sets output/journal.jsonl.
+function M.set_active(j) active = j end
+
+--- The run's journal, or nil.
+function M.active() return active end
+
+--- The flush interval (seconds) of the run journal: KBRUN_JOURNAL_FLUSH_MS
+-- (milliseconds, 0 = write-through), default DEFAULT_FLUSH_MS. Returns it
+-- and a warning when the variable is not a number >= 0.
+function M.flush_interval()
+  local v = os.getenv("KBRUN_JOURNAL_FLUSH_MS")
+  if v == nil or v == "" then return M.DEFAULT_FLUSH_MS / 1000 end
+  local ms = tonumber(v)
+  if not ms or ms ~= ms or ms < 0 then
+    return M.DEFAULT_FLUSH_MS / 1000, string.format(
+      "KBRUN_JOURNAL_FLUSH_MS must be a number of milliseconds >= 0, got '%s'; using %d",
+      v, M.DEFAULT_FLUSH_MS)
+  end
+  return ms / 1000
+end
 
 --- Reads every record of a journal. Returns the list of records and the
 -- number of lines skipped because they were not valid JSON (a partial line

@@ -14,11 +14,25 @@
 -- (letters, digits, `_ . - / :`) are quoted with %q so keys stay unambiguous.
 -- Asking twice for the same name and labels returns the same object; asking
 -- for it as another kind of metric is an error.
+--
+-- Journal: kb.metrics.set_journal(j) (kbrun's runner does it with
+-- output/journal.jsonl) sends every measurement of a registered metric to
+-- the kb.journal j, so the results can be rebuilt from it (kb.rebuild):
+-- a definition per metric when it is registered, then batches written at
+-- each flush of j (see "the journal sink" below for the records).
 local hist = require "kb.hist"
 
 local M = {}
 
 local entries = {} -- key -> { key, name, labels, kind, metric }
+local sink        -- the kb.journal measurements go to (set_journal), or nil
+local through     -- sink writes every record at once (no batching)
+local journal_metric, journal_event -- (metric, delta), (record or entry): set below
+
+-- The C methods of every kb.hist (set_journal wraps some of them).
+local hist_methods = getmetatable(hist.new()).__index
+local c_record, c_corrected = hist_methods.record, hist_methods.record_corrected
+local c_merge, c_reset = hist_methods.merge, hist_methods.reset
 
 local NAME = "^[%a_][%w_%.%-:/]*$"
 local LABEL = "^[%a_][%w_%.]*$"
@@ -99,6 +113,7 @@ function Counter:inc(n)
   n = check_amount(n, "counter")
   if n < 0 then error("kb.metrics: a counter only goes up (inc by " .. n .. ")", 2) end
   self.n = self.n + n
+  if sink then journal_metric(self, n) end
   return self
 end
 
@@ -116,16 +131,19 @@ function Gauge:set(v)
     error("kb.metrics: gauge value must be a number, got " .. tostring(v), 2)
   end
   self.n = v
+  if sink then journal_metric(self) end
   return self
 end
 
 function Gauge:inc(n)
   self.n = self.n + check_amount(n, "gauge")
+  if sink then journal_metric(self) end
   return self
 end
 
 function Gauge:dec(n)
   self.n = self.n - check_amount(n, "gauge")
+  if sink then journal_metric(self) end
   return self
 end
 
@@ -146,7 +164,9 @@ local function lookup(kind, name, labels)
 end
 
 local function register(kind, key, name, labels, metric)
-  entries[key] = { key = key, name = name, labels = labels, kind = kind, metric = metric }
+  local e = { key = key, name = name, labels = labels, kind = kind, metric = metric }
+  entries[key] = e
+  if sink then journal_event(e) end
   return metric
 end
 
@@ -228,8 +248,15 @@ end
 -- labels, kind and either value (counter, gauge) or summary (h:summary())
 -- and encoded (h:encode()) for a histogram.
 function M.snapshot()
+  return M.snapshot_of(sorted_entries())
+end
+
+--- kb.metrics.snapshot_of(list) -> the snapshot of a list of entries
+-- {key, name, labels, kind, metric} sorted by key, registered or not (a
+-- registry rebuilt from a journal).
+function M.snapshot_of(entry_list)
   local list = {}
-  for i, e in ipairs(sorted_entries()) do
+  for i, e in ipairs(entry_list) do
     local m = { key = e.key, name = e.name, labels = copy_labels(e.labels), kind = e.kind }
     if e.kind == "histogram" then
       m.summary = e.metric:summary()
@@ -297,14 +324,219 @@ end
 --- kb.metrics.reset() zeroes every metric in place: objects held by callers
 -- stay registered and valid.
 function M.reset()
+  if sink then journal_event({ k = "reset" }) end
   for _, e in pairs(entries) do
-    if e.kind == "histogram" then e.metric:reset() else e.metric.n = 0 end
+    if e.kind == "histogram" then c_reset(e.metric) else e.metric.n = 0 end
   end
 end
 
 --- kb.metrics.clear() forgets every metric (held objects are detached).
 function M.clear()
+  if sink then journal_event({ k = "clear" }) end
   entries = {}
 end
+
+-- ---- the journal sink ----------------------------------------------------------
+--
+-- Records (one JSON object a line; docs/results.md):
+--   {"k":"def","m":key,"name":..,"labels":{..},"kind":"histogram","layout":{..}}
+--   {"k":"h","m":key,"t":s,"u":[units..]}          values recorded since the last flush
+--   {"k":"h","m":key,"t":s,"u":[..],"n":[counts..]} when some record(v, n) had n ~= 1
+--   {"k":"hc","m":key,"v":v,"i":interval,"n":n}     h:record_corrected
+--   {"k":"hm","m":key,"e":encoded}                  h:merge(other)
+--   {"k":"hr","m":key}                              h:reset()
+--   {"k":"c","m":key,"d":delta,"t":s}               counter increments since the last flush
+--   {"k":"g","m":key,"v":value,"t":s}               a gauge's value at the flush
+--   {"k":"reset"} / {"k":"clear"}                   kb.metrics.reset() / clear()
+-- t: scenario seconds since the journal was attached. "u" holds the values
+-- as the histogram stores them: integers in units of its `lowest` (what
+-- h:record(v) rounds v to; above `highest`, highest + 1); integers encode
+-- ten times faster than floats. Replaying the records in order gives the
+-- registry back exactly: h:record(u * lowest) lands on the same unit.
+--
+-- kb.hist's record is a C method, and metrics.histogram() hands out the
+-- kb.hist itself (callers use every method of it and pass it to C
+-- functions), so while a journal is attached the record/merge/reset
+-- methods of the kb.hist class are replaced by wrappers that call the C
+-- method, then note the value when the histogram is a registered one. A
+-- value costs a table append; encoding waits for the flush.
+
+local MAX_PENDING = 8192 -- values held before a flush is forced
+
+local tracked = setmetatable({}, { __mode = "k" }) -- metric object -> pending batch
+local dirty, ndirty, npending = {}, 0, 0
+local t0 = 0
+
+local function now()
+  return math.floor((require("kb").now() - t0) * 1e6 + 0.5) / 1e6
+end
+
+-- Writes every pending batch into the journal (its buffer): runs at each
+-- flush, and before any record whose order matters (def, merge, reset).
+local function seal()
+  if ndirty == 0 then return end
+  local t, array = now(), require("kb.json").array
+  for i = 1, ndirty do
+    local p = dirty[i]
+    dirty[i] = nil
+    p.dirty = false
+    local e = p.entry
+    if e.kind == "histogram" then
+      local v, unit, hi = p.v, p.unit, p.hi
+      for j = 1, p.nv do -- as hist.c's to_units
+        local x = v[j]
+        if x > 0 then
+          local u = x / unit
+          x = u > hi and hi + 1 or math.floor(u + 0.5)
+          if x < 1 then x = 1 end
+        else
+          x = 0
+        end
+        v[j] = x
+      end
+      sink:write({ k = "h", m = e.key, t = t, u = array(v), n = p.c and array(p.c) or nil })
+      p.v, p.c, p.nv = {}, nil, 0
+    elseif e.kind == "counter" then
+      sink:write({ k = "c", m = e.key, d = p.d, t = t })
+      p.d = 0
+    else
+      sink:write({ k = "g", m = e.key, v = e.metric.n, t = t })
+    end
+  end
+  ndirty, npending = 0, 0
+end
+
+local function mark(p)
+  if not p.dirty then
+    p.dirty = true
+    ndirty = ndirty + 1
+    dirty[ndirty] = p
+  end
+  npending = npending + 1
+  if npending >= MAX_PENDING or through then
+    -- a failing journal (disk full) must not fail the measurement; the
+    -- flusher reports it
+    pcall(sink.flush, sink)
+  end
+end
+
+-- A counter increment or a gauge change.
+journal_metric = function(metric, n)
+  local p = tracked[metric]
+  if not p then return end
+  if n then p.d = p.d + n end
+  mark(p)
+end
+
+local function definition(e)
+  local d = { k = "def", m = e.key, name = e.name, labels = e.labels, kind = e.kind }
+  if e.kind == "histogram" then
+    local l = e.metric:layout()
+    d.layout = { lowest = l.lowest, highest = l.highest, digits = l.digits }
+  end
+  return d
+end
+
+-- A record whose position matters; an entry table means "define it".
+journal_event = function(x)
+  seal()
+  if x.metric then
+    local e = x
+    x = definition(e)
+    local p = { entry = e, v = {}, nv = 0, d = 0, dirty = false }
+    if x.layout then
+      p.unit = x.layout.lowest
+      p.hi = math.floor(x.layout.highest / p.unit + 0.5)
+    end
+    tracked[e.metric] = p
+  elseif x.k == "clear" then
+    tracked = setmetatable({}, { __mode = "k" })
+  end
+  sink:write(x)
+  if through then sink:flush() end
+end
+
+-- A C method's error as the caller would have got it calling the method
+-- itself: at the caller's line, arguments numbered as in h:name(...).
+local function rethrow(err, name)
+  if type(err) ~= "string" then error(err, 0) end
+  err = err:gsub("^bad argument #(%d+) to '%?'", function(i)
+    return string.format("bad argument #%d to '%s'", tonumber(i) - 1, name)
+  end)
+  error(err, 3)
+end
+
+local function record(h, v, n)
+  local ok, err = pcall(c_record, h, v, n)
+  if not ok then rethrow(err, "record") end
+  local p = tracked[h]
+  if p then
+    local i = p.nv + 1
+    p.nv = i
+    p.v[i] = v
+    if (n ~= nil and n ~= 1) or p.c then
+      if not p.c then
+        p.c = {}
+        for j = 1, i - 1 do p.c[j] = 1 end
+      end
+      p.c[i] = n or 1
+    end
+    mark(p)
+  end
+end
+
+local function record_corrected(h, v, interval, n)
+  local ok, err = pcall(c_corrected, h, v, interval, n)
+  if not ok then rethrow(err, "record_corrected") end
+  local p = tracked[h]
+  if p then journal_event({ k = "hc", m = p.entry.key, v = v, i = interval, n = n }) end
+end
+
+local function merge(h, other)
+  local ok, err = pcall(c_merge, h, other)
+  if not ok then rethrow(err, "merge") end
+  local p = tracked[h]
+  if p then journal_event({ k = "hm", m = p.entry.key, e = other:encode() }) end
+  return h
+end
+
+local function reset(h)
+  local ok, err = pcall(c_reset, h)
+  if not ok then rethrow(err, "reset") end
+  local p = tracked[h]
+  if p then journal_event({ k = "hr", m = p.entry.key }) end
+  return h
+end
+
+--- kb.metrics.set_journal(j): sends every measurement of the registered
+-- metrics to the kb.journal j from now on (nil: stop, after writing what
+-- is pending). Metrics registered before are journaled with their
+-- current values. j:flush() writes the batches.
+function M.set_journal(j)
+  if sink then
+    seal()
+    hist_methods.record, hist_methods.record_corrected = c_record, c_corrected
+    hist_methods.merge, hist_methods.reset = c_merge, c_reset
+    sink = nil
+    tracked = setmetatable({}, { __mode = "k" })
+  end
+  if j == nil then return end
+  sink, t0, through = j, require("kb").now(), j:write_through()
+  hist_methods.record, hist_methods.record_corrected = record, record_corrected
+  hist_methods.merge, hist_methods.reset = merge, reset
+  j:on_flush(function(journal) if sink == journal then seal() end end)
+  for _, e in ipairs(sorted_entries()) do
+    journal_event(e)
+    if e.kind == "histogram" then
+      if e.metric:count() > 0 then journal_event({ k = "hm", m = e.key, e = e.metric:encode() }) end
+    elseif e.metric.n ~= 0 then
+      journal_event({ k = e.kind == "counter" and "c" or "g", m = e.key, d = e.kind == "counter"
+        and e.metric.n or nil, v = e.kind == "gauge" and e.metric.n or nil, t = 0 })
+    end
+  end
+end
+
+--- kb.metrics.journal() -> the journal attached by set_journal, or nil.
+function M.journal() return sink end
 
 return M

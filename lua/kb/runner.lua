@@ -96,6 +96,58 @@ function Run:write_config()
     params = kb.params,
     seed = self.seed_value,
   })
+  if self.journal then self.journal:write{ k = "params", name = self.name, params = kb.params } end
+end
+
+-- ---- the journal (output/journal.jsonl) ------------------------------------
+-- Every measurement is journaled as it happens (kb.metrics.set_journal;
+-- scenarios' events too, e.g. the storm's), buffered and flushed every
+-- KBRUN_JOURNAL_FLUSH_MS (default 50 ms, 0 = each record), so a SIGKILL
+-- loses at most that much; `kbrun report DIR` rebuilds the result files
+-- from the journal when result.json is missing or older (kb.rebuild).
+function Run:open_journal()
+  local journal = require "kb.journal"
+  local interval, warning = journal.flush_interval()
+  if warning then kb.log.warn("%s", warning) end
+  local ok, j = pcall(journal.open, self.exp:path("output", "journal.jsonl"), { interval = interval })
+  if not ok then
+    kb.log.warn("no journal: %s", message_of(j))
+    return
+  end
+  j:write{ k = "begin", v = 1, kbrun = core.version, experiment_id = self.exp.id,
+    scenario = { name = self.name, file = self.args.scenario },
+    started_at = os.date("!%Y-%m-%dT%H:%M:%SZ", math.floor(self.started_wall)),
+    wall = self.started_wall, seed = self.seed_value, params = kb.params,
+    shard = require("kb.shard").describe(), environment = M.environment(),
+    flush_ms = interval * 1000 }
+  -- the clock: the embedded simulator installs its own during the run
+  local speed = 1
+  j:on_flush(function()
+    local now = core.clock_speed()
+    if now ~= speed then
+      speed = now
+      j:write{ k = "clock", speed = now }
+    end
+  end)
+  journal.set_active(j)
+  kb.metrics.set_journal(j)
+  j:start_flusher()
+  self.journal = j
+end
+
+-- The last record (status and all), then the journal is closed: written
+-- before result.json, so a complete result.json is never older than it.
+function Run:close_journal(doc)
+  local j = self.journal
+  if not j then return end
+  self.journal = nil
+  local ok, err = pcall(function()
+    kb.metrics.set_journal(nil)
+    j:write{ k = "end", status = doc.status, exit_code = doc.exit_code, error = doc.error,
+      duration = doc.duration, clock = doc.clock, finished_at = doc.finished_at }
+    j:close()
+  end)
+  if not ok then kb.log.warn("journal: %s", message_of(err)) end
 end
 
 -- Cleanup runs in its own task with a bounded (real) time.
@@ -166,10 +218,12 @@ end
 function Run:finish()
   if self.finished then return end
   self.finished = true
+  if self.observers then self.observers:stop() end -- --metrics-listen, live line (kb.prometheus)
   local leftover = core.cancel_all()
   if leftover > 0 then
     kb.log.debug("%d task(s) still running at the end were cancelled", leftover)
   end
+  if self.journal then self.journal:start_flusher() end -- cancelled above; cleanup may be long
   self:cleanup()
   local doc = self:result_document()
   self:check_thresholds(doc)
@@ -182,6 +236,7 @@ function Run:finish()
       doc.exit_code, doc.status = self.exit_code, self.status
     end
   end
+  self:close_journal(doc)
   local ok, err = pcall(self.exp.write_json, self.exp, "result", "result.json", doc)
   if not ok then
     kb.log.error("could not write the results: %s", message_of(err))
@@ -218,6 +273,7 @@ function Run:on_signal(name)
   self.exit_code, self.status = SIGNAL_EXIT[name] or 130, "interrupted"
   self.error_text = "interrupted by " .. name
   io.stderr:write(string.format("\nkbrun: %s: stopping, cleaning up and writing results (again to exit now)\n", name))
+  if self.journal then pcall(self.journal.flush, self.journal) end
   if self.main_task then self.main_task:cancel() end
   core.cancel_all()
   kb.spawn(function() self:finish() end)
@@ -301,12 +357,19 @@ local function main(args)
 
   local merged, merr = params.merge(nil, file_params, cli)
   if not merged then return early_exit(EXIT_USAGE, merr) end
+
+  -- --metrics-listen and the TTY status line run beside the scenario until
+  -- Run:finish (kb.prometheus.observe, docs/observability.md).
+  local oko, observers = pcall(require("kb.prometheus").observe, args)
+  if not oko then return early_exit(EXIT_USAGE, message_of(observers)) end
+  run.observers = observers
   kb.params = merged
 
   local okx, exp = pcall(require("kb.experiment").create, { out = args.out, name = run.name })
   if not okx then return early_exit(EXIT_FAILED, "cannot create the experiment folder: " .. message_of(exp)) end
   run.exp = exp
   kb.exp = exp
+  run:open_journal()
   run:write_config()
 
   core.on_signal(function(name) run:on_signal(name) end)

@@ -20,7 +20,9 @@ local function read_csv(path) return (csv.parse(fs.read(path), { header = true }
 
 local function by(rows, column)
   local n = {}
-  for _, r in ipairs(rows) do n[r[column]] = (n[r[column]] or 0) + 1 end
+  for _, r in ipairs(rows) do
+    if r[column] ~= nil then n[r[column]] = (n[r[column]] or 0) + 1 end
+  end
   return n
 end
 

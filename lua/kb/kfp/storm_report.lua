@@ -161,8 +161,8 @@ local function run_error(run)
   return run.server_error or (not run.finished and run.poll_error) or nil
 end
 
---- result/runs.csv: one row per run, in creation order.
-function M.write_runs_csv(s)
+--- The rows of result/runs.csv: one per run, in creation order.
+function M.run_rows(s)
   local storm = require "kb.kfp.storm"
   local rows = {}
   for i, run in ipairs(s.runs) do
@@ -172,7 +172,15 @@ function M.write_runs_csv(s)
       finished_at = time_text(run.finished_at), duration = run.duration,
       observed_lag = run.observed_lag, error = run_error(run) }
   end
+  return rows
+end
+
+--- result/runs.csv (rows: M.run_rows(s) unless given). Also journaled
+-- (event "storm.runs") so that kbrun report rebuilds the same file.
+function M.write_runs_csv(s, rows)
+  rows = rows or M.run_rows(s)
   fs.write(s.exp:path("result", "runs.csv"), csv.encode(rows, RUN_COLUMNS))
+  if not s.rebuilt then s:journal_write{ event = "storm.runs", rows = json.array(rows) } end
 end
 
 local function p50(name) local h = hist_summary(name) return h and h.p50 end
@@ -204,6 +212,12 @@ end
 --- Hands the raw samples (every timed op, run.duration, run.observed_lag)
 -- and the outcome counts to kb.report for report.html.
 function M.attach_report(s, r)
+  require("kb.report").attach(M.report_data(s, r))
+end
+
+--- The report data of a session: {samples = {[op] = latencies, ...},
+-- outcomes}.
+function M.report_data(s, r)
   local samples = {}
   for op, list in pairs(s.samples) do samples[op] = list end
   local durations, lags = {}, {}
@@ -215,7 +229,112 @@ function M.attach_report(s, r)
   end
   if #durations > 0 then samples["run.duration"] = durations end
   if #lags > 0 then samples["run.observed_lag"] = lags end
-  require("kb.report").attach{ samples = samples, outcomes = r.outcomes }
+  return { samples = samples, outcomes = r.outcomes }
+end
+
+-- ---- rebuilt from a journal (kb.rebuild) ------------------------------------------------
+
+local Rebuilt = {}
+Rebuilt.__index = function(_, k)
+  return Rebuilt[k] or require("kb.kfp.storm").Session[k]
+end
+function Rebuilt:elapsed() return self.last_t end
+function Rebuilt:journal_write() end
+
+local LATENCY_COLUMNS = { "op", "start", "latency", "status", "error_class", "error" }
+
+-- Applies one storm event of the journal to the rebuilt session.
+local function absorb_event(s, ev, by_id)
+  local kind = ev.event
+  if kind == "start" then
+    s.p, s.url, s.clock, s.started_wall = ev.params or {}, ev.url, ev.clock or { scale = 1 }, ev.wall
+  elseif kind == "call" then
+    s.ncalls = s.ncalls + 1
+    s.calls[#s.calls + 1] = ev
+    if ev.class then
+      s:record_error(ev.op, ev.class, ev.error)
+    else
+      local list = s.samples[ev.op] or {}
+      list[#list + 1] = ev.latency
+      s.samples[ev.op] = list
+    end
+  elseif kind == "run.created" or kind == "run.create_failed" then
+    local run = { index = #s.runs + 1, id = ev.id, name = ev.name, state = ev.state,
+      created_at = ev.created_at, create_error = ev.error }
+    s.runs[run.index] = run
+    if ev.id then by_id[ev.id] = run end
+  elseif kind == "run.finished" or kind == "run.timeout" then
+    local run = by_id[ev.id]
+    if not run then return end
+    run.state = ev.state or run.state
+    if kind == "run.finished" then
+      run.finished, run.duration, run.observed_lag = true, ev.duration, ev.observed_lag
+      if run.created_at and run.duration then run.finished_at = run.created_at + run.duration end
+    else
+      run.timed_out, run.timeout_reason, run.terminated = true, ev.reason, ev.terminated
+    end
+  elseif kind == "pipeline.created" then
+    s.pipeline = s.pipeline or { id = ev.id, name = ev.name }
+    s.source = s.source or { origin = ev.source }
+  elseif kind == "experiment.created" then
+    s.experiment = s.experiment or { id = ev.id, name = ev.name }
+  elseif kind == "cleanup" then
+    s.cleaned, s.cleanup_errors = ev.cleaned, ev.errors
+    s.cleanup_failures = type(ev.errors) == "table" and #ev.errors or 0
+  elseif kind == "finish" then
+    s.final = ev.result
+  elseif kind == "storm.runs" then
+    s.rows = ev.rows
+  end
+end
+
+--- A storm session rebuilt from the events of a journal (records with an
+-- "event" field, in order), or nil when there is no storm "start" event.
+-- It has what M.result, M.run_rows and M.report_data read: the runs (in
+-- the order the journal saw them created), every call, the errors. Runs
+-- the storm had not created yet are counted as not created.
+function M.from_journal(events, exp)
+  local s = setmetatable({ exp = exp, rebuilt = true, runs = {}, errors = {}, samples = {},
+    calls = {}, ncalls = 0, scrapes = {}, last_t = 0, name = "storm",
+    created = { pipelines = {}, experiments = {} }, gone = {} }, Rebuilt)
+  local by_id, started = {}, false
+  for _, ev in ipairs(events) do
+    if ev.event == "start" then started = true end
+    if started then
+      absorb_event(s, ev, by_id)
+      if type(ev.t) == "number" and ev.t > s.last_t then s.last_t = ev.t end
+    end
+  end
+  if not started then return nil end
+  s.kind = s.p.num_pipelines ~= nil and "pipelines" or "runs"
+  local want = math.tointeger(s.p.num_runs)
+  if s.kind == "runs" and want and not s.final then
+    for i = #s.runs + 1, want do
+      s.runs[i] = { index = i, create_error = "not created before kbrun stopped" }
+    end
+  end
+  s.scrape_error = "kbrun stopped before the second scrape of /metrics"
+  return s
+end
+
+--- Writes what a storm leaves in result/ from a rebuilt session: runs.csv
+-- (the journaled rows of a storm that finished, else rebuilt from its
+-- events) and latencies.csv (every call). Returns the result table (the
+-- journaled one of a storm that finished) and the report data.
+function M.rebuild(s)
+  local r = s.final
+  if s.kind == "runs" then
+    r = r or M.result(s)
+    M.write_runs_csv(s, s.rows)
+  end
+  local rows = {}
+  for i, c in ipairs(s.calls) do
+    rows[i] = { op = c.op, start = c.t, latency = c.latency, status = c.status,
+      error_class = c.class, error = c.error }
+  end
+  fs.write(s.exp:path("result", "latencies.csv"), csv.encode(rows, LATENCY_COLUMNS))
+  local data = s.kind == "runs" and M.report_data(s, r) or { samples = s.samples }
+  return r, data
 end
 
 --- Everything finish() writes; failures of one output never lose the others.
@@ -386,6 +505,7 @@ end
 
 local function server_section(r)
   local sm = r.server_metrics
+  if sm and sm.source == "prometheus" then return require("kb.kfp.prom_query").report_section(r) end
   if not sm or not sm.available then
     return { title = "Server-side vs client-side", html = "<p class=\"muted\">No server metrics: "
       .. esc(sm and sm.reason or "not scraped") .. "</p>" }
