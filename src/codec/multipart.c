@@ -184,7 +184,8 @@ static int parse_part_headers(parser *ps, size_t no, size_t hs, size_t he,
     while (n < eol && is_tchar((unsigned char)b[n])) n++;
     if (n == i || n == eol || b[n] != ':')
       return fail(ps->err, ps->errlen, KB_MULTIPART_ESYNTAX,
-                  "part %zu: malformed header line \"%.40s\"", no, b + i);
+                  "part %zu: malformed header line \"%.*s\"", no,
+                  (int)(eol - i < 40 ? eol - i : 40), b + i); /* b has no NUL */
     size_t v = n + 1, ve = eol;
     while (v < ve && (b[v] == ' ' || b[v] == '\t')) v++;
     while (ve > v && (b[ve - 1] == ' ' || b[ve - 1] == '\t')) ve--;
@@ -395,13 +396,16 @@ static void random_alnum(char *out, size_t n) {
 }
 
 /* Appends s as the inside of a quoted-string the way browsers do: '"',
- * CR and LF percent-encoded, everything else as is. */
+ * CR and LF percent-encoded, everything else as is, except a backslash,
+ * which is doubled (a quoted-pair, as Go's mime/multipart writes it):
+ * parsers, ours included, read a lone backslash as an escape. */
 static int append_quoted(kb_buf *b, const char *s) {
   int r = kb_buf_putc(b, '"');
   for (; *s && !r; s++) {
     if (*s == '"') r = kb_buf_append(b, "%22", 3);
     else if (*s == '\r') r = kb_buf_append(b, "%0D", 3);
     else if (*s == '\n') r = kb_buf_append(b, "%0A", 3);
+    else if (*s == '\\') r = kb_buf_append(b, "\\\\", 2);
     else r = kb_buf_putc(b, *s);
   }
   return r ? r : kb_buf_putc(b, '"');

@@ -662,6 +662,8 @@ static kproc *start(lua_State *L, int mode) {
     io[0] = stdio_mode(L, 1, "stdin", "pipe", a.fn);
     io[1] = stdio_mode(L, 1, "stdout", "pipe", a.fn);
     io[2] = stdio_mode(L, 1, "stderr", "inherit", a.fn);
+    if (io[2] == 0) /* nothing would read it: the child would block on a full pipe */
+      luaL_error(L, "%s: option 'stderr' must be \"inherit\" or \"null\", got 'pipe'", a.fn);
   }
 
   /* Nothing below raises before the child is started or given up. */
