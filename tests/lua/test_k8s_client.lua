@@ -384,7 +384,8 @@ T.case("lifecycle of a Job and its pods; logs", function()
     T.ok(pm[name], "pod milestone " .. name)
   end
   T.eq(pm.failed, nil)
-  T.eq(pm.succeeded.server, 30)
+  -- server timestamps have a 1 s resolution: each end may round either way
+  T.ok(pm.succeeded.server >= 29 and pm.succeeded.server <= 31, "pod succeeded ~30 s (server)")
   T.eq(hist_count("lifecycle.job.complete", { source = "server" }), 1)
   T.eq(hist_count("lifecycle.job.complete", { source = "watch" }), 1)
   T.eq(hist_count("lifecycle.pod.succeeded", { source = "server" }), 1)
