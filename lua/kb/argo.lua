@@ -42,6 +42,7 @@ local http = require "kb.http"
 local json = require "kb.json"
 local yaml = require "kb.yaml"
 local fs = require "kb.fs"
+local credentials = require "kb.secrets"
 local metrics = require "kb.metrics"
 local log = require "kb.log"
 local u = require "kb.k8s.util"
@@ -177,29 +178,14 @@ local function auth_error(fmt, ...)
 end
 
 local function read_token(path)
-  local ok, text = pcall(fs.read, path)
-  if not ok then
-    auth_error("cannot read token_file '%s': %s", path,
-      type(text) == "table" and (text.reason or text.message) or tostring(text))
-  end
-  local token = text:match("^%s*(.-)%s*$")
-  if token == "" then auth_error("token_file '%s' is empty", path) end
-  if token:find("%c") then auth_error("token_file '%s' holds more than one line", path) end
-  return token
+  return credentials.read_token(path, auth_error)
 end
 
 -- The request headers, re-reading token_file when its mtime or size changed
 -- (projected service account tokens rotate).
 local function current_headers(s)
   if s.token_file then
-    local ok, st = pcall(fs.stat, s.token_file)
-    if not ok then
-      auth_error("cannot stat token_file '%s': %s", s.token_file,
-        type(st) == "table" and (st.reason or st.message) or tostring(st))
-    end
-    if st.mtime ~= s.mtime or st.size ~= s.size then
-      s.token, s.mtime, s.size = read_token(s.token_file), st.mtime, st.size
-    end
+    s.token = credentials.refresh(s, s.token_file, auth_error) or s.token
   end
   local h = { Accept = "application/json" }
   for k, v in pairs(s.extra) do h[k] = v end
@@ -207,16 +193,8 @@ local function current_headers(s)
   return h
 end
 
-local function escape_pattern(text)
-  return (text:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0"))
-end
-
 local function redact(s, text)
-  if type(text) ~= "string" then return text end
-  for _, secret in ipairs({ s.token or false, s.auth_header or false }) do
-    if secret and #secret >= 4 then text = text:gsub(escape_pattern(secret), "<redacted>") end
-  end
-  return text
+  return credentials.scrub(text, { s.token or false, s.auth_header or false })
 end
 
 local function setup_server(opts, c)

@@ -65,6 +65,7 @@ local kubeconfig = require "kb.k8s.kubeconfig"
 local auth = require "kb.k8s.auth"
 local discovery = require "kb.k8s.discovery"
 local retry = require "kb.retry"
+local secrets = require "kb.secrets"
 
 local M = {}
 
@@ -192,16 +193,8 @@ end
 
 -- ---- requests ----------------------------------------------------------------
 
-local function escape_pattern(s)
-  return (s:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0"))
-end
-
 local function redact(p, text)
-  if type(text) ~= "string" then return text end
-  for _, secret in ipairs(p.auth:secrets()) do
-    text = text:gsub(escape_pattern(secret), "<redacted>")
-  end
-  return text
+  return secrets.scrub(text, p.auth:secrets())
 end
 
 local HINTS = {

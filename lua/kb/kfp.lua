@@ -46,6 +46,7 @@
 -- op. Tokens and cookies never appear in errors, logs or the client's fields.
 local kb = require "kb"
 local http = require "kb.http"
+local credentials = require "kb.secrets"
 local json = require "kb.json"
 local fs = require "kb.fs"
 local metrics = require "kb.metrics"
@@ -145,15 +146,7 @@ local function auth_error(fmt, ...)
 end
 
 local function read_token(path)
-  local ok, text = pcall(fs.read, path)
-  if not ok then
-    auth_error("cannot read token_file '%s': %s", path,
-      type(text) == "table" and (text.reason or text.message) or tostring(text))
-  end
-  local token = text:match("^%s*(.-)%s*$")
-  if token == "" then auth_error("token_file '%s' is empty", path) end
-  if token:find("[%c]") then auth_error("token_file '%s' holds more than one line", path) end
-  return token
+  return credentials.read_token(path, auth_error)
 end
 
 local function build_headers(s)
@@ -166,33 +159,19 @@ end
 
 -- The request headers, re-reading token_file when its mtime or size changed.
 local function current_headers(s)
-  local path = s.token_file
-  if path then
-    local ok, st = pcall(fs.stat, path)
-    if not ok then
-      auth_error("cannot stat token_file '%s': %s", path,
-        type(st) == "table" and (st.reason or st.message) or tostring(st))
-    end
-    if st.mtime ~= s.mtime or st.size ~= s.size then
-      s.token = read_token(path)
-      s.mtime, s.size = st.mtime, st.size
+  if s.token_file then
+    local token = credentials.refresh(s, s.token_file, auth_error)
+    if token then
+      s.token = token
       build_headers(s)
     end
   end
   return s.headers
 end
 
-local function escape_pattern(s)
-  return (s:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0"))
-end
-
 -- Text with every secret of the client replaced (a server may echo one).
 local function redact(s, text)
-  if type(text) ~= "string" then return text end
-  for _, secret in ipairs({ s.token or false, s.cookies or false, s.auth_header or false }) do
-    if secret and #secret >= 4 then text = text:gsub(escape_pattern(secret), "<redacted>") end
-  end
-  return text
+  return credentials.scrub(text, { s.token or false, s.cookies or false, s.auth_header or false })
 end
 
 --- kb.kfp.client(opts) -> client. opts: host (required), api ("v2beta1",

@@ -13,6 +13,7 @@
 local kb = require "kb"
 local core = require "kb.core"
 local fs = require "kb.fs"
+local secrets = require "kb.secrets"
 local json = require "kb.json"
 local log = require "kb.log"
 local metrics = require "kb.metrics"
@@ -36,12 +37,7 @@ local function reason_of(err)
 end
 
 local function read_token(path)
-  local ok, text = pcall(fs.read, path)
-  if not ok then auth_error("cannot read token file '%s': %s", path, reason_of(text)) end
-  local token = text:match("^%s*(.-)%s*$")
-  if token == "" then auth_error("token file '%s' is empty", path) end
-  if token:find("%c") then auth_error("token file '%s' holds more than one line", path) end
-  return token
+  return secrets.read_token(path, auth_error, "token file")
 end
 
 --- A provider for cfg.auth (nil: no credentials). opts: exec_timeout
@@ -72,12 +68,8 @@ end
 
 -- The token of a token file, re-read when its mtime or size changed.
 local function file_token(s)
-  local ok, st = pcall(fs.stat, s.path)
-  if not ok then auth_error("cannot stat token file '%s': %s", s.path, reason_of(st)) end
-  if st.mtime ~= s.mtime or st.size ~= s.size or not s.token then
-    s.token = read_token(s.path)
-    s.mtime, s.size = st.mtime, st.size
-  end
+  if not s.token then s.mtime = nil end -- first use: always read
+  s.token = secrets.refresh(s, s.path, auth_error, "token file") or s.token
   return s.token
 end
 
