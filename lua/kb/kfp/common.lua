@@ -44,6 +44,19 @@ function M.need_id(id, what, fn)
 end
 
 --- The arguments table of a method, checked.
+--- A method acting on one object by id: DELETE <collection><id>, else
+-- POST <collection><id><sep><verb> (sep ":" by default: v2's custom verbs
+-- and v1's archive; v1's terminate, retry, enable and disable use "/").
+-- what names the object in messages, fn_suffix the method ("_run").
+function M.object_action(collection, what, fn_suffix, op, verb, sep)
+  return function(c, id)
+    M.need_id(id, what, verb .. fn_suffix)
+    c:request{ op = op, method = verb == "delete" and "DELETE" or "POST",
+      path = collection .. M.seg(id) .. (verb == "delete" and "" or (sep or ":") .. verb) }
+    return true
+  end
+end
+
 function M.args(a, fn)
   if a == nil then return {} end
   if type(a) ~= "table" then

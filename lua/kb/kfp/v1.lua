@@ -229,12 +229,7 @@ function V.list_experiments(c, a)
 end
 
 local function experiment_action(op, verb)
-  return function(c, id)
-    need_id(id, "experiment", verb .. "_experiment")
-    c:request{ op = op, method = verb == "delete" and "DELETE" or "POST",
-      path = "/experiments/" .. seg(id) .. (verb == "delete" and "" or ":" .. verb) }
-    return true
-  end
+  return C.object_action("/experiments/", "experiment", "_experiment", op, verb)
 end
 
 V.delete_experiment = experiment_action("experiment.delete", "delete")
@@ -304,12 +299,7 @@ end
 
 -- The v1 paths are irregular: ":archive" but "/terminate".
 local function run_action(op, verb, sep)
-  return function(c, id)
-    need_id(id, "run", verb .. "_run")
-    c:request{ op = op, method = verb == "delete" and "DELETE" or "POST",
-      path = "/runs/" .. seg(id) .. (sep and sep .. verb or "") }
-    return true
-  end
+  return C.object_action("/runs/", "run", "_run", op, verb, sep)
 end
 
 V.delete_run = run_action("run.delete", "delete")
@@ -349,12 +339,7 @@ function V.list_recurring_runs(c, a)
 end
 
 local function job_action(op, verb)
-  return function(c, id)
-    need_id(id, "job", verb .. "_recurring_run")
-    c:request{ op = op, method = verb == "delete" and "DELETE" or "POST",
-      path = "/jobs/" .. seg(id) .. (verb == "delete" and "" or "/" .. verb) }
-    return true
-  end
+  return C.object_action("/jobs/", "job", "_recurring_run", op, verb, "/")
 end
 
 V.delete_recurring_run = job_action("recurring_run.delete", "delete")

@@ -241,12 +241,7 @@ function V.list_experiments(c, a)
 end
 
 local function experiment_action(op, verb)
-  return function(c, id)
-    need_id(id, "experiment", verb .. "_experiment")
-    c:request{ op = op, method = verb == "delete" and "DELETE" or "POST",
-      path = "/experiments/" .. seg(id) .. (verb == "delete" and "" or ":" .. verb) }
-    return true
-  end
+  return C.object_action("/experiments/", "experiment", "_experiment", op, verb)
 end
 
 V.delete_experiment = experiment_action("experiment.delete", "delete")
@@ -307,12 +302,7 @@ function V.list_runs(c, a)
 end
 
 local function run_action(op, verb)
-  return function(c, id)
-    need_id(id, "run", verb .. "_run")
-    c:request{ op = op, method = verb == "delete" and "DELETE" or "POST",
-      path = "/runs/" .. seg(id) .. (verb == "delete" and "" or ":" .. verb) }
-    return true
-  end
+  return C.object_action("/runs/", "run", "_run", op, verb)
 end
 
 V.delete_run = run_action("run.delete", "delete")
@@ -356,12 +346,7 @@ function V.list_recurring_runs(c, a)
 end
 
 local function recurring_action(op, verb)
-  return function(c, id)
-    need_id(id, "recurring run", verb .. "_recurring_run")
-    c:request{ op = op, method = verb == "delete" and "DELETE" or "POST",
-      path = "/recurringruns/" .. seg(id) .. (verb == "delete" and "" or ":" .. verb) }
-    return true
-  end
+  return C.object_action("/recurringruns/", "recurring run", "_recurring_run", op, verb)
 end
 
 V.delete_recurring_run = recurring_action("recurring_run.delete", "delete")
