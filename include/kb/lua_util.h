@@ -16,6 +16,13 @@ int kb_error_raise(lua_State *L, const char *cls, const char *fmt, ...);
 /* Pushes the "kb.error" metatable (creating it once). */
 void kb_error_push_meta(lua_State *L);
 
+/* Lua shortens file names in messages to a "..." tail; these push msg with
+ * full names back: of every file on co's stack, or of path (a load error).
+ * kb_chunkid_install makes the global loadfile do the latter. */
+const char *kb_chunkid_expand(lua_State *L, lua_State *co, const char *msg);
+const char *kb_chunkid_expand_file(lua_State *L, const char *msg, const char *path);
+void kb_chunkid_install(lua_State *L);
+
 /* Optional typed fields of an options table at index idx. */
 const char *kb_opt_string(lua_State *L, int idx, const char *key, const char *def);
 lua_Number kb_opt_number(lua_State *L, int idx, const char *key, lua_Number def);

@@ -172,6 +172,7 @@ static int msgh(lua_State *L) {
   if (kb_task_is_cancelled_error(L, 1)) return 1;
   const char *msg = luaL_tolstring(L, 1, NULL);
   luaL_traceback(L, L, msg, 1);
+  kb_chunkid_expand(L, L, lua_tostring(L, -1));
   return 1;
 }
 

@@ -6,6 +6,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include "kb/lua_util.h"
 #include "rt_internal.h"
 
 static const char RT_KEY = 'r'; /* registry key: the address is unique */
@@ -61,6 +62,7 @@ kb_rt *kb_rt_new(void) {
    * thread copies it: zero it so only task threads carry a task. */
   *(kb_task **)lua_getextraspace(rt->L) = NULL;
   luaL_openlibs(rt->L);
+  kb_chunkid_install(rt->L);
   lua_pushlightuserdata(rt->L, rt);
   lua_rawsetp(rt->L, LUA_REGISTRYINDEX, &RT_KEY);
   return rt;
@@ -140,6 +142,7 @@ static int traceback_handler(lua_State *L) {
       msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   }
   luaL_traceback(L, L, msg, 1);
+  kb_chunkid_expand(L, L, lua_tostring(L, -1));
   return 1;
 }
 

@@ -162,11 +162,15 @@ static void annotate_error(kb_task *t) {
   int err = lua_gettop(co);
   if (lua_type(co, err) == LUA_TSTRING) {
     luaL_traceback(L, co, lua_tostring(co, err), 0);
+    kb_chunkid_expand(L, co, lua_tostring(L, -1));
+    lua_remove(L, -2);
     lua_xmove(L, co, 1);
     lua_replace(co, err);
   } else if (lua_type(co, err) == LUA_TTABLE) {
     if (lua_getfield(co, err, "traceback") == LUA_TNIL) {
       luaL_traceback(L, co, NULL, 0);
+      kb_chunkid_expand(L, co, lua_tostring(L, -1));
+      lua_remove(L, -2);
       lua_xmove(L, co, 1);
       lua_setfield(co, err, "traceback");
     }

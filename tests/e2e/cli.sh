@@ -120,6 +120,24 @@ run "$WORK/o" "$WORK/syntax.lua"; expect_code $CODE 1
 expect_in "$WORK/stderr" "$WORK/syntax.lua:2:"
 end
 
+# Lua shortens file names past 60 characters to a "..." tail; kbrun's
+# messages name the whole path so the user can open it.
+DEEP="$WORK/a-folder-name-long-enough/to-push-the-path/past-lua-idsize"
+mkdir -p "$DEEP"
+
+begin syntax-error-deep-path
+printf 'local x = 1\nlocal y = = 2\n' >"$DEEP/syntax.lua"
+run "$WORK/o" "$DEEP/syntax.lua"; expect_code $CODE 1
+expect_in "$WORK/stderr" "kbrun: $DEEP/syntax.lua:2: unexpected symbol"
+end
+
+begin runtime-error-deep-path
+printf 'local kb = require "kb"\nreturn { run = function()\n  kb.spawn(function() error("deep boom") end):wait()\nend }\n' >"$DEEP/rt.lua"
+run "$WORK/o" "$DEEP/rt.lua"; expect_code $CODE 1
+expect_in "$WORK/stderr" "$DEEP/rt.lua:3: deep boom"
+expect_in "$WORK/stderr" "$DEEP/rt.lua:3: in function"
+end
+
 begin runtime-error-writes-results
 cat >"$WORK/err.lua" <<'EOF'
 local kb = require "kb"
