@@ -22,6 +22,7 @@
  * (UV_PROCESS_DETACHED -> setsid), so terminating it also reaches what it
  * started (a shell's children), and a Ctrl-C meant for kbrun reaches the
  * children only through kbrun's own orderly shutdown. */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -735,7 +736,9 @@ static kproc *start(lua_State *L, int mode) {
       if (uv_write(&p->stdin_req, (uv_stream_t *)&p->in, &b, 1, on_stdin_written) != 0)
         close_handles(p, H_IN);
     }
-    if (timeout > 0) uv_timer_start(&p->timer, on_deadline, kb_rt_real_ms(rt, timeout), 0);
+    /* Real seconds: a child runs outside the scenario clock, which the
+     * simulator speeds up 600-fold (60 s would be 0.1 s of the child's). */
+    if (timeout > 0) uv_timer_start(&p->timer, on_deadline, (uint64_t)ceil(timeout * 1000.0), 0);
   } else {
     p->out_eof = !p->piped_out;
     if (p->piped_out) uv_read_start((uv_stream_t *)&p->out, spawn_alloc, spawn_read);

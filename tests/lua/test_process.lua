@@ -201,6 +201,14 @@ T.case("timeout also ends what the child started (its process group)", function(
   T.ok(wait_gone(err.pid), "the child is gone")
 end)
 
+T.case("timeout is real seconds, also when the simulator speeds the scenario clock up", function()
+  local sim = kb.sim.start { profile = "fast", speed = 600 }
+  local ok, r = pcall(process.run, { cmd = { "sleep", "0.3" }, timeout = 2 })
+  sim:stop()
+  T.ok(ok, "a 0.3 s child within a 2 s timeout finishes: " .. tostring(r))
+  T.eq(r.code, 0)
+end)
+
 T.case("a child that ignores SIGTERM is killed after the grace period", function()
   local err = T.raises(function()
     sh("trap '' TERM; echo $$; while :; do sleep 0.05; done", { timeout = 0.2 })
