@@ -264,6 +264,10 @@ int kb_sim_pipeline_step(const kb_sim *sim, int pipeline, size_t step,
                          kb_sim_step_info *out);
 /* Index of the step named `name` (task name), or -1. */
 int kb_sim_pipeline_find_step(const kb_sim *sim, int pipeline, const char *name);
+/* Drops the loader's hold on a pipeline (each load is one hold): it is
+ * freed once no run uses it either, and a later load may reuse its id.
+ * Long-lived simulators (soaks) stay flat only if loaders release. */
+void kb_sim_pipeline_release(kb_sim *sim, int pipeline);
 
 /* ---- Runs ------------------------------------------------------------- */
 
@@ -286,6 +290,7 @@ typedef struct kb_sim_run_opts {
 
 typedef struct kb_sim_run_info {
   int id;
+  uint32_t gen; /* ids are reused: (id, gen) names one run for good */
   int pipeline;
   const char *name, *workflow, *namespace_;
   int deleted;
@@ -305,7 +310,9 @@ typedef struct kb_sim_run_info {
 int kb_sim_run_create(kb_sim *sim, int pipeline, const kb_sim_run_opts *opts,
                       kb_sim_error *err);
 int kb_sim_run_terminate(kb_sim *sim, int run, kb_sim_error *err);
-/* Removes the workflow and its pods; the run id stays, marked deleted. */
+/* Removes the workflow and its pods and frees the run: kb_sim_run_get
+ * gives KB_SIM_ENOENT for it, and a later kb_sim_run_create may reuse its
+ * id (so a caller forgets the id when it deletes the run). */
 int kb_sim_run_delete(kb_sim *sim, int run, kb_sim_error *err);
 size_t kb_sim_run_count(const kb_sim *sim);
 int kb_sim_run_get(const kb_sim *sim, int run, kb_sim_run_info *out);
@@ -325,6 +332,7 @@ const char *kb_sim_pod_phase_name(kb_sim_pod_phase p); /* "Pending" */
 
 typedef struct kb_sim_pod_info {
   int id;
+  uint32_t gen; /* ids are reused: (id, gen) names one pod for good */
   const char *name, *namespace_;
   const char *node;        /* NULL while unscheduled */
   kb_sim_pod_phase phase;
@@ -347,8 +355,9 @@ typedef struct kb_sim_pod_info {
   uint64_t resource_version;
 } kb_sim_pod_info;
 
-/* Pods that exist (created, not deleted), in creation order; ids are
- * stable. kb_sim_pod_get gives KB_SIM_ENOENT for a deleted pod. */
+/* Pods that exist (created, not deleted). kb_sim_pod_get gives
+ * KB_SIM_ENOENT for an id with no pod; a deleted run's pods are freed and
+ * their ids reused by later pods (compare gen). */
 size_t kb_sim_pod_count(const kb_sim *sim); /* ids are 0 .. count-1 */
 int kb_sim_pod_get(const kb_sim *sim, int pod, kb_sim_pod_info *out);
 
@@ -384,6 +393,7 @@ typedef struct kb_sim_event_info {
   kb_sim_kind object_kind;
   int object;          /* pod or node id */
   const char *message;
+  uint32_t object_gen; /* the pod's generation (kb_sim_pod_info.gen) */
 } kb_sim_event_info;
 
 /* Events live in a ring of config.events_capacity; seq grows from 0. */

@@ -25,10 +25,10 @@ static void ev_swap(sim_event *x, sim_event *y) {
   *y = t;
 }
 
-int sim_heap_push(sim_heap *h, double t, uint32_t kind, uint32_t a, uint32_t b) {
+int sim_heap_push(sim_heap *h, double t, uint32_t kind, uint32_t a, uint32_t b, uint32_t gen) {
   if (sim_reserve((void **)&h->ev, &h->cap, h->n + 1, sizeof *h->ev)) return KB_SIM_ENOMEM;
   size_t i = h->n++;
-  h->ev[i] = (sim_event){t, h->seq++, kind, a, b};
+  h->ev[i] = (sim_event){t, h->seq++, kind, a, b, gen};
   while (i > 0) {
     size_t p = (i - 1) / 2;
     if (!ev_less(&h->ev[i], &h->ev[p])) break;
@@ -83,9 +83,23 @@ double kb_sim_next_event_time(const kb_sim *sim) {
   return e ? e->t : INFINITY;
 }
 
+/* The generation of the run or pod an event is about (0 for the rest). */
+static uint32_t subject_gen(const kb_sim *sim, uint32_t kind, uint32_t a) {
+  switch (kind) {
+  case EV_RUN_START:
+  case EV_RUN_REPORT: return sim->runs[a].gen;
+  case EV_POD_CREATE:
+  case EV_POD_START:
+  case EV_POD_EXIT:
+  case EV_STEP_DETECT: return sim->pods[a].gen;
+  default: return 0;
+  }
+}
+
 static void dispatch(kb_sim *sim, const sim_event *ev) {
   sim->now = ev->t;
   sim->events_processed++;
+  if (subject_gen(sim, ev->kind, ev->a) != ev->gen) return; /* its run or pod was freed */
   switch (ev->kind) {
   case EV_SCHEDULE: sim_sched_pass(sim); break;
   case EV_NODE_WORK: sim_node_work_due(sim, ev->a, ev->b); break;
@@ -156,7 +170,7 @@ static void arm(kb_sim *sim) {
  * earlier wake-up. */
 int sim_schedule(kb_sim *sim, double t, sim_ev_kind kind, uint32_t a, uint32_t b) {
   if (t < sim->now) t = sim->now;
-  int rc = sim_heap_push(&sim->heap, t, kind, a, b);
+  int rc = sim_heap_push(&sim->heap, t, kind, a, b, subject_gen(sim, kind, a));
   if (!rc && sim->loop && !sim->in_dispatch && sim->heap.ev[0].seq == sim->heap.seq - 1)
     arm(sim);
   return rc;

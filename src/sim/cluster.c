@@ -110,21 +110,49 @@ double sim_image_pull_ready(kb_sim *sim, uint32_t node, int image) {
   return ready;
 }
 
+int sim_free_push(uint32_t **v, size_t *n, size_t *cap, uint32_t i) {
+  if (sim_reserve((void **)v, cap, *n + 1, sizeof **v)) return -1;
+  (*v)[(*n)++] = i;
+  return 0;
+}
+
+static void pod_reset(sim_pod *p, uint32_t gen) {
+  *p = (sim_pod){.gen = gen, .run = SIM_NONE, .node = SIM_NONE, .created = -1,
+                 .scheduled_at = -1, .started = -1, .finished = -1, .detected = -1,
+                 .run_prev = SIM_NONE, .run_next = SIM_NONE, .q_next = SIM_NONE,
+                 .phase = KB_SIM_POD_FAILED};
+}
+
 uint32_t sim_pod_new(kb_sim *sim) {
-  if (sim_reserve((void **)&sim->pods, &sim->cap_pods, sim->n_pods + 1, sizeof *sim->pods))
-    return SIM_NONE;
-  sim_pod *p = &sim->pods[sim->n_pods];
-  *p = (sim_pod){.run = SIM_NONE, .node = SIM_NONE, .created = -1, .scheduled_at = -1,
-                 .started = -1, .finished = -1, .detected = -1, .run_prev = SIM_NONE,
-                 .run_next = SIM_NONE, .q_next = SIM_NONE, .phase = KB_SIM_POD_PENDING};
-  return (uint32_t)sim->n_pods++;
+  uint32_t pi;
+  if (sim->n_free_pods) {
+    pi = sim->free_pods[--sim->n_free_pods];
+  } else {
+    if (sim_reserve((void **)&sim->pods, &sim->cap_pods, sim->n_pods + 1, sizeof *sim->pods))
+      return SIM_NONE;
+    pi = (uint32_t)sim->n_pods++;
+    sim->pods[pi].gen = 0;
+  }
+  pod_reset(&sim->pods[pi], sim->pods[pi].gen);
+  sim->pods[pi].phase = KB_SIM_POD_PENDING;
+  return pi;
+}
+
+/* A freed slot looks like a dead pod that never existed (phase Failed, no
+ * node, no run), so loops over every slot pass it by. */
+void sim_pod_free(kb_sim *sim, uint32_t pi) {
+  sim_pod *p = &sim->pods[pi];
+  free(p->name);
+  pod_reset(p, p->gen + 1);
+  sim_free_push(&sim->free_pods, &sim->n_free_pods, &sim->cap_free_pods, pi);
 }
 
 void sim_event_emit(kb_sim *sim, const char *type, const char *reason, kb_sim_kind kind,
                     uint32_t obj, const char *fmt, ...) {
   size_t cap = sim->cfg->events_capacity ? sim->cfg->events_capacity : 1;
   sim_evrec *e = &sim->evring[sim->ev_end % cap];
-  *e = (sim_evrec){sim->ev_end, sim->now, type, reason, kind, (int)obj, ""};
+  uint32_t gen = kind == KB_SIM_KIND_POD ? sim->pods[obj].gen : 0;
+  *e = (sim_evrec){sim->ev_end, sim->now, type, reason, kind, (int)obj, gen, ""};
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(e->message, sizeof e->message, fmt, ap);
@@ -141,7 +169,8 @@ uint64_t kb_sim_event_end(const kb_sim *sim) { return sim->ev_end; }
 int kb_sim_event_get(const kb_sim *sim, uint64_t seq, kb_sim_event_info *out) {
   if (seq < sim->ev_first || seq >= sim->ev_end) return KB_SIM_ENOENT;
   const sim_evrec *e = &sim->evring[seq % sim->cfg->events_capacity];
-  *out = (kb_sim_event_info){e->seq, e->time, e->type, e->reason, e->kind, e->object, e->message};
+  *out = (kb_sim_event_info){e->seq, e->time, e->type, e->reason, e->kind, e->object,
+                             e->message, e->object_gen};
   return 0;
 }
 

@@ -262,15 +262,25 @@ static void job_added(ctl_job *c, const cJSON *obj) {
   reconcile(j);
 }
 
+static void job_release_pipeline(ctl_job *c, job_rec *j) {
+  if (j->pipeline >= 0) kb_sim_pipeline_release(glue_sim(c->g), j->pipeline);
+  j->pipeline = -1;
+}
+
 static void job_deleted(ctl_job *c, const cJSON *obj) {
   const char *uid = k8s_meta_str(obj, "uid");
   for (job_rec *j = c->jobs; j; j = j->next) {
     if (j->gone || !uid || strcmp(j->uid, uid)) continue;
     j->gone = 1;
+    /* Its pods go with it (the garbage collector deletes them): their runs
+     * are deleted, which frees them in the model. */
     for (size_t i = 0; i < j->n_pods; i++) {
-      if (!j->pods[i].counted) kb_sim_run_terminate(glue_sim(c->g), j->pods[i].run, NULL);
       glue_disown_run(c->g, j->pods[i].run);
+      kb_sim_run_delete(glue_sim(c->g), j->pods[i].run, NULL);
+      free(j->pods[i].name);
     }
+    j->n_pods = 0;
+    job_release_pipeline(c, j);
   }
 }
 
@@ -287,6 +297,7 @@ static void job_free(glue_ctl *base) {
   while (c->jobs) {
     job_rec *j = c->jobs;
     c->jobs = j->next;
+    job_release_pipeline(c, j);
     for (size_t i = 0; i < j->n_pods; i++) free(j->pods[i].name);
     free(j->pods);
     cJSON_Delete(j->tmpl);

@@ -342,6 +342,7 @@ static void train_added(ctl_train *c, const tkind *k, const kb_k8s_res *res, con
                          .fail_prob = fail && !strcmp(fail, "true") ? 1 : -1};
     if (pl >= 0 && map_replicas(j, pl) == 0)
       j->run = kb_sim_run_create(glue_sim(c->g), pl, &o, &err);
+    if (pl >= 0) kb_sim_pipeline_release(glue_sim(c->g), pl); /* the run holds it */
   }
   if (j->run < 0) {
     kb_log(KB_LOG_WARN, "simulator: %s %s/%s: %s", k->kind, j->ns, j->name, err.message);

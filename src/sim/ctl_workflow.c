@@ -86,6 +86,7 @@ static void wf_added(ctl_wf *c, const cJSON *obj) {
   kb_sim_run_opts o = {.name = name, .workflow_name = name, .namespace_ = ns,
                        .fail_prob = fail && !strcmp(fail, "true") ? 1 : -1};
   int run = kb_sim_run_create(sim, pl, &o, &err);
+  kb_sim_pipeline_release(sim, pl); /* the run holds it now */
   if (run < 0) {
     wf_error(c, ns, name, err.message);
     return;

@@ -17,8 +17,13 @@
 
 enum { OBJ_NONE, OBJ_LIVE, OBJ_GONE };
 
+/* Records are indexed by model id. The model reuses the ids of deleted
+ * runs and pods, so a record also keeps the generation it describes: when
+ * the model's differs, the record is of a predecessor, whose objects are
+ * deleted (by the names kept here) before the record starts afresh. */
 typedef struct glue_pod {
   char *ns, *name, *container;
+  uint32_t gen;
   uint8_t state, bound, started_logged, ended_logged;
 } glue_pod;
 
@@ -27,7 +32,9 @@ typedef struct glue_run {
   void *ud;
   int *pods;
   size_t n_pods, cap_pods;
-  uint8_t wf_state; /* the KFP run's Workflow object */
+  uint32_t gen;
+  uint8_t wf_state;       /* the KFP run's Workflow object */
+  char *wf_ns, *wf_name;  /* its name, while it is LIVE */
 } glue_run;
 
 typedef struct dirty_set {
@@ -199,8 +206,31 @@ static void observer(void *ud, kb_sim_kind kind, uint32_t index, uint64_t rv) {
 
 /* ---- owners ---- */
 
-void glue_own_run(sim_glue *g, int run, const glue_owner_ops *ops, void *ud) {
+static void workflow_gone(sim_glue *g, glue_run *r) {
+  if (r->wf_state == OBJ_LIVE && r->wf_name) {
+    glue_write_begin(g);
+    kb_k8s_delete(g->st, g->r_workflows, r->wf_ns, r->wf_name, NULL, NULL, NULL);
+    glue_write_end(g);
+  }
+  free(r->wf_ns), free(r->wf_name);
+  r->wf_ns = r->wf_name = NULL;
+  r->wf_state = OBJ_GONE;
+}
+
+/* The record of run id `run` as of the model's generation `gen`. */
+static glue_run *run_rec_gen(sim_glue *g, int run, uint32_t gen) {
   glue_run *r = run_rec(g, run);
+  if (!r || r->gen == gen) return r;
+  workflow_gone(g, r);
+  free(r->pods);
+  *r = (glue_run){.gen = gen};
+  return r;
+}
+
+void glue_own_run(sim_glue *g, int run, const glue_owner_ops *ops, void *ud) {
+  kb_sim_run_info ri;
+  if (kb_sim_run_get(g->sim, run, &ri) < 0) return;
+  glue_run *r = run_rec_gen(g, run, ri.gen);
   if (!r) return;
   r->ops = ops;
   r->ud = ud;
@@ -246,6 +276,13 @@ static void pod_gone(sim_glue *g, glue_pod *gp) {
     glue_write_end(g);
   }
   gp->state = OBJ_GONE;
+}
+
+/* The model's pod `gen` took over the id: the record starts afresh. */
+static void pod_renew(sim_glue *g, glue_pod *gp, uint32_t gen) {
+  pod_gone(g, gp);
+  free(gp->ns), free(gp->name), free(gp->container);
+  *gp = (glue_pod){.gen = gen};
 }
 
 static const char *wf_uid(sim_glue *g, const char *ns, const char *wf) {
@@ -305,13 +342,18 @@ static int pod_bind(sim_glue *g, glue_pod *gp, const char *node) {
 
 static void mirror_pod(sim_glue *g, int id) {
   glue_pod *gp = pod_rec(g, id);
-  if (!gp || gp->state == OBJ_GONE) return;
+  if (!gp) return;
   kb_sim_pod_info pi;
-  if (kb_sim_pod_get(g->sim, id, &pi) < 0) {
+  int found = kb_sim_pod_get(g->sim, id, &pi) == 0;
+  if (found && gp->gen != pi.gen) pod_renew(g, gp, pi.gen);
+  if (gp->state == OBJ_GONE) return;
+  if (!found) {
     pod_gone(g, gp);
     return;
   }
-  glue_run *r = pi.run >= 0 ? run_rec(g, pi.run) : NULL;
+  kb_sim_run_info ri;
+  glue_run *r = pi.run >= 0 && kb_sim_run_get(g->sim, pi.run, &ri) == 0
+                    ? run_rec_gen(g, pi.run, ri.gen) : NULL;
   if (owned(r) && !r->ud) { /* its owner is gone: so are its pods */
     gp->state = OBJ_GONE;
     return;
@@ -405,7 +447,9 @@ static void mirror_event(sim_glue *g, const kb_sim_event_info *ev) {
   glue_pod *gp = NULL;
   if (ev->object_kind == KB_SIM_KIND_POD) {
     gp = ev->object >= 0 && (size_t)ev->object < g->n_pods ? &g->pods[ev->object] : NULL;
-    if (!gp || gp->state != OBJ_LIVE || kb_sim_pod_get(g->sim, ev->object, &pi) < 0) return;
+    if (!gp || gp->state != OBJ_LIVE || gp->gen != ev->object_gen ||
+        kb_sim_pod_get(g->sim, ev->object, &pi) < 0 || pi.gen != gp->gen)
+      return;
     ns = gp->ns;
     name = gp->name;
     kind = "Pod";
@@ -545,18 +589,14 @@ void glue_workflow_status(sim_glue *g, int run, const char *ns, const char *name
 }
 
 void glue_kfp_workflow(sim_glue *g, int run) {
-  glue_run *r = run_rec(g, run);
   kb_sim_run_info ri;
-  if (!r || r->wf_state == OBJ_GONE || kb_sim_run_get(g->sim, run, &ri) < 0) return;
-  if (ri.deleted) {
-    if (r->wf_state == OBJ_LIVE) {
-      glue_write_begin(g);
-      kb_k8s_delete(g->st, g->r_workflows, ri.namespace_, ri.workflow, NULL, NULL, NULL);
-      glue_write_end(g);
-    }
-    r->wf_state = OBJ_GONE;
+  if (kb_sim_run_get(g->sim, run, &ri) < 0) { /* deleted (and freed) */
+    glue_run *r = run_rec(g, run);
+    if (r) workflow_gone(g, r);
     return;
   }
+  glue_run *r = run_rec_gen(g, run, ri.gen);
+  if (!r || r->wf_state == OBJ_GONE) return;
   if (r->wf_state == OBJ_NONE) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "apiVersion", "argoproj.io/v1alpha1");
@@ -586,17 +626,26 @@ void glue_kfp_workflow(sim_glue *g, int run) {
       return;
     }
     r->wf_state = OBJ_LIVE;
+    r->wf_ns = strdup(ri.namespace_);
+    r->wf_name = strdup(ri.workflow);
   }
   if (!kb_k8s_peek(g->st, g->r_workflows, ri.namespace_, ri.workflow)) {
-    r->wf_state = OBJ_GONE; /* deleted through the API: the run goes with it */
-    kb_sim_run_delete(g->sim, run, NULL);
+    /* Deleted through the API: its pods stop. A KFP run stays in KFP (the
+     * API server still holds the id), so it is stopped, not freed. */
+    r->wf_state = OBJ_GONE;
+    free(r->wf_ns), free(r->wf_name);
+    r->wf_ns = r->wf_name = NULL;
+    if (g->kfp && kb_sim_kfp_run_id_of(g->kfp, run)) kb_sim_run_terminate(g->sim, run, NULL);
+    else kb_sim_run_delete(g->sim, run, NULL);
     return;
   }
   glue_workflow_status(g, run, ri.namespace_, ri.workflow);
 }
 
 static void mirror_run(sim_glue *g, int run) {
-  glue_run *r = run_rec(g, run);
+  kb_sim_run_info ri;
+  glue_run *r = kb_sim_run_get(g->sim, run, &ri) == 0 ? run_rec_gen(g, run, ri.gen)
+                                                     : run_rec(g, run);
   if (!r) return;
   if (owned(r)) {
     if (r->ud && r->ops->changed) r->ops->changed(r->ud, run);
@@ -695,7 +744,11 @@ void glue_free(sim_glue *g) {
     free(g->pods[i].container);
   }
   free(g->pods);
-  for (size_t i = 0; i < g->n_runs; i++) free(g->runs[i].pods);
+  for (size_t i = 0; i < g->n_runs; i++) {
+    free(g->runs[i].pods);
+    free(g->runs[i].wf_ns);
+    free(g->runs[i].wf_name);
+  }
   free(g->runs);
   dirty_set *ds[] = {&g->d_pods, &g->d_nodes, &g->d_runs};
   for (int i = 0; i < 3; i++) {

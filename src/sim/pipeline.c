@@ -837,6 +837,12 @@ int kb_sim_pipeline_load(kb_sim *sim, const cJSON *doc, const cJSON *params, kb_
     return sim_fail(err, KB_SIM_EINVAL, "pipeline parameters: expected a mapping");
   int rc = sim_pipeline_expand(sim, doc, params, &p, err);
   if (rc) return err && err->code ? err->code : rc;
+  p->holds = 1; /* the loader's */
+  if (sim->n_free_pipelines) {
+    uint32_t i = sim->free_pipelines[--sim->n_free_pipelines];
+    sim->pipelines[i] = p;
+    return (int)i;
+  }
   if (sim_reserve((void **)&sim->pipelines, &sim->cap_pipelines, sim->n_pipelines + 1,
                   sizeof *sim->pipelines)) {
     sim_pipeline_free(p);
@@ -845,6 +851,20 @@ int kb_sim_pipeline_load(kb_sim *sim, const cJSON *doc, const cJSON *params, kb_
   sim->pipelines[sim->n_pipelines] = p;
   return (int)sim->n_pipelines++;
 }
+
+/* Holds: one per load (dropped by kb_sim_pipeline_release) and one per
+ * run using the pipeline (dropped when the run is freed). */
+void sim_pipeline_hold(kb_sim *sim, int i) { sim->pipelines[i]->holds++; }
+
+void sim_pipeline_drop(kb_sim *sim, int i) {
+  if (i < 0 || (size_t)i >= sim->n_pipelines || !sim->pipelines[i]) return;
+  if (--sim->pipelines[i]->holds > 0) return;
+  sim_pipeline_free(sim->pipelines[i]);
+  sim->pipelines[i] = NULL;
+  sim_free_push(&sim->free_pipelines, &sim->n_free_pipelines, &sim->cap_free_pipelines, (uint32_t)i);
+}
+
+void kb_sim_pipeline_release(kb_sim *sim, int pipeline) { sim_pipeline_drop(sim, pipeline); }
 
 int kb_sim_pipeline_load_yaml(kb_sim *sim, const char *text, size_t len, const cJSON *params,
                               kb_sim_error *err) {

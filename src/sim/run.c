@@ -58,7 +58,7 @@ static void report(kb_sim *sim, uint32_t ri, kb_sim_run_state state) {
   const kb_sim_config *c = sim->cfg;
   sim_run *r = &sim->runs[ri];
   kb_sim_rng rng;
-  kb_sim_rng_seed(&rng, kb_sim_seed_mix(sim->seed, ri, 0x10000 + (uint64_t)state));
+  kb_sim_rng_seed(&rng, kb_sim_seed_mix(sim->seed, r->serial, 0x10000 + (uint64_t)state));
   double workers = c->pa_workers > 0 ? c->pa_workers : 1;
   double dt = sim->now - sim->pa_t;
   double load = c->pa_resync_period > 0
@@ -102,7 +102,7 @@ static void step_ready(kb_sim *sim, uint32_t ri, size_t si) {
   r = &sim->runs[ri];
   if (pi == SIM_NONE) return; /* out of memory: the step never starts */
   kb_sim_rng rng;
-  kb_sim_rng_seed(&rng, kb_sim_seed_mix(sim->seed, ri, si + 1));
+  kb_sim_rng_seed(&rng, kb_sim_seed_mix(sim->seed, r->serial, si + 1));
   const kb_sim_config *c = sim->cfg;
   sim_pod *p = &sim->pods[pi];
   p->run = ri;
@@ -114,8 +114,7 @@ static void step_ready(kb_sim *sim, uint32_t ri, size_t si) {
   p->demand = st->info.cpu_demand;
   char node_name[512];
   snprintf(node_name, sizeof node_name, "%s%s", r->workflow, pipe_of(sim, r)->gnodes[st->gnode].suffix);
-  p->name = sim_arena_printf(&sim->arena, "%s-%s-%u", r->workflow, st->template_name,
-                             sim_fnv32a(node_name));
+  p->name = sim_printf("%s-%s-%u", r->workflow, st->template_name, sim_fnv32a(node_name));
   p->created = sim->now + c->argo_pod_create;
   r->steps[si].pod = pi;
   r->steps[si].state = ST_CREATED;
@@ -243,8 +242,8 @@ static void on_step_detect(kb_sim *sim, uint32_t pi) {
   r->done_pods++;
   if (!ok && !r->failed) {
     r->failed = 1;
-    r->error = sim_arena_printf(&sim->arena, "step %s failed: %s", st->name,
-                                p->message ? p->message : p->reason ? p->reason : "Error");
+    r->error = sim_printf("step %s failed: %s", st->name,
+                          p->message ? p->message : p->reason ? p->reason : "Error");
   }
   sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
   /* failFast: once a step failed no new step of the main DAG starts;
@@ -295,39 +294,65 @@ void sim_pod_kill(kb_sim *sim, uint32_t pi, const char *reason, const char *msg)
 
 static const char name_chars[] = "bcdfghjklmnpqrstvwxz2456789";
 
+/* A slot for a new run: a freed one if any (its generation moves on), else
+ * a fresh one. */
+static uint32_t run_slot(kb_sim *sim) {
+  if (sim->n_free_runs) return sim->free_runs[--sim->n_free_runs];
+  if (sim_reserve((void **)&sim->runs, &sim->cap_runs, sim->n_runs + 1, sizeof *sim->runs))
+    return SIM_NONE;
+  sim->runs[sim->n_runs].gen = 0;
+  return (uint32_t)sim->n_runs++;
+}
+
+static void run_names_free(sim_run *r) {
+  free(r->name), free(r->workflow), free(r->ns), free(r->error);
+  r->name = r->workflow = r->ns = r->error = NULL;
+}
+
+static int run_names(sim_run *r, const sim_pipeline *pl, const kb_sim_run_opts *opts,
+                     kb_sim_rng *rng) {
+  if (opts && opts->workflow_name) {
+    r->workflow = sim_strdup(opts->workflow_name);
+  } else {
+    char sfx[6];
+    for (int i = 0; i < 5; i++) sfx[i] = name_chars[kb_sim_rng_next(rng) % (sizeof name_chars - 1)];
+    sfx[5] = 0;
+    r->workflow = sim_printf("%s%s", pl->generate_name, sfx);
+  }
+  r->name = sim_strdup(opts && opts->name ? opts->name : r->workflow ? r->workflow : "");
+  r->ns = sim_strdup(opts && opts->namespace_ ? opts->namespace_ : "kubeflow");
+  return r->workflow && r->name && r->ns ? 0 : -1;
+}
+
 int kb_sim_run_create(kb_sim *sim, int pipeline, const kb_sim_run_opts *opts, kb_sim_error *err) {
   kb_sim_sync(sim);
-  if (pipeline < 0 || (size_t)pipeline >= sim->n_pipelines)
+  if (pipeline < 0 || (size_t)pipeline >= sim->n_pipelines || !sim->pipelines[pipeline])
     return sim_fail(err, KB_SIM_ENOENT, "pipeline %d not found", pipeline);
   if (opts && opts->fail_prob > 1)
     return sim_fail(err, KB_SIM_EINVAL, "run fail_prob must be a probability 0..1");
   sim_pipeline *pl = sim->pipelines[pipeline];
-  if (sim_reserve((void **)&sim->runs, &sim->cap_runs, sim->n_runs + 1, sizeof *sim->runs))
-    return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
-  uint32_t ri = (uint32_t)sim->n_runs;
+  uint32_t ri = run_slot(sim);
+  if (ri == SIM_NONE) return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
   sim_run *r = &sim->runs[ri];
+  uint32_t gen = r->gen;
   memset(r, 0, sizeof *r);
-  r->steps = calloc(pl->n_steps, sizeof *r->steps);
-  if (!r->steps) return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
+  r->gen = gen;
+  r->serial = sim->runs_created;
+  kb_sim_rng rng;
+  kb_sim_rng_seed(&rng, kb_sim_seed_mix(sim->seed, r->serial, 0));
+  r->steps = calloc(pl->n_steps ? pl->n_steps : 1, sizeof *r->steps);
+  if (!r->steps || run_names(r, pl, opts, &rng)) {
+    free(r->steps);
+    run_names_free(r);
+    r->steps = NULL;
+    sim_free_push(&sim->free_runs, &sim->n_free_runs, &sim->cap_free_runs, ri);
+    return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
+  }
   for (size_t i = 0; i < pl->n_steps; i++)
     r->steps[i] = (sim_stepstate){SIM_NONE, (uint16_t)pl->steps[i].info.n_deps, ST_WAIT};
-  kb_sim_rng rng;
-  kb_sim_rng_seed(&rng, kb_sim_seed_mix(sim->seed, ri, 0));
-  if (opts && opts->workflow_name) {
-    r->workflow = sim_arena_strdup(&sim->arena, opts->workflow_name);
-  } else {
-    char sfx[6];
-    for (int i = 0; i < 5; i++) sfx[i] = name_chars[kb_sim_rng_next(&rng) % (sizeof name_chars - 1)];
-    sfx[5] = 0;
-    r->workflow = sim_arena_printf(&sim->arena, "%s%s", pl->generate_name, sfx);
-  }
-  r->name = opts && opts->name ? sim_arena_strdup(&sim->arena, opts->name) : r->workflow;
-  r->ns = sim_arena_strdup(&sim->arena, opts && opts->namespace_ ? opts->namespace_ : "kubeflow");
-  if (!r->workflow || !r->name || !r->ns) {
-    free(r->steps);
-    return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
-  }
-  sim->n_runs++;
+  r->in_use = 1;
+  sim->runs_created++;
+  sim_pipeline_hold(sim, pipeline);
   r->pipeline = pipeline;
   r->fail_prob = opts ? opts->fail_prob : -1;
   r->created = sim->now;
@@ -342,7 +367,7 @@ int kb_sim_run_create(kb_sim *sim, int pipeline, const kb_sim_run_opts *opts, kb
 }
 
 static sim_run *run_at(const kb_sim *sim, int run) {
-  return run >= 0 && (size_t)run < sim->n_runs ? &sim->runs[run] : NULL;
+  return run >= 0 && (size_t)run < sim->n_runs && sim->runs[run].in_use ? &sim->runs[run] : NULL;
 }
 
 /* Kill every live pod of the run and close its workflow. */
@@ -383,6 +408,20 @@ int kb_sim_run_terminate(kb_sim *sim, int run, kb_sim_error *err) {
   return 0;
 }
 
+/* The run's pods are freed already; observers see a freed id as gone. */
+static void run_free(kb_sim *sim, uint32_t ri) {
+  sim_run *r = &sim->runs[ri];
+  int pipeline = r->pipeline;
+  free(r->steps);
+  run_names_free(r);
+  uint32_t gen = r->gen + 1;
+  memset(r, 0, sizeof *r);
+  r->gen = gen;
+  r->pipeline = -1;
+  sim_free_push(&sim->free_runs, &sim->n_free_runs, &sim->cap_free_runs, ri);
+  sim_pipeline_drop(sim, pipeline);
+}
+
 int kb_sim_run_delete(kb_sim *sim, int run, kb_sim_error *err) {
   kb_sim_sync(sim);
   sim_run *r = run_at(sim, run);
@@ -398,11 +437,15 @@ int kb_sim_run_delete(kb_sim *sim, int run, kb_sim_error *err) {
   sim_pipeline *pl = pipe_of(sim, r);
   for (size_t i = 0; i < pl->n_steps; i++) {
     uint32_t pi = r->steps[i].pod;
-    if (pi == SIM_NONE || !sim->pods[pi].exists) continue;
-    sim->pods[pi].exists = 0;
-    sim_touch(sim, KB_SIM_KIND_POD, pi, &sim->pods[pi].rv);
+    if (pi == SIM_NONE) continue;
+    if (sim->pods[pi].exists) {
+      sim->pods[pi].exists = 0;
+      sim_touch(sim, KB_SIM_KIND_POD, pi, &sim->pods[pi].rv);
+    }
+    sim_pod_free(sim, pi);
   }
   sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
+  run_free(sim, ri);
   return 0;
 }
 
@@ -413,6 +456,7 @@ int kb_sim_run_get(const kb_sim *sim, int run, kb_sim_run_info *o) {
   if (!r) return KB_SIM_ENOENT;
   memset(o, 0, sizeof *o);
   o->id = run;
+  o->gen = r->gen;
   o->pipeline = r->pipeline;
   o->name = r->name;
   o->workflow = r->workflow;
@@ -444,6 +488,7 @@ int kb_sim_pod_get(const kb_sim *sim, int pod, kb_sim_pod_info *o) {
   const sim_step *st = sim_pod_step(sim, (uint32_t)pod);
   memset(o, 0, sizeof *o);
   o->id = pod;
+  o->gen = p->gen;
   o->name = p->name;
   o->namespace_ = r->ns;
   o->node = p->node != SIM_NONE ? sim->nodes[p->node].name : NULL;
@@ -473,7 +518,10 @@ int kb_sim_pod_get(const kb_sim *sim, int pod, kb_sim_pod_info *o) {
 }
 
 void sim_runs_free(kb_sim *sim) {
-  for (size_t i = 0; i < sim->n_runs; i++) free(sim->runs[i].steps);
+  for (size_t i = 0; i < sim->n_runs; i++) {
+    free(sim->runs[i].steps);
+    run_names_free(&sim->runs[i]);
+  }
   free(sim->runs);
   sim->runs = NULL;
   sim->n_runs = 0;

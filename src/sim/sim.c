@@ -34,6 +34,19 @@ int sim_reserve(void **arr, size_t *cap, size_t need, size_t elem) {
   return 0;
 }
 
+char *sim_printf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *out = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (!out) return NULL;
+  va_start(ap, fmt);
+  vsnprintf(out, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  return out;
+}
+
 uint32_t sim_fnv32a(const char *s) {
   uint32_t h = 2166136261u;
   for (; *s; s++) {
@@ -126,7 +139,11 @@ void kb_sim_free(kb_sim *sim) {
     free(sim->nodes[i].labels);
   }
   free(sim->nodes);
+  for (size_t i = 0; i < sim->n_pods; i++) free(sim->pods[i].name);
   free(sim->pods);
+  free(sim->free_pods);
+  free(sim->free_runs);
+  free(sim->free_pipelines);
   for (size_t i = 0; i < sim->n_images; i++) free(sim->images[i]);
   free(sim->images);
   free(sim->image_mb);
@@ -168,10 +185,9 @@ void kb_sim_stats_get(const kb_sim *sim, kb_sim_stats *o) {
     }
   }
   o->pods_unschedulable = sim->u_len;
-  for (size_t i = 0; i < sim->n_runs; i++) {
-    o->runs_total++;
-    if (!sim->runs[i].deleted && sim->runs[i].wf_finished < 0) o->runs_active++;
-  }
+  o->runs_total = sim->runs_created;
+  for (size_t i = 0; i < sim->n_runs; i++)
+    if (sim->runs[i].in_use && sim->runs[i].wf_finished < 0) o->runs_active++;
   for (size_t i = 0; i < sim->n_nodes; i++) {
     const sim_node *n = &sim->nodes[i];
     o->nodes_total++;

@@ -13,6 +13,7 @@
 int sim_fail(kb_sim_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 char *sim_strdup(const char *s);
+char *sim_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Grow *arr (of elem bytes) to hold at least need elements. */
 int sim_reserve(void **arr, size_t *cap, size_t need, size_t elem);
 uint32_t sim_fnv32a(const char *s);
@@ -47,10 +48,13 @@ typedef enum sim_ev_kind {
   EV_RUN_REPORT,   /* a = run, b = report index: persistence agent */
 } sim_ev_kind;
 
+/* Runs and pods are recycled (slot reuse keeps a long simulation's memory
+ * flat), so an event about one carries the generation of the slot when it
+ * was scheduled; dispatch drops it if the slot has moved on since. */
 typedef struct sim_event {
   double t;
   uint64_t seq;
-  uint32_t kind, a, b;
+  uint32_t kind, a, b, gen;
 } sim_event;
 
 typedef struct sim_heap {
@@ -59,7 +63,7 @@ typedef struct sim_heap {
   uint64_t seq;
 } sim_heap;
 
-int sim_heap_push(sim_heap *h, double t, uint32_t kind, uint32_t a, uint32_t b);
+int sim_heap_push(sim_heap *h, double t, uint32_t kind, uint32_t a, uint32_t b, uint32_t gen);
 int sim_heap_pop(sim_heap *h, sim_event *out);
 const sim_event *sim_heap_peek(const sim_heap *h);
 void sim_heap_free(sim_heap *h);
@@ -99,6 +103,7 @@ typedef struct sim_pipeline {
   sim_gnode *gnodes;
   size_t n_gnodes;
   size_t n_main; /* steps not in the exit handler */
+  int holds;     /* loaders' holds + runs using it; freed at 0 */
 } sim_pipeline;
 
 void sim_pipeline_free(sim_pipeline *p);
@@ -132,7 +137,8 @@ typedef struct sim_node {
 enum { CS_NONE, CS_WAITING, CS_RUNNING, CS_TERMINATED };
 
 typedef struct sim_pod {
-  const char *name;
+  char *name;    /* owned */
+  uint32_t gen;  /* bumped when the slot is freed */
   uint32_t run, node;
   uint16_t step;
   uint8_t phase, cstate, exists, will_fail, scheduled, in_queue;
@@ -152,6 +158,7 @@ typedef struct sim_evrec {
   const char *type, *reason;
   kb_sim_kind kind;
   int object;
+  uint32_t object_gen;
   char message[200];
 } sim_evrec;
 
@@ -164,13 +171,19 @@ typedef struct sim_stepstate {
   uint8_t state;
 } sim_stepstate;
 
+/* A run's slot is freed when the run is deleted (its pods with it) and
+ * reused by a later run; `serial` (creation order) seeds its random
+ * streams, so a reused slot does not replay its predecessor's draws. */
 typedef struct sim_run {
-  const char *name, *workflow, *ns;
+  char *name, *workflow, *ns, *error; /* owned */
+  uint32_t gen;
+  int in_use;
+  uint64_t serial;
   int pipeline;
   double fail_prob;
   sim_stepstate *steps;
   double created, wf_started, wf_finished;
-  const char *wf_phase, *wf_message, *error;
+  const char *wf_phase, *wf_message; /* literals */
   int inflight, done_pods, failed, terminated, exit_started, deleted;
   kb_sim_run_state true_state;
   kb_sim_run_state state; /* reported */
@@ -202,10 +215,15 @@ struct kb_sim {
   size_t n_nodes, cap_nodes;
   sim_pod *pods;
   size_t n_pods, cap_pods;
-  sim_pipeline **pipelines;
+  sim_pipeline **pipelines; /* NULL: a free slot */
   size_t n_pipelines, cap_pipelines;
   sim_run *runs;
   size_t n_runs, cap_runs;
+  uint64_t runs_created;
+  /* free slots, reused last-in first-out */
+  uint32_t *free_pods, *free_runs, *free_pipelines;
+  size_t n_free_pods, cap_free_pods, n_free_runs, cap_free_runs,
+      n_free_pipelines, cap_free_pipelines;
   char **images; /* interned image names */
   double *image_mb;
   size_t n_images, cap_images, cap_image_mb;
@@ -235,6 +253,10 @@ struct kb_sim {
 int sim_cluster_build(kb_sim *sim, kb_sim_error *err);
 int sim_image_intern(kb_sim *sim, const char *image);
 uint32_t sim_pod_new(kb_sim *sim);
+/* Frees the pod's slot (the pod is dead and out of every queue). */
+void sim_pod_free(kb_sim *sim, uint32_t pod);
+/* Pushes a free slot index; 0 or -1 (out of memory: the slot is lost). */
+int sim_free_push(uint32_t **v, size_t *n, size_t *cap, uint32_t i);
 void sim_touch(kb_sim *sim, kb_sim_kind kind, uint32_t idx, uint64_t *rv);
 void sim_event_emit(kb_sim *sim, const char *type, const char *reason,
                     kb_sim_kind kind, uint32_t obj, const char *fmt, ...)
@@ -255,6 +277,8 @@ void sim_sched_kick(kb_sim *sim);
 void sim_sched_pass(kb_sim *sim);
 
 /* pipeline.c */
+void sim_pipeline_hold(kb_sim *sim, int pipeline);
+void sim_pipeline_drop(kb_sim *sim, int pipeline);
 int sim_pipeline_expand(kb_sim *sim, const cJSON *doc, const cJSON *params,
                         sim_pipeline **out, kb_sim_error *err);
 

@@ -10,7 +10,7 @@ static void test_heap_order(void) {
   sim_heap h = {0};
   /* Same times must come out in insertion order. */
   double times[] = {5, 1, 5, 3, 1, 0, 5, 2};
-  for (uint32_t i = 0; i < 8; i++) KB_CHECK(sim_heap_push(&h, times[i], 0, i, 0) == 0);
+  for (uint32_t i = 0; i < 8; i++) KB_CHECK(sim_heap_push(&h, times[i], 0, i, 0, 0) == 0);
   uint32_t want[] = {5, 1, 4, 7, 3, 0, 2, 6};
   sim_event ev;
   for (int i = 0; i < 8; i++) {
@@ -21,7 +21,7 @@ static void test_heap_order(void) {
   /* Many events: nondecreasing (t, seq). */
   kb_sim_rng r;
   kb_sim_rng_seed(&r, 7);
-  for (uint32_t i = 0; i < 5000; i++) sim_heap_push(&h, floor(kb_sim_rng_uniform(&r) * 100), 0, i, 0);
+  for (uint32_t i = 0; i < 5000; i++) sim_heap_push(&h, floor(kb_sim_rng_uniform(&r) * 100), 0, i, 0, 0);
   double last_t = -1;
   uint64_t last_seq = 0;
   int ordered = 1;

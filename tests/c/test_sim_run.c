@@ -289,16 +289,36 @@ static void test_terminate_and_delete(void) {
   KB_CHECK_STR(err.message, "run 42 not found");
   KB_CHECK(kb_sim_run_create(sim, 9, NULL, &err) == KB_SIM_ENOENT);
   KB_CHECK_STR(err.message, "pipeline 9 not found");
-  /* Delete: pods go away, the run is marked. */
+  /* Delete: pods go away, the run is freed. */
   int r2 = st_run(sim, p);
   kb_sim_advance_to(sim, kb_sim_now(sim) + 20);
   int pod = st_pod(sim, r2, "s");
   KB_CHECK(pod >= 0);
+  KB_CHECK(kb_sim_pod_get(sim, pod, &pi) == 0);
+  uint32_t pod_gen = pi.gen, run_gen = st_info(sim, r2).gen;
+  const char *wf2 = st_info(sim, r2).workflow;
+  char old_name[128];
+  snprintf(old_name, sizeof old_name, "%s", wf2);
   KB_CHECK(kb_sim_run_delete(sim, r2, &err) == 0);
   KB_CHECK(kb_sim_pod_get(sim, pod, &pi) == KB_SIM_ENOENT);
-  KB_CHECK(st_info(sim, r2).deleted);
+  KB_CHECK(kb_sim_run_get(sim, r2, &ri) == KB_SIM_ENOENT);
   KB_CHECK(kb_sim_run_workflow_status(sim, r2) == NULL);
   KB_CHECK(kb_sim_run_delete(sim, r2, &err) == KB_SIM_ENOENT);
+  /* The next run takes the freed ids, with new generations and its own
+   * random draws; the deleted run's pending events do not touch it. */
+  double t_new = kb_sim_now(sim);
+  int r3 = st_run(sim, p);
+  KB_CHECK(r3 == r2);
+  KB_CHECK(st_info(sim, r3).gen == run_gen + 1);
+  KB_CHECK(strcmp(st_info(sim, r3).workflow, old_name) != 0);
+  kb_sim_run_until_idle(sim, 1e6);
+  ri = st_info(sim, r3);
+  KB_CHECK(ri.state == KB_SIM_RUN_SUCCEEDED);
+  KB_CHECK(ri.finished_at - t_new > 50); /* ran its own full step */
+  int pod3 = st_pod(sim, r3, "s");
+  KB_CHECK(pod3 == pod);
+  KB_CHECK(kb_sim_pod_get(sim, pod3, &pi) == 0 && pi.gen == pod_gen + 1);
+  KB_CHECK(kb_sim_run_delete(sim, r3, &err) == 0);
   kb_sim_run_until_idle(sim, 1e6);
   kb_sim_stats s;
   kb_sim_stats_get(sim, &s);
@@ -307,6 +327,41 @@ static void test_terminate_and_delete(void) {
 }
 
 /* Default profile: the reported state trails the workflow (B6). */
+/* A long simulation of create-and-delete cycles reuses its slots: the
+ * model's arrays stay at the high-water mark of live objects, and a
+ * released pipeline is freed once its last run is. */
+static void test_slots_are_recycled(void) {
+  kb_sim *sim = st_sim("fast", NULL, 9);
+  kb_sim_error err;
+  int p = load_one(sim, "1");
+  int first = -1;
+  for (int cycle = 0; cycle < 500; cycle++) {
+    int live[4];
+    for (int i = 0; i < 4; i++) live[i] = st_run(sim, p);
+    if (cycle == 0) first = live[0];
+    kb_sim_run_until_idle(sim, 1e6);
+    for (int i = 0; i < 4; i++) KB_CHECK(st_info(sim, live[i]).state == KB_SIM_RUN_SUCCEEDED);
+    for (int i = 0; i < 4; i++) KB_CHECK(kb_sim_run_delete(sim, live[i], &err) == 0);
+  }
+  KB_CHECK(first >= 0);
+  KB_CHECK(kb_sim_run_count(sim) <= 4);
+  KB_CHECK(kb_sim_pod_count(sim) <= 4);
+  kb_sim_stats s;
+  kb_sim_stats_get(sim, &s);
+  KB_CHECK(s.runs_total == 2000 && s.runs_active == 0);
+  /* Released while a run uses it: it lives until the run goes. */
+  int r = st_run(sim, p);
+  kb_sim_pipeline_release(sim, p);
+  KB_CHECK(kb_sim_pipeline_steps(sim, p) == 1);
+  kb_sim_run_until_idle(sim, 1e6);
+  KB_CHECK(st_info(sim, r).state == KB_SIM_RUN_SUCCEEDED);
+  KB_CHECK(kb_sim_run_delete(sim, r, &err) == 0);
+  KB_CHECK(kb_sim_pipeline_name(sim, p) == NULL);
+  KB_CHECK(kb_sim_run_create(sim, p, NULL, &err) == KB_SIM_ENOENT);
+  KB_CHECK(load_one(sim, "1") == p); /* the freed id is reused */
+  kb_sim_free(sim);
+}
+
 static void test_persistence_lag(void) {
   kb_sim *sim = st_sim("default", NULL, 5);
   int p = load_one(sim, "1");
@@ -441,6 +496,7 @@ int main(void) {
   KB_RUN(test_failure_rate);
   KB_RUN(test_lost_pool);
   KB_RUN(test_terminate_and_delete);
+  KB_RUN(test_slots_are_recycled);
   KB_RUN(test_persistence_lag);
   KB_RUN(test_determinism);
   KB_RUN(test_taxi_calibration);
