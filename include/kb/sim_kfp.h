@@ -61,26 +61,45 @@ int kb_sim_kfp_handle(kb_sim_kfp *kfp, kb_httpd_req *req);
  * series (handling time in sim seconds). */
 void kb_sim_kfp_metrics(kb_sim_kfp *kfp, kb_buf *out);
 
-/* Runs ever created through the API (deleted ones included), in creation
- * order; index i is stable. */
+/* Runs in the store, in creation order: the live ones, and deleted ones
+ * until the store sweeps them (after any later KFP request). A sweep
+ * shifts the indexes, so walk 0 .. count-1 without a KFP request in
+ * between. */
 size_t kb_sim_kfp_run_count(const kb_sim_kfp *kfp);
 
 typedef struct kb_sim_kfp_run_ref {
   const char *run_id;        /* KFP run id (UUID) */
   const char *display_name;
   const char *experiment_id;
-  const char *namespace_;    /* Kubernetes namespace of the workflow */
+  const char *namespace_;    /* Kubernetes namespace of the workflow; NULL once deleted */
   const char *recurring_run_id; /* NULL unless started by a recurring run */
-  int sim_run;               /* index for kb_sim_run_get (changes on retry) */
-  int deleted;               /* deleted through the API */
+  int sim_run;               /* index for kb_sim_run_get (changes on retry); -1 once deleted */
+  int deleted;               /* deleted through the API (swept soon) */
   int archived;
 } kb_sim_kfp_run_ref;
 
 /* Fills *out for run i (0 .. count-1): 0, or KB_SIM_ENOENT. The strings
- * live as long as kfp. */
+ * live until the run is deleted and swept: copy them before the next KFP
+ * request. */
 int kb_sim_kfp_run_at(const kb_sim_kfp *kfp, size_t i, kb_sim_kfp_run_ref *out);
 
-/* The KFP run id of a simulator run, or NULL. */
+/* The KFP run id of a model run, or NULL (not a KFP run, or deleted). */
 const char *kb_sim_kfp_run_id_of(const kb_sim_kfp *kfp, int sim_run);
+
+/* What the store holds, for tests and soaks: objects per kind (live, and
+ * deleted ones not swept yet), the id index (live objects only) and the
+ * model pipelines it holds (kb_sim_pipeline_load without release). */
+typedef struct kb_sim_kfp_stats {
+  size_t pipelines, versions, experiments, runs, recurring; /* held */
+  size_t live_pipelines, live_versions, live_experiments, live_runs, live_recurring;
+  size_t index_entries, index_slots;
+  size_t sim_pipelines;  /* model pipeline holds: versions and their caches */
+  size_t sim_map_slots;  /* model run id -> KFP run map */
+  size_t compactions;    /* vector compactions so far */
+  size_t kept_versions;  /* deleted versions the last compaction kept: still
+                            referred to by a live run or recurring run */
+} kb_sim_kfp_stats;
+
+void kb_sim_kfp_stats_get(const kb_sim_kfp *kfp, kb_sim_kfp_stats *out);
 
 #endif

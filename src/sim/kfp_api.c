@@ -398,6 +398,7 @@ int kb_sim_kfp_handle(kb_sim_kfp *kfp, kb_httpd_req *req) {
   answer(kfp, &r, lat);
   req_free(&r);
   kfp_schedule_tick(kfp);
+  kfp_store_sweep(kfp); /* the answer is serialised: nothing borrows from the store */
   return 1;
 }
 
@@ -422,8 +423,8 @@ static kfp_experiment *default_experiment(kb_sim_kfp *kfp) {
                               "grouped here.");
   e->created_at = kfp_now_unix(kfp);
   e->seq = ++kfp->seq;
-  if (!e->id || !e->name || !e->description || kfp_vec_push(&kfp->experiments, e) ||
-      kfp_index_put(kfp, e->id, KFP_EXPERIMENT, e)) {
+  if (!e->id || !e->name || !e->description ||
+      kfp_store_add(kfp, KFP_EXPERIMENT, e->id, e)) {
     free(e->id), free(e->name), free(e->description), free(e);
     return NULL;
   }
@@ -487,7 +488,7 @@ int kb_sim_kfp_run_at(const kb_sim_kfp *kfp, size_t i, kb_sim_kfp_run_ref *out) 
   const kfp_run *run = kfp->runs.items[i];
   kb_sim_run_info ri;
   memset(&ri, 0, sizeof ri);
-  kb_sim_run_get(kfp->sim, run->sim_run, &ri);
+  if (run->sim_run >= 0) kb_sim_run_get(kfp->sim, run->sim_run, &ri);
   *out = (kb_sim_kfp_run_ref){run->id, run->display_name, run->experiment_id, ri.namespace_,
                               run->recurring_run_id, run->sim_run, run->deleted, run->archived};
   return 0;
@@ -496,4 +497,27 @@ int kb_sim_kfp_run_at(const kb_sim_kfp *kfp, size_t i, kb_sim_kfp_run_ref *out) 
 const char *kb_sim_kfp_run_id_of(const kb_sim_kfp *kfp, int sim_index) {
   const kfp_run *run = kfp_run_of_sim(kfp, sim_index);
   return run ? run->id : NULL;
+}
+
+void kb_sim_kfp_stats_get(const kb_sim_kfp *kfp, kb_sim_kfp_stats *out) {
+  memset(out, 0, sizeof *out);
+  out->pipelines = kfp->pipelines.n;
+  out->versions = kfp->versions.n;
+  out->experiments = kfp->experiments.n;
+  out->runs = kfp->runs.n;
+  out->recurring = kfp->recurring.n;
+  out->live_pipelines = kfp_live_count(&kfp->pipelines);
+  out->live_versions = kfp_live_count(&kfp->versions);
+  out->live_experiments = kfp_live_count(&kfp->experiments);
+  out->live_runs = kfp_live_count(&kfp->runs);
+  out->live_recurring = kfp_live_count(&kfp->recurring);
+  out->index_entries = kfp->index_n;
+  out->index_slots = kfp->index_cap;
+  for (size_t i = 0; i < kfp->versions.n; i++) {
+    const kfp_version *v = kfp->versions.items[i];
+    out->sim_pipelines += 1 + v->n_cache;
+  }
+  out->sim_map_slots = kfp->sim_to_run_cap;
+  out->compactions = kfp->compactions;
+  out->kept_versions = kfp->versions.n_kept;
 }

@@ -44,12 +44,8 @@ void kfp_h_create_experiment(kfp_req *r) {
   e->description = kfp_strdup(jstr(b, "description"));
   e->created_at = kfp_now_unix(kfp);
   e->seq = ++kfp->seq;
-  if (!e->id || !e->name || kfp_vec_push(&kfp->experiments, e)) {
+  if (!e->id || !e->name || kfp_store_add(kfp, KFP_EXPERIMENT, e->id, e)) {
     free(e->id), free(e->name), free(e->description), free(e);
-    goto oom;
-  }
-  if (kfp_index_put(kfp, e->id, KFP_EXPERIMENT, e)) {
-    e->deleted = 1;
     goto oom;
   }
   kfp_reply(r, r->ver == 1 ? kfp_j_v1_experiment(kfp, e) : kfp_j_v2_experiment(kfp, e));
@@ -119,7 +115,7 @@ void kfp_h_delete_experiment(kfp_req *r) {
               v1s(r), ext, e->id);
     return;
   }
-  e->deleted = 1;
+  kfp_mark_deleted(r->kfp, KFP_EXPERIMENT, e);
   kfp_reply_empty(r);
 }
 

@@ -17,6 +17,9 @@ typedef enum kfp_kind {
 typedef struct kfp_vec {
   void **items;
   size_t n, cap;
+  /* store vectors only: deleted objects still held, and how many of them
+   * the last compaction had to keep (pinned versions) */
+  size_t n_deleted, n_kept;
 } kfp_vec;
 
 typedef struct kfp_params_sim {
@@ -40,10 +43,11 @@ typedef struct kfp_version {
   cJSON *docs;        /* the YAML documents (array) */
   cJSON *spec;        /* pipeline_spec as the API shows it */
   const char *format; /* "v1" (Argo) or "v2" (IR) */
-  int sim_pipeline;   /* loaded with the default parameters */
-  kfp_params_sim *cache;
+  int sim_pipeline;   /* loaded with the default parameters (held) */
+  kfp_params_sim *cache; /* loads with other parameters (held), oldest first */
   size_t n_cache;
   cJSON *tags;
+  int pins;           /* live targets referring to it: kept while deleted */
   int deleted;
 } kfp_version;
 
@@ -54,9 +58,12 @@ typedef struct kfp_experiment {
   int archived, deleted;
 } kfp_experiment;
 
-/* What a run or a recurring run executes. */
+/* What a run or a recurring run executes. A target pins its version
+ * (version->pins) so that a deleted version stays runnable for the
+ * recurring runs and retries that refer to it. */
 typedef struct kfp_target {
   char *pipeline_id, *pipeline_version_id;
+  kfp_version *version; /* pinned; set iff pipeline_version_id */
   cJSON *pipeline_spec; /* inline spec (owned) or NULL */
   cJSON *parameters;    /* name -> value, or NULL */
   char *pipeline_root;
@@ -64,11 +71,12 @@ typedef struct kfp_target {
 } kfp_target;
 
 typedef struct kfp_run {
-  size_t index; /* in kfp->runs */
   char *id, *display_name, *description, *experiment_id;
   char *service_account, *recurring_run_id;
   kfp_target t;
-  int sim_run;
+  int sim_run;          /* the model run; -1 once deleted */
+  int *retried;         /* model runs it had before retries (kept until deleted) */
+  size_t n_retried;
   int64_t created_at;
   uint64_t seq;
   int archived, deleted;
@@ -107,8 +115,9 @@ struct kb_sim_kfp {
   kfp_slot *index;
   size_t index_cap, index_n;
   char *default_experiment_id;
-  int *sim_to_run; /* sim run index -> kfp run index, -1 */
+  kfp_run **sim_to_run; /* model run id -> its KFP run, or NULL */
   size_t sim_to_run_cap;
+  size_t compactions;   /* vector compactions so far (stats) */
   kfp_metrics *metrics;
   kfp_pending *pending; /* delayed responses */
   uv_timer_t *sched_timer;
@@ -118,7 +127,20 @@ struct kb_sim_kfp {
 int kfp_vec_push(kfp_vec *v, void *item);
 /* A fresh UUID (version 4 layout) from kfp's seeded stream. */
 char *kfp_uuid(kb_sim_kfp *kfp);
-int kfp_index_put(kb_sim_kfp *kfp, const char *key, kfp_kind kind, void *obj);
+/* Appends obj (whose id is `id`, owned by obj) to its kind's vector and to
+ * the id index. On failure (-1) nothing changed and the caller still owns
+ * obj; on success the store owns it. */
+int kfp_store_add(kb_sim_kfp *kfp, kfp_kind kind, const char *id, void *obj);
+/* Deletes a stored object: flagged, out of the id index at once (so
+ * lookups miss it), freed by a later kfp_store_sweep. A run or recurring
+ * run drops its version pin here; the caller has already deleted a run's
+ * model runs (kfp_run_delete). Idempotent. */
+void kfp_mark_deleted(kb_sim_kfp *kfp, kfp_kind kind, void *obj);
+/* Frees deleted objects, at a point where no handler holds a borrowed
+ * pointer (after a request was answered). Amortised: a vector is compacted
+ * only once the deletions since its last compaction exceed half its size
+ * plus a constant, so n deletions cost O(n) overall. */
+void kfp_store_sweep(kb_sim_kfp *kfp);
 /* The live (not deleted) object of that kind with that id, or NULL. */
 void *kfp_lookup(const kb_sim_kfp *kfp, const char *id, kfp_kind kind);
 char *kfp_strdup(const char *s); /* NULL stays NULL */
@@ -135,9 +157,12 @@ kfp_experiment *kfp_experiment_by_name(const kb_sim_kfp *kfp, const char *name,
 size_t kfp_pipeline_version_count(const kb_sim_kfp *kfp, const char *pipeline_id);
 /* The newest live version of a pipeline (created_at, then creation order). */
 kfp_version *kfp_latest_version(const kb_sim_kfp *kfp, const char *pipeline_id);
-size_t kfp_live_count(const kfp_vec *v, kfp_kind kind);
+size_t kfp_live_count(const kfp_vec *v); /* of a store vector */
+/* The live KFP run over a model run, or NULL. */
 kfp_run *kfp_run_of_sim(const kb_sim_kfp *kfp, int sim_run);
-int kfp_map_sim_run(kb_sim_kfp *kfp, int sim_run, size_t run_index);
+/* Maps a model run to its KFP run (run NULL: forgets the model run id,
+ * which the model may reuse once the run is deleted). */
+int kfp_map_sim_run(kb_sim_kfp *kfp, int sim_run, kfp_run *run);
 
 /* ---- requests --------------------------------------------------------------- */
 
@@ -308,8 +333,12 @@ void kfp_h_disable_recurring(kfp_req *r);
 
 /* Shared by runs and recurring runs: resolves the pipeline a run executes
  * into a simulator pipeline id (loading it with the parameters when
- * needed). Replies the error and returns -1 on failure. */
-int kfp_target_sim_pipeline(kfp_req *r, const kfp_target *t, const char *wrap);
+ * needed). Replies the error and returns -1 on failure. *hold is set to 1
+ * when the id is a load nobody else holds (an inline spec, or a version
+ * load the cache could not keep): the caller releases it
+ * (kb_sim_pipeline_release) once its model run is created, or on failure;
+ * the model keeps a pipeline alive while a run uses it. */
+int kfp_target_sim_pipeline(kfp_req *r, const kfp_target *t, const char *wrap, int *hold);
 /* Resolves v2 pipeline_version_reference / pipeline_spec / runtime_config
  * or v1 pipeline_spec / resource_references into t. Replies on error. */
 int kfp_target_from_v2(kfp_req *r, const cJSON *obj, kfp_target *t, const char *wrap);
@@ -330,7 +359,8 @@ kfp_version *kfp_version_create(kfp_req *r, kfp_pipeline *p, const char *name,
 kfp_pipeline *kfp_pipeline_create(kfp_req *r, const char *name, const char *display_name,
                                   const char *description, const char *ns, int upload,
                                   const char *wrap);
-void kfp_delete_pipeline_obj(kb_sim_kfp *kfp, kfp_pipeline *p);
+/* Deletes a run: its model runs (current and retried) and the record. */
+void kfp_run_delete(kb_sim_kfp *kfp, kfp_run *run);
 
 /* ---- recurring-run scheduling (kfp_recurring.c) ------------------------------ */
 

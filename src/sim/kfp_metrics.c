@@ -149,18 +149,18 @@ void kfp_metrics_write(kfp_metrics *m, const kb_sim_kfp *kfp, kb_buf *out) {
                    counters[i][1], counters[i][0], counters[i][0],
                    (unsigned long long)m->values[i]);
   gauge(out, "run_server_run_count", "The current number of runs in Kubeflow Pipelines instance",
-        kfp_live_count(&kfp->runs, KFP_RUN));
+        kfp_live_count(&kfp->runs));
   gauge(out, "pipeline_server_pipeline_count",
         "The current number of pipelines in Kubeflow Pipelines instance",
-        kfp_live_count(&kfp->pipelines, KFP_PIPELINE));
+        kfp_live_count(&kfp->pipelines));
   gauge(out, "pipeline_server_pipeline_version_count",
         "The current number of pipeline versions in Kubeflow Pipelines instance",
-        kfp_live_count(&kfp->versions, KFP_VERSION));
+        kfp_live_count(&kfp->versions));
   gauge(out, "experiment_server_run_count",
         "The current number of experiments in Kubeflow Pipelines instance",
-        kfp_live_count(&kfp->experiments, KFP_EXPERIMENT));
+        kfp_live_count(&kfp->experiments));
   gauge(out, "job_server_job_count", "The current number of jobs in Kubeflow Pipelines instance",
-        kfp_live_count(&kfp->recurring, KFP_RECURRING));
+        kfp_live_count(&kfp->recurring));
   if (!m->nt) return;
   kb_buf_appendf(out, "# HELP grpc_server_handled_total Total number of RPCs completed on the "
                       "server, regardless of success or failure.\n"

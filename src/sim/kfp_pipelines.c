@@ -43,13 +43,9 @@ kfp_pipeline *kfp_pipeline_create(kfp_req *r, const char *name, const char *disp
   p->namespace_ = kfp_strdup(ns);
   p->created_at = kfp_now_unix(kfp);
   p->seq = ++kfp->seq;
-  if (!p->id || !p->name || !p->display_name || kfp_vec_push(&kfp->pipelines, p)) {
+  if (!p->id || !p->name || !p->display_name || kfp_store_add(kfp, KFP_PIPELINE, p->id, p)) {
     free(p->id), free(p->name), free(p->display_name), free(p->description);
     free(p->namespace_), free(p);
-    goto oom;
-  }
-  if (kfp_index_put(kfp, p->id, KFP_PIPELINE, p)) {
-    p->deleted = 1;
     goto oom;
   }
   return p;
@@ -117,7 +113,10 @@ static kfp_version *version_from_docs(kfp_req *r, kfp_pipeline *p, const char *n
     return NULL;
   }
   kfp_version *v = calloc(1, sizeof *v);
-  if (!v) goto oom;
+  if (!v) {
+    kb_sim_pipeline_release(kfp->sim, sp);
+    goto oom;
+  }
   v->id = kfp_uuid(kfp);
   v->pipeline_id = kfp_strdup(p->id);
   v->name = kfp_strdup(name);
@@ -137,17 +136,14 @@ static kfp_version *version_from_docs(kfp_req *r, kfp_pipeline *p, const char *n
     v->spec = cJSON_Duplicate(doc, 1);
   }
   if (!v->id || !v->pipeline_id || !v->name || !v->display_name || !v->spec ||
-      kfp_vec_push(&kfp->versions, v)) {
+      kfp_store_add(kfp, KFP_VERSION, v->id, v)) {
+    kb_sim_pipeline_release(kfp->sim, sp);
     free(v->id), free(v->pipeline_id), free(v->name), free(v->display_name);
     free(v->description), free(v->package_url), free(v->code_source_url);
     cJSON_Delete(v->spec), free(v);
     goto oom;
   }
   v->docs = docs;
-  if (kfp_index_put(kfp, v->id, KFP_VERSION, v)) {
-    v->deleted = 1;
-    return NULL;
-  }
   return v;
 oom:
   kfp_error(r, KFP_INTERNAL, "Internal Server Error", "%s: out of memory", wrap);
@@ -253,7 +249,7 @@ static kfp_pipeline *create_with_url(kfp_req *r, const char *name, const char *d
   kfp_pipeline *p = kfp_pipeline_create(r, pname, display_name, description, "", 0, wrap);
   if (p && !kfp_version_create(r, p, pname, p->display_name, description, text, len, url, NULL,
                                0, wrap)) {
-    p->deleted = 1;
+    kfp_mark_deleted(r->kfp, KFP_PIPELINE, p);
     p = NULL;
   }
   free(text);
@@ -361,12 +357,13 @@ void kfp_h_list_pipelines(kfp_req *r) {
   if (!rc) reply_list(r, "pipelines", &page, total, next, r->ver == 1 ? j_p1 : j_p2);
 }
 
-void kfp_delete_pipeline_obj(kb_sim_kfp *kfp, kfp_pipeline *p) {
+/* With its versions (cascade). */
+static void delete_pipeline(kb_sim_kfp *kfp, kfp_pipeline *p) {
   for (size_t i = 0; i < kfp->versions.n; i++) {
     kfp_version *v = kfp->versions.items[i];
-    if (!strcmp(v->pipeline_id, p->id)) v->deleted = 1;
+    if (!strcmp(v->pipeline_id, p->id)) kfp_mark_deleted(kfp, KFP_VERSION, v);
   }
-  p->deleted = 1;
+  kfp_mark_deleted(kfp, KFP_PIPELINE, p);
 }
 
 void kfp_h_delete_pipeline(kfp_req *r) {
@@ -389,7 +386,7 @@ void kfp_h_delete_pipeline(kfp_req *r) {
       return;
     }
   }
-  kfp_delete_pipeline_obj(r->kfp, p);
+  delete_pipeline(r->kfp, p);
   kfp_reply_empty(r);
 }
 
@@ -464,7 +461,7 @@ void kfp_h_delete_version(kfp_req *r) {
            r->ver == 1 ? " (v1beta1)" : "", r->ver == 1 ? r->params[0] : r->params[1]);
   kfp_version *v = find_version(r, wrap);
   if (!v) return;
-  v->deleted = 1;
+  kfp_mark_deleted(r->kfp, KFP_VERSION, v);
   kfp_reply_empty(r);
 }
 
@@ -591,7 +588,7 @@ void kfp_h_upload_pipeline(kfp_req *r) {
   kfp_pipeline *p = kfp_pipeline_create(r, name, display, desc, "", 1, wrap);
   if (p && !kfp_version_create(r, p, name, display, desc, part->data, part->len, NULL,
                                kfp_query(r, "code_source_url"), 1, wrap)) {
-    p->deleted = 1;
+    kfp_mark_deleted(r->kfp, KFP_PIPELINE, p);
     p = NULL;
   }
   kb_multipart_free(&mp);

@@ -103,12 +103,16 @@ void kfp_h_create_recurring(kfp_req *r) {
     kfp_error(r, KFP_INTERNAL, "Internal Server Error", "%s: out of memory", wrap);
     return;
   }
+  /* the pipeline must compile now (the server validates the spec); each
+   * trigger resolves it again */
+  int hold = 0, sp = -1;
   if ((r->ver == 1 ? kfp_target_from_v1 : kfp_target_from_v2)(r, b, &rr->t, wrap) ||
-      kfp_target_sim_pipeline(r, &rr->t, wrap) < 0) {
+      (sp = kfp_target_sim_pipeline(r, &rr->t, wrap, &hold)) < 0) {
     kfp_target_free(&rr->t);
     free(rr);
     return;
   }
+  if (hold) kb_sim_pipeline_release(kfp->sim, sp);
   const cJSON *mode = cJSON_GetObjectItemCaseSensitive(b, "mode");
   rr->enabled = r->ver == 1 ? cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "enabled")) ||
                                   (cJSON_IsString(mode) && !strcmp(mode->valuestring, "ENABLED"))
@@ -129,7 +133,7 @@ void kfp_h_create_recurring(kfp_req *r) {
   rr->seq = ++kfp->seq;
   double base = rr->start_time > (double)rr->created_at ? rr->start_time : (double)rr->created_at;
   rr->next_fire = first_fire(rr, base);
-  if (!rr->id || !rr->display_name || kfp_vec_push(&kfp->recurring, rr)) {
+  if (!rr->id || !rr->display_name || kfp_store_add(kfp, KFP_RECURRING, rr->id, rr)) {
     free(rr->id), free(rr->display_name), free(rr->description), free(rr->experiment_id);
     free(rr->service_account), free(rr->cron);
     kfp_target_free(&rr->t);
@@ -137,7 +141,6 @@ void kfp_h_create_recurring(kfp_req *r) {
     kfp_error(r, KFP_INTERNAL, "Internal Server Error", "%s: out of memory", wrap);
     return;
   }
-  if (kfp_index_put(kfp, rr->id, KFP_RECURRING, rr)) rr->deleted = 1;
   kfp_reply(r, r->ver == 1 ? kfp_j_v1_job(kfp, rr) : kfp_j_v2_recurring(kfp, rr));
 }
 
@@ -196,7 +199,7 @@ void kfp_h_list_recurring(kfp_req *r) {
 void kfp_h_delete_recurring(kfp_req *r) {
   kfp_recurring *rr = find(r, "delete");
   if (!rr) return;
-  rr->deleted = 1;
+  kfp_mark_deleted(r->kfp, KFP_RECURRING, rr);
   kfp_reply_empty(r);
 }
 

@@ -63,6 +63,8 @@ static int set_version(kfp_req *r, kfp_target *t, const char *pid, const char *v
   }
   t->pipeline_id = kfp_strdup(v->pipeline_id);
   t->pipeline_version_id = kfp_strdup(v->id);
+  t->version = v;
+  v->pins++;
   return 0;
 }
 
@@ -149,42 +151,63 @@ static int load_inline(kb_sim_kfp *kfp, const cJSON *spec, const cJSON *params,
   return rc;
 }
 
-int kfp_target_sim_pipeline(kfp_req *r, const kfp_target *t, const char *wrap) {
-  kb_sim_kfp *kfp = r ? r->kfp : NULL;
-  kb_sim_error err = {0};
-  int sp = -1;
-  if (t->pipeline_version_id) {
-    kfp_version *v = NULL;
-    /* deleted versions still run (recurring runs keep their reference) */
-    for (size_t i = 0; i < kfp->versions.n && !v; i++) {
-      kfp_version *c = kfp->versions.items[i];
-      if (!strcmp(c->id, t->pipeline_version_id)) v = c;
+/* Parameter sets whose loads a version keeps: enough for the sweeps a
+ * benchmark runs, bounded so that runs with ever-new parameters (a seed
+ * per run) do not grow the version without end. */
+#define KFP_PARAMS_CACHE 16
+
+/* The version's load for these parameters (cached), or -1. */
+static int version_sim_pipeline(kb_sim_kfp *kfp, kfp_version *v, const cJSON *params,
+                                kb_sim_error *err, int *hold) {
+  if (!params) return v->sim_pipeline;
+  char *key = cJSON_PrintUnformatted(params);
+  for (size_t i = 0; key && i < v->n_cache; i++)
+    if (!strcmp(v->cache[i].key, key)) {
+      cJSON_free(key);
+      return v->cache[i].sim_pipeline;
     }
-    if (!v) {
+  const cJSON *docs = cJSON_GetArraySize(v->docs) > 1 ? v->docs : cJSON_GetArrayItem(v->docs, 0);
+  int sp = kb_sim_pipeline_load(kfp->sim, docs, params, err);
+  char *owned = sp >= 0 && key ? kfp_strdup(key) : NULL;
+  cJSON_free(key);
+  if (sp < 0) return -1;
+  if (!owned) {
+    *hold = 1; /* not cached: the caller releases it */
+    return sp;
+  }
+  if (v->n_cache == KFP_PARAMS_CACHE) {
+    /* the oldest goes; runs still using it keep it alive in the model */
+    kb_sim_pipeline_release(kfp->sim, v->cache[0].sim_pipeline);
+    free(v->cache[0].key);
+    memmove(v->cache, v->cache + 1, --v->n_cache * sizeof *v->cache);
+  }
+  kfp_params_sim *c = v->n_cache ? v->cache : malloc(KFP_PARAMS_CACHE * sizeof *c);
+  if (!c) {
+    free(owned);
+    *hold = 1;
+    return sp;
+  }
+  v->cache = c;
+  c[v->n_cache++] = (kfp_params_sim){owned, sp};
+  return sp;
+}
+
+int kfp_target_sim_pipeline(kfp_req *r, const kfp_target *t, const char *wrap, int *hold) {
+  kb_sim_kfp *kfp = r->kfp;
+  kb_sim_error err = {0};
+  int sp;
+  *hold = 0;
+  if (t->pipeline_version_id) {
+    /* the pinned version: a deleted one still runs (recurring runs and
+     * retries keep their reference) */
+    if (!t->version) {
       kfp_not_found(r, wrap, "PipelineVersion", t->pipeline_version_id);
       return -1;
     }
-    if (!t->parameters) return v->sim_pipeline;
-    char *key = cJSON_PrintUnformatted(t->parameters);
-    for (size_t i = 0; key && i < v->n_cache; i++)
-      if (!strcmp(v->cache[i].key, key)) {
-        cJSON_free(key);
-        return v->cache[i].sim_pipeline;
-      }
-    const cJSON *docs = cJSON_GetArraySize(v->docs) > 1 ? v->docs : cJSON_GetArrayItem(v->docs, 0);
-    sp = kb_sim_pipeline_load(kfp->sim, docs, t->parameters, &err);
-    if (sp >= 0 && key) {
-      kfp_params_sim *c = realloc(v->cache, (v->n_cache + 1) * sizeof *c);
-      if (c) {
-        v->cache = c;
-        c[v->n_cache].key = kfp_strdup(key);
-        c[v->n_cache].sim_pipeline = sp;
-        if (c[v->n_cache].key) v->n_cache++;
-      }
-    }
-    cJSON_free(key);
+    sp = version_sim_pipeline(kfp, t->version, t->parameters, &err, hold);
   } else {
     sp = load_inline(kfp, t->pipeline_spec, t->parameters, &err);
+    *hold = sp >= 0;
   }
   if (sp < 0) {
     char ext[400];
@@ -192,6 +215,13 @@ int kfp_target_sim_pipeline(kfp_req *r, const kfp_target *t, const char *wrap) {
     kfp_error(r, KFP_INVALID_ARGUMENT, ext, "%s: Invalid input error: %s", wrap, ext);
   }
   return sp;
+}
+
+static void free_unstored(kfp_run *run) {
+  free(run->id), free(run->display_name), free(run->description);
+  free(run->experiment_id), free(run->service_account), free(run->recurring_run_id);
+  kfp_target_free(&run->t);
+  free(run);
 }
 
 kfp_run *kfp_run_start(kb_sim_kfp *kfp, kfp_req *r, const char *display_name,
@@ -204,8 +234,12 @@ kfp_run *kfp_run_start(kb_sim_kfp *kfp, kfp_req *r, const char *display_name,
     scratch.kfp = kfp;
     r = &scratch;
   }
-  int sp = kfp_target_sim_pipeline(r, t, wrap);
+  int hold;
+  int sp = kfp_target_sim_pipeline(r, t, wrap, &hold);
   kfp_run *run = sp >= 0 ? calloc(1, sizeof *run) : NULL;
+  if (sp >= 0 && !run)
+    kfp_error(r, KFP_INTERNAL, "Internal Server Error", "%s: InternalServerError: out of memory",
+              wrap);
   if (run) {
     run->id = kfp_uuid(kfp);
     run->display_name = kfp_strdup(display_name);
@@ -220,31 +254,45 @@ kfp_run *kfp_run_start(kb_sim_kfp *kfp, kfp_req *r, const char *display_name,
     run->sim_run = -1;
     if (!run->id || !run->display_name || kfp_target_copy(&run->t, t) ||
         (run->sim_run = kb_sim_run_create(kfp->sim, sp, &o, &err)) < 0 ||
-        kfp_vec_push(&kfp->runs, run)) {
-      if (run->sim_run >= 0) kb_sim_run_delete(kfp->sim, run->sim_run, NULL);
-      free(run->id), free(run->display_name), free(run->description);
-      free(run->experiment_id), free(run->service_account), free(run->recurring_run_id);
-      kfp_target_free(&run->t);
-      free(run);
+        kfp_map_sim_run(kfp, run->sim_run, run) ||
+        kfp_store_add(kfp, KFP_RUN, run->id, run)) {
+      if (run->sim_run >= 0) {
+        kfp_map_sim_run(kfp, run->sim_run, NULL);
+        kb_sim_run_delete(kfp->sim, run->sim_run, NULL);
+      }
+      free_unstored(run);
       run = NULL;
       kfp_error(r, KFP_INTERNAL, "Internal Server Error",
                 "%s: InternalServerError: Failed to create a workflow: %s", wrap,
                 err.message[0] ? err.message : "out of memory");
     }
   }
+  if (hold) kb_sim_pipeline_release(kfp->sim, sp); /* the run (if any) keeps it */
   if (run) {
-    run->index = kfp->runs.n - 1;
     kb_sim_run_info ri;
     memset(&ri, 0, sizeof ri);
     kb_sim_run_get(kfp->sim, run->sim_run, &ri);
     run->created_at = kfp_sim_time(kfp, ri.created_at);
-    kfp_map_sim_run(kfp, run->sim_run, run->index);
-    if (kfp_index_put(kfp, run->id, KFP_RUN, run)) run->deleted = 1;
     kfp_experiment *e = kfp_lookup(kfp, experiment_id, KFP_EXPERIMENT);
     if (e) e->last_run_created_at = run->created_at;
   }
   if (r == &scratch) kb_buf_free(&scratch.out);
   return run;
+}
+
+void kfp_run_delete(kb_sim_kfp *kfp, kfp_run *run) {
+  /* the model frees them and may reuse their ids: forget them first */
+  for (size_t i = 0; i < run->n_retried; i++) {
+    kfp_map_sim_run(kfp, run->retried[i], NULL);
+    kb_sim_run_delete(kfp->sim, run->retried[i], NULL);
+  }
+  run->n_retried = 0;
+  if (run->sim_run >= 0) {
+    kfp_map_sim_run(kfp, run->sim_run, NULL);
+    kb_sim_run_delete(kfp->sim, run->sim_run, NULL);
+    run->sim_run = -1;
+  }
+  kfp_mark_deleted(kfp, KFP_RUN, run);
 }
 
 void kfp_h_create_run(kfp_req *r) {
@@ -274,7 +322,7 @@ void kfp_h_create_run(kfp_req *r) {
                                jstr2(b, "service_account", "serviceAccount"), NULL, wrap);
   kfp_target_free(&t);
   if (!run) return;
-  r->stored_rows = kfp->runs.n;
+  r->stored_rows = kfp_live_count(&kfp->runs);
   kfp_reply(r, r->ver == 1 ? kfp_j_v1_run_detail(kfp, run) : kfp_j_v2_run(kfp, run));
 }
 
@@ -316,7 +364,7 @@ void kfp_h_list_runs(kfp_req *r) {
   }
   size_t total;
   char *next;
-  r->stored_rows = kfp_live_count(&kfp->runs, KFP_RUN);
+  r->stored_rows = kfp_live_count(&kfp->runs);
   int rc = kfp_list(r, &kfp_list_runs, cand.items, cand.n,
                     r->ver == 1 ? "Failed to list v1beta1 runs" : "Failed to list runs", &page,
                     &total, &next);
@@ -342,9 +390,8 @@ void kfp_h_delete_run(kfp_req *r) {
   snprintf(w, sizeof w, "%s: Failed to delete run %s as it does not exist", wrap, r->params[0]);
   kfp_run *run = find(r, w);
   if (!run) return;
-  kb_sim_run_delete(r->kfp->sim, run->sim_run, NULL);
-  run->deleted = 1;
-  r->stored_rows = r->kfp->runs.n;
+  kfp_run_delete(r->kfp, run);
+  r->stored_rows = kfp_live_count(&r->kfp->runs);
   kfp_reply_empty(r);
 }
 
@@ -400,17 +447,30 @@ void kfp_h_retry_run(kfp_req *r) {
   }
   /* The simulator cannot resume a workflow: it reruns the pipeline under
    * the same KFP run (same id and created_at). */
-  int sp = kfp_target_sim_pipeline(r, &run->t, "Failed to retry a run");
+  int *retried = realloc(run->retried, (run->n_retried + 1) * sizeof *retried);
+  if (!retried) {
+    kfp_error(r, KFP_INTERNAL, "Internal Server Error",
+              "Failed to retry a run: InternalServerError: out of memory");
+    return;
+  }
+  run->retried = retried;
+  int hold;
+  int sp = kfp_target_sim_pipeline(r, &run->t, "Failed to retry a run", &hold);
   if (sp < 0) return;
   kb_sim_error err = {0};
   kb_sim_run_opts o = {run->display_name, NULL, "kubeflow", -1};
   int sr = kb_sim_run_create(kfp->sim, sp, &o, &err);
-  if (sr < 0) {
+  if (hold) kb_sim_pipeline_release(kfp->sim, sp);
+  if (sr < 0 || kfp_map_sim_run(kfp, sr, run)) {
+    if (sr >= 0) kb_sim_run_delete(kfp->sim, sr, NULL);
     kfp_error(r, KFP_INTERNAL, "Internal Server Error",
-              "Failed to retry a run: InternalServerError: %s", err.message);
+              "Failed to retry a run: InternalServerError: %s",
+              sr < 0 ? err.message : "out of memory");
     return;
   }
+  /* the old model run stays (its workflow and pods, mapped to this run)
+   * until the KFP run is deleted */
+  if (run->sim_run >= 0) run->retried[run->n_retried++] = run->sim_run;
   run->sim_run = sr;
-  kfp_map_sim_run(kfp, sr, run->index);
   kfp_reply_empty(r);
 }

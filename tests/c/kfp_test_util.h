@@ -27,9 +27,49 @@ typedef struct kt_server {
   int port;
 } kt_server;
 
+/* GET /kt/store: the KFP store's and the model's sizes, read on the loop's
+ * thread (where KFP sweeps), with the live KFP runs in store order. */
+static void kt_store(kt_server *s, kb_httpd_req *req) {
+  kb_sim_kfp_stats st;
+  kb_sim_kfp_stats_get(s->kfp, &st);
+  cJSON *o = cJSON_CreateObject();
+  const struct { const char *k; size_t v; } f[] = {
+      {"pipelines", st.pipelines}, {"versions", st.versions}, {"experiments", st.experiments},
+      {"runs", st.runs}, {"recurring", st.recurring}, {"live_pipelines", st.live_pipelines},
+      {"live_versions", st.live_versions}, {"live_experiments", st.live_experiments},
+      {"live_runs", st.live_runs}, {"live_recurring", st.live_recurring},
+      {"index_entries", st.index_entries}, {"index_slots", st.index_slots},
+      {"sim_pipelines", st.sim_pipelines}, {"sim_map_slots", st.sim_map_slots},
+      {"compactions", st.compactions}, {"kept_versions", st.kept_versions},
+      {"model_pipeline_slots", kb_sim_pipeline_count(s->sim)},
+      {"model_run_slots", kb_sim_run_count(s->sim)}};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) cJSON_AddNumberToObject(o, f[i].k, (double)f[i].v);
+  size_t live = 0;
+  for (size_t i = 0; i < kb_sim_run_count(s->sim); i++) {
+    kb_sim_run_info ri;
+    live += kb_sim_run_get(s->sim, (int)i, &ri) == 0;
+  }
+  cJSON_AddNumberToObject(o, "model_runs", (double)live);
+  cJSON *ids = cJSON_AddArrayToObject(o, "run_ids");
+  for (size_t i = 0; i < kb_sim_kfp_run_count(s->kfp); i++) {
+    kb_sim_kfp_run_ref ref;
+    if (!kb_sim_kfp_run_at(s->kfp, i, &ref) && !ref.deleted)
+      cJSON_AddItemToArray(ids, cJSON_CreateString(ref.run_id));
+  }
+  char *body = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  kb_httpd_header h[] = {{"Content-Type", "application/json"}};
+  kb_httpd_respond(req, 200, h, 1, body, strlen(body));
+  cJSON_free(body);
+}
+
 static void kt_handle(kb_httpd_req *req, void *ud) {
   kt_server *s = ud;
   if (kb_sim_kfp_handle(s->kfp, req)) return;
+  if (!strcmp(kb_httpd_req_path(req), "/kt/store")) {
+    kt_store(s, req);
+    return;
+  }
   kb_httpd_header h[] = {{"Content-Type", "text/plain; version=0.0.4"}};
   if (!strcmp(kb_httpd_req_path(req), "/metrics")) {
     kb_buf b = KB_BUF_INIT;

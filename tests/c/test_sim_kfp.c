@@ -1,6 +1,7 @@
 /* The KFP REST API of the simulator, over real HTTP on loopback: the
  * benchmark notebook's v1 flow, the v2 flow with uploads, paging, errors,
- * terminate/archive, recurring runs, metrics and healthz. */
+ * terminate/archive, recurring runs, metrics and healthz, and the store
+ * freeing what is deleted (bounded through long create/delete storms). */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -47,6 +48,14 @@ static char *wait_v2(kt_server *s, const char *id) {
     if (!state) kt_sleep_ms(10);
   }
   return state;
+}
+
+/* A page token for a query string: base64 may hold '+', '/' and '='. */
+static void escape_token(const char *tok, char *out, size_t cap) {
+  char *o = out;
+  for (const char *c = tok ? tok : ""; *c && o < out + cap - 4; c++)
+    o += (*c == '+' || *c == '/' || *c == '=') ? sprintf(o, "%%%02X", *c) : (*o = *c, 1);
+  *o = 0;
 }
 
 static void test_healthz(void) {
@@ -323,14 +332,7 @@ static void test_list_paging(void) {
     for (int i = 0; i < n && seen < 25; i++)
       snprintf(first_ids[seen++], 40, "%s", kt_str(cJSON_GetArrayItem(runs, i), "run_id"));
     const char *next = kt_str(r.json, "next_page_token");
-    token[0] = 0;
-    if (next) {
-      /* base64 may hold '+', '/' and '=': escape for the query */
-      char *o = token;
-      for (const char *c = next; *c && o < token + sizeof token - 4; c++)
-        o += (*c == '+' || *c == '/' || *c == '=') ? sprintf(o, "%%%02X", *c) : (*o = *c, 1);
-      *o = 0;
-    }
+    escape_token(next, token, sizeof token);
     pages++;
     kt_free(&r);
   } while (*token && pages < 5);
@@ -540,6 +542,22 @@ static void test_terminate_archive(void) {
   t = kt_json(s, "GET", path, NULL);
   KB_CHECK(!finished_v2(kt_str(t.json, "state")));
   kt_free(&t);
+  /* the canceled model run stays beside the retry until the run is
+   * deleted; then both go */
+  t = kt_json(s, "GET", "/kt/store", NULL);
+  KB_CHECK(kt_num(t.json, "model_runs") == 2);
+  kt_free(&t);
+  t = kt_json(s, "DELETE", path, NULL);
+  KB_CHECK(t.status == 200);
+  kt_free(&t);
+  t = kt_json(s, "GET", "/kt/store", NULL);
+  KB_CHECK(kt_num(t.json, "model_runs") == 0);
+  KB_CHECK(kt_num(t.json, "live_runs") == 0);
+  KB_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(t.json, "run_ids")) == 0);
+  kt_free(&t);
+  t = kt_json(s, "GET", path, NULL);
+  KB_CHECK(t.status == 404);
+  kt_free(&t);
   kt_free(&r);
   kt_free(&p);
   kt_stop(s);
@@ -608,6 +626,358 @@ static void test_recurring(void) {
   kt_free(&l);
   kt_free(&rr);
   kt_free(&p);
+  kt_stop(s);
+}
+
+/* ---- the store frees what is deleted ---- */
+
+/* The id at `key` of a 200 answer (malloc'd), or NULL. */
+static char *create(kt_server *s, const char *path, const char *body, const char *key) {
+  kt_resp r = kt_json(s, "POST", path, body);
+  KB_CHECK(r.status == 200);
+  char *id = r.status == 200 && kt_str(r.json, key) ? strdup(kt_str(r.json, key)) : NULL;
+  kt_free(&r);
+  return id;
+}
+
+static char *create_pipeline(kt_server *s, const char *name) {
+  char body[PATH_MAX + 200];
+  snprintf(body, sizeof body, "{\"name\":\"%s\",\"url\":{\"pipeline_url\":\"%s\"}}", name,
+           file_url(HELLO));
+  return create(s, "/apis/v1beta1/pipelines", body, "id");
+}
+
+static char *create_experiment(kt_server *s, const char *name) {
+  char body[300];
+  snprintf(body, sizeof body, "{\"display_name\":\"%s\"}", name);
+  return create(s, "/apis/v2beta1/experiments", body, "experiment_id");
+}
+
+/* A v2 run of pipeline pid's latest version; msg: its "message" parameter
+ * or NULL for the defaults. */
+static char *create_run(kt_server *s, const char *name, const char *eid, const char *pid,
+                        const char *msg) {
+  char body[600], params[100] = "";
+  if (msg) snprintf(params, sizeof params, ",\"runtime_config\":{\"parameters\":{\"message\":\"%s\"}}", msg);
+  snprintf(body, sizeof body,
+           "{\"display_name\":\"%s\",\"experiment_id\":\"%s\",\"pipeline_version_reference\":{"
+           "\"pipeline_id\":\"%s\"}%s}",
+           name, eid, pid, params);
+  return create(s, "/apis/v2beta1/runs", body, "run_id");
+}
+
+static long request_status(kt_server *s, const char *method, const char *fmt, const char *id) {
+  char path[300];
+  snprintf(path, sizeof path, fmt, id ? id : "");
+  kt_resp r = kt_json(s, method, path, NULL);
+  long st = r.status;
+  kt_free(&r);
+  return st;
+}
+
+/* After a sweep a store vector holds at most twice its live objects plus
+ * the sweep's slack: deleted ones exceed half of it by at most 32. */
+static int held_bounded(const cJSON *st, const char *kind) {
+  char live[40];
+  snprintf(live, sizeof live, "live_%s", kind);
+  return kt_num(st, kind) >= kt_num(st, live) && kt_num(st, kind) <= 2 * kt_num(st, live) + 64;
+}
+
+static void check_store_bounded(kt_server *s) {
+  kt_resp r = kt_json(s, "GET", "/kt/store", NULL);
+  const cJSON *st = r.json;
+  KB_CHECK(held_bounded(st, "runs"));
+  KB_CHECK(held_bounded(st, "pipelines"));
+  KB_CHECK(held_bounded(st, "versions"));
+  KB_CHECK(held_bounded(st, "experiments"));
+  /* the index holds exactly the live objects */
+  KB_CHECK(kt_num(st, "index_entries") ==
+           kt_num(st, "live_runs") + kt_num(st, "live_pipelines") + kt_num(st, "live_versions") +
+               kt_num(st, "live_experiments") + kt_num(st, "live_recurring"));
+  KB_CHECK(kt_num(st, "index_slots") <= 512);
+  /* deleted KFP runs free their model runs, and ids are reused */
+  KB_CHECK(kt_num(st, "model_runs") == kt_num(st, "live_runs"));
+  KB_CHECK(kt_num(st, "model_run_slots") <= 128);
+  KB_CHECK(kt_num(st, "sim_map_slots") <= 256);
+  /* freed versions release their model pipelines (3 loads per version
+   * here: defaults and two parameter sets) */
+  KB_CHECK(kt_num(st, "sim_pipelines") <= 3 * kt_num(st, "versions"));
+  KB_CHECK(kt_num(st, "model_pipeline_slots") <= 250);
+  kt_free(&r);
+}
+
+/* 200 storms of a pipeline, an experiment and 10 runs, all deleted again,
+ * among 50 runs that stay: the store stays bounded, and the runs that stay
+ * are found by id, kept in creation order and paged with a token taken
+ * before the storms. */
+static void test_store_sweep(void) {
+  kt_server *s = kt_start("fast", SPEED);
+  if (!s) {
+    KB_CHECK(0);
+    return;
+  }
+  enum { STORMS = 200, RUNS = 10, KEEP_FIRST = 25, KEEP = 50 };
+  char *keep_pid = create_pipeline(s, "keep");
+  char *keep_eid = create_experiment(s, "keep");
+  char *keep[KEEP] = {0};
+  size_t n_keep = 0;
+  char name[64], path[2048];
+  for (; n_keep < KEEP_FIRST; n_keep++) {
+    snprintf(name, sizeof name, "keep-%02zu", n_keep);
+    keep[n_keep] = create_run(s, name, keep_eid, keep_pid, NULL);
+  }
+  /* the first page of the runs that stay, by name */
+  snprintf(path, sizeof path,
+           "/apis/v2beta1/runs?experiment_id=%s&page_size=10&sort_by=display_name", keep_eid);
+  kt_resp first = kt_json(s, "GET", path, NULL);
+  KB_CHECK_STR(kt_str(first.json, "runs.0.display_name"), "keep-00");
+  KB_CHECK_STR(kt_str(first.json, "runs.9.display_name"), "keep-09");
+  char token[1024];
+  escape_token(kt_str(first.json, "next_page_token"), token, sizeof token);
+  KB_CHECK(token[0] != 0);
+  kt_free(&first);
+  char *gone_runs[3] = {0}, *gone_pid = NULL, *gone_eid = NULL;
+  for (int i = 0; i < STORMS; i++) {
+    snprintf(name, sizeof name, "storm-%03d", i);
+    char *pid = create_pipeline(s, name), *eid = create_experiment(s, name);
+    char *ids[RUNS];
+    for (int j = 0; j < RUNS; j++) {
+      char rname[80];
+      snprintf(rname, sizeof rname, "%s-%02d", name, j);
+      ids[j] = create_run(s, rname, eid ? eid : "", pid ? pid : "",
+                          j % 3 == 0 ? NULL : j % 3 == 1 ? "a" : "b");
+    }
+    if (i % 8 == 7 && n_keep < KEEP) {
+      snprintf(name, sizeof name, "keep-%02zu", n_keep);
+      keep[n_keep++] = create_run(s, name, keep_eid, keep_pid, NULL);
+    }
+    for (int j = 0; j < RUNS; j++) {
+      KB_CHECK(request_status(s, "DELETE", "/apis/v2beta1/runs/%s", ids[j]) == 200);
+      int slot = i == 0 && j == 0 ? 0 : i == STORMS / 2 && j == 5 ? 1 : i == STORMS - 1 && j == RUNS - 1 ? 2 : -1;
+      if (slot >= 0) gone_runs[slot] = ids[j];
+      else free(ids[j]);
+    }
+    KB_CHECK(request_status(s, "DELETE", "/apis/v2beta1/pipelines/%s?cascade=true", pid) == 200);
+    KB_CHECK(request_status(s, "DELETE", "/apis/v2beta1/experiments/%s", eid) == 200);
+    if (i == 0) {
+      gone_pid = pid, gone_eid = eid;
+    } else {
+      free(pid), free(eid);
+    }
+    if (i % 10 == 9) check_store_bounded(s);
+  }
+  KB_CHECK(n_keep == KEEP);
+  kt_resp st = kt_json(s, "GET", "/kt/store", NULL);
+  KB_CHECK(kt_num(st.json, "compactions") >= 10);
+  KB_CHECK(kt_num(st.json, "live_runs") == KEEP);
+  KB_CHECK(kt_num(st.json, "runs") < 2 * KEEP + 64);
+  /* the runs that stay, in creation order */
+  const cJSON *ids = cJSON_GetObjectItem(st.json, "run_ids");
+  KB_CHECK(cJSON_GetArraySize(ids) == KEEP);
+  for (int i = 0; i < KEEP && i < cJSON_GetArraySize(ids); i++)
+    KB_CHECK_STR(cJSON_GetArrayItem(ids, i)->valuestring, keep[i]);
+  kt_free(&st);
+  /* found by id */
+  for (int i = 0; i < KEEP; i++) {
+    snprintf(path, sizeof path, "/apis/v2beta1/runs/%s", keep[i] ? keep[i] : "");
+    kt_resp r = kt_json(s, "GET", path, NULL);
+    KB_CHECK(r.status == 200);
+    snprintf(name, sizeof name, "keep-%02d", i);
+    KB_CHECK_STR(kt_str(r.json, "display_name"), name);
+    kt_free(&r);
+  }
+  /* the token from before the storms goes on where it stopped */
+  int next = 10, pages = 0;
+  while (token[0] && pages++ < 10) {
+    snprintf(path, sizeof path, "/apis/v2beta1/runs?experiment_id=%s&page_size=10&page_token=%s",
+             keep_eid, token);
+    kt_resp r = kt_json(s, "GET", path, NULL);
+    KB_CHECK(r.status == 200);
+    KB_CHECK(kt_num(r.json, "total_size") == KEEP);
+    const cJSON *runs = cJSON_GetObjectItem(r.json, "runs");
+    for (int i = 0; i < cJSON_GetArraySize(runs); i++, next++) {
+      snprintf(name, sizeof name, "keep-%02d", next);
+      KB_CHECK_STR(kt_str(cJSON_GetArrayItem(runs, i), "display_name"), name);
+    }
+    escape_token(kt_str(r.json, "next_page_token"), token, sizeof token);
+    kt_free(&r);
+  }
+  KB_CHECK(next == KEEP);
+  /* what was deleted stays gone */
+  for (int i = 0; i < 3; i++) {
+    KB_CHECK(gone_runs[i] != NULL);
+    KB_CHECK(request_status(s, "GET", "/apis/v2beta1/runs/%s", gone_runs[i]) == 404);
+    KB_CHECK(request_status(s, "GET", "/apis/v1beta1/runs/%s", gone_runs[i]) == 404);
+    KB_CHECK(request_status(s, "DELETE", "/apis/v2beta1/runs/%s", gone_runs[i]) == 404);
+    free(gone_runs[i]);
+  }
+  KB_CHECK(request_status(s, "GET", "/apis/v2beta1/pipelines/%s", gone_pid) == 404);
+  KB_CHECK(request_status(s, "GET", "/apis/v2beta1/experiments/%s", gone_eid) == 404);
+  kt_resp l = kt_json(s, "GET", "/apis/v2beta1/pipelines", NULL);
+  KB_CHECK(kt_num(l.json, "total_size") == 1);
+  KB_CHECK_STR(kt_str(l.json, "pipelines.0.pipeline_id"), keep_pid);
+  kt_free(&l);
+  l = kt_json(s, "GET", "/apis/v2beta1/experiments", NULL);
+  KB_CHECK(kt_num(l.json, "total_size") == 2); /* Default and keep */
+  kt_free(&l);
+  l = kt_json(s, "GET", "/apis/v2beta1/runs?page_size=1", NULL);
+  KB_CHECK(kt_num(l.json, "total_size") == KEEP);
+  kt_free(&l);
+  /* a wave of 400 live runs grows the index; once they are deleted it
+   * shrinks again, and rehashing keeps every live id */
+  enum { WAVE = 400 };
+  char **wave = calloc(WAVE, sizeof *wave);
+  for (int i = 0; i < WAVE; i++) {
+    snprintf(name, sizeof name, "wave-%03d", i);
+    wave[i] = create_run(s, name, keep_eid, keep_pid, NULL);
+  }
+  st = kt_json(s, "GET", "/kt/store", NULL);
+  KB_CHECK(kt_num(st.json, "index_slots") >= 1024);
+  kt_free(&st);
+  for (int i = 0; i < WAVE; i++) {
+    KB_CHECK(request_status(s, "DELETE", "/apis/v2beta1/runs/%s", wave[i]) == 200);
+    free(wave[i]);
+  }
+  free(wave);
+  st = kt_json(s, "GET", "/kt/store", NULL);
+  KB_CHECK(kt_num(st.json, "index_slots") <= 256);
+  KB_CHECK(kt_num(st.json, "live_runs") == KEEP);
+  ids = cJSON_GetObjectItem(st.json, "run_ids");
+  KB_CHECK(cJSON_GetArraySize(ids) == KEEP);
+  for (int i = 0; i < KEEP && i < cJSON_GetArraySize(ids); i++)
+    KB_CHECK_STR(cJSON_GetArrayItem(ids, i)->valuestring, keep[i]);
+  kt_free(&st);
+  for (int i = 0; i < KEEP; i++)
+    KB_CHECK(request_status(s, "GET", "/apis/v2beta1/runs/%s", keep[i]) == 200);
+  free(gone_pid), free(gone_eid);
+  for (int i = 0; i < KEEP; i++) free(keep[i]);
+  free(keep_pid), free(keep_eid);
+  kt_stop(s);
+}
+
+/* Deletes pipelines until the versions vector has been compacted. */
+static void churn_pipelines(kt_server *s, const char *prefix) {
+  kt_resp r = kt_json(s, "GET", "/kt/store", NULL);
+  double before = kt_num(r.json, "compactions");
+  kt_free(&r);
+  for (int i = 0; i < 200; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "%s-%03d", prefix, i);
+    char *pid = create_pipeline(s, name);
+    KB_CHECK(request_status(s, "DELETE", "/apis/v2beta1/pipelines/%s?cascade=true", pid) == 200);
+    free(pid);
+    r = kt_json(s, "GET", "/kt/store", NULL);
+    double after = kt_num(r.json, "compactions"), versions = kt_num(r.json, "versions");
+    kt_free(&r);
+    if (after > before && versions <= 2) return;
+  }
+  KB_CHECK(0); /* never compacted */
+}
+
+static double recurring_runs(kt_server *s, const char *rid, cJSON **runs) {
+  char path[600];
+  snprintf(path, sizeof path,
+           "/apis/v2beta1/runs?page_size=200&filter=%%7B%%22predicates%%22%%3A%%5B%%7B%%22key%%22"
+           "%%3A%%22recurring_run_id%%22%%2C%%22operation%%22%%3A%%22EQUALS%%22%%2C%%22string_value"
+           "%%22%%3A%%22%s%%22%%7D%%5D%%7D",
+           rid);
+  kt_resp r = kt_json(s, "GET", path, NULL);
+  double n = kt_num(r.json, "total_size");
+  if (runs) *runs = cJSON_DetachItemFromObject(r.json, "runs");
+  kt_free(&r);
+  return n;
+}
+
+/* A deleted version stays while a recurring run (or a run) refers to it,
+ * and goes with the last reference. */
+static void test_version_pins(void) {
+  kt_server *s = kt_start("fast", SPEED);
+  if (!s) {
+    KB_CHECK(0);
+    return;
+  }
+  char *pid = create_pipeline(s, "pinned");
+  char body[600];
+  snprintf(body, sizeof body,
+           "{\"display_name\":\"pins\",\"pipeline_version_reference\":{\"pipeline_id\":\"%s\"},"
+           "\"runtime_config\":{\"parameters\":{\"message\":\"pinned\"}},"
+           "\"trigger\":{\"periodic_schedule\":{\"interval_second\":\"600\"}},\"max_concurrency\":\"10\"}",
+           pid ? pid : "");
+  char *rid = create(s, "/apis/v2beta1/recurringruns", body, "recurring_run_id");
+  KB_CHECK(request_status(s, "DELETE", "/apis/v2beta1/pipelines/%s?cascade=true", pid) == 200);
+  churn_pipelines(s, "churn");
+  kt_resp st = kt_json(s, "GET", "/kt/store", NULL);
+  KB_CHECK(kt_num(st.json, "kept_versions") == 1);
+  KB_CHECK(kt_num(st.json, "live_versions") == 0);
+  kt_free(&st);
+  /* the schedule still starts runs of the deleted version */
+  double n0 = recurring_runs(s, rid, NULL), n = n0;
+  for (int i = 0; i < 500 && n < n0 + 3; i++) {
+    kt_sleep_ms(10);
+    n = recurring_runs(s, rid, NULL);
+  }
+  KB_CHECK(n >= n0 + 3);
+  /* the last references go: the recurring run, then its runs */
+  KB_CHECK(request_status(s, "DELETE", "/apis/v2beta1/recurringruns/%s", rid) == 200);
+  for (int page = 0; page < 20 && recurring_runs(s, rid, NULL) > 0; page++) {
+    cJSON *runs = NULL;
+    recurring_runs(s, rid, &runs);
+    const cJSON *run;
+    cJSON_ArrayForEach(run, runs) {
+      KB_CHECK(request_status(s, "DELETE", "/apis/v2beta1/runs/%s", kt_str(run, "run_id")) == 200);
+    }
+    cJSON_Delete(runs);
+  }
+  KB_CHECK(recurring_runs(s, rid, NULL) <= 0);
+  churn_pipelines(s, "again");
+  st = kt_json(s, "GET", "/kt/store", NULL);
+  KB_CHECK(kt_num(st.json, "kept_versions") == 0);
+  KB_CHECK(kt_num(st.json, "live_runs") == 0);
+  KB_CHECK(kt_num(st.json, "model_runs") == 0);
+  kt_free(&st);
+  free(rid);
+  free(pid);
+  kt_stop(s);
+}
+
+/* Runs and recurring runs with an inline pipeline_spec load a model
+ * pipeline each; the model keeps it while the run exists, no longer. */
+static void test_inline_release(void) {
+  kt_server *s = kt_start("fast", SPEED);
+  size_t len;
+  char *yaml = st_read_file(HELLO, &len);
+  kb_yaml_error ye;
+  cJSON *spec = yaml ? kb_yaml_parse(yaml, len, &ye) : NULL;
+  char *spec_json = spec ? cJSON_PrintUnformatted(spec) : NULL;
+  KB_CHECK(s && spec_json);
+  if (!s || !spec_json) {
+    kt_stop(s);
+    free(yaml), cJSON_Delete(spec), cJSON_free(spec_json);
+    return;
+  }
+  size_t cap = strlen(spec_json) + 400;
+  char *body = malloc(cap);
+  for (int i = 0; i < 40; i++) {
+    snprintf(body, cap, "{\"display_name\":\"inline-%d\",\"pipeline_spec\":%s}", i, spec_json);
+    char *id = create(s, "/apis/v2beta1/runs", body, "run_id");
+    KB_CHECK(request_status(s, "DELETE", "/apis/v2beta1/runs/%s", id) == 200);
+    free(id);
+    snprintf(body, cap,
+             "{\"display_name\":\"inline-%d\",\"pipeline_spec\":%s,\"mode\":\"DISABLE\","
+             "\"trigger\":{\"periodic_schedule\":{\"interval_second\":\"60\"}}}",
+             i, spec_json);
+    id = create(s, "/apis/v2beta1/recurringruns", body, "recurring_run_id");
+    KB_CHECK(request_status(s, "DELETE", "/apis/v2beta1/recurringruns/%s", id) == 200);
+    free(id);
+  }
+  kt_resp st = kt_json(s, "GET", "/kt/store", NULL);
+  KB_CHECK(kt_num(st.json, "model_pipeline_slots") <= 2);
+  KB_CHECK(kt_num(st.json, "model_runs") == 0);
+  kt_free(&st);
+  free(body);
+  cJSON_free(spec_json);
+  cJSON_Delete(spec);
+  free(yaml);
   kt_stop(s);
 }
 
@@ -708,6 +1078,9 @@ int main(void) {
   KB_RUN(test_terminate_archive);
   KB_RUN(test_recurring);
   KB_RUN(test_metrics_latency);
+  KB_RUN(test_store_sweep);
+  KB_RUN(test_version_pins);
+  KB_RUN(test_inline_release);
   curl_global_cleanup();
   return kb_test_report();
 }
