@@ -376,7 +376,9 @@ T.case("lifecycle of a Job and its pods; logs", function()
   T.eq(jr[1].outcome, "complete")
   local m = jr[1].milestones
   T.ok(m.started and m.complete, "job milestones")
-  T.ok(m.complete.server >= 30 and m.complete.server <= 32, "complete ~30 s after creation (server)")
+  -- The upper bounds allow for a loaded machine: at x600 a 10 ms hiccup of
+  -- the simulator's loop before the controller reacts is 6 cluster seconds.
+  T.ok(m.complete.server >= 30 and m.complete.server <= 40, "complete ~30 s after creation (server)")
   T.ok(m.complete.observed >= 29 and m.complete.observed <= 40, "complete ~30 s (watch)")
   T.eq(pr[1].outcome, "succeeded")
   local pm = pr[1].milestones
