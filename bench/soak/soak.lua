@@ -4,7 +4,11 @@
 -- accumulates per storm: not in the client, the HTTP layers, the
 -- histograms' registry, nor in the simulator once runs are deleted.
 --
---   kbrun bench/soak/soak.lua minutes=10 [runs=20] [profile=fast]
+--   kbrun bench/soak/soak.lua minutes=10 [runs=20] [profile=fast] [k8s=true]
+--
+-- k8s=true also lists the pods and workflows through the Kubernetes API
+-- after each storm, which keeps the simulator's Kubernetes view (a JSON
+-- object per pod, watch history) live: it must stay flat too.
 local kb = require "kb"
 local storm = require "kb.kfp.storm"
 
@@ -22,7 +26,7 @@ return {
   name = "soak",
   -- host: a standalone `kbrun sim` instead of the embedded one, so this
   -- process's memory is the client's alone.
-  params = { minutes = 10.0, runs = 20, profile = "fast", speed = 600, host = "" },
+  params = { minutes = 10.0, runs = 20, profile = "fast", speed = 600, host = "", k8s = false },
   run = function(p)
     local sim = p.host == "" and kb.sim.start { profile = p.profile, speed = p.speed, seed = 3 }
       or { url = p.host, stop = function() end }
@@ -38,6 +42,12 @@ return {
       local s = storm.new(params, { quiet = true })
       s:create_pipeline(); s:create_experiment(); s:create_runs(); s:wait_runs()
       s:get_runs(); s:delete_runs(); s:cleanup()
+      if p.k8s then
+        for _, path in ipairs { "/api/v1/pods", "/apis/argoproj.io/v1alpha1/workflows" } do
+          local r = kb.http.get(sim.url .. path)
+          assert(r.status == 200, path .. ": " .. r.status)
+        end
+      end
       collectgarbage()
       local rss = rss_mb()
       samples[#samples + 1] = rss
