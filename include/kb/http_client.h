@@ -184,6 +184,13 @@ typedef struct kb_http_options {
   const char *key_pem;
   size_t key_pem_len;
   int insecure;                /* no peer/host verification (warned once) */
+  /* The name TLS sends (SNI) and verifies the certificate against, when it
+   * is not the URL's host (kubeconfig tls-server-name). The connection
+   * still goes to the URL's host and port, and Host: names it. */
+  const char *tls_server_name;
+  /* A proxy URL (http://, https://, socks5://...), as curl's
+   * CURLOPT_PROXY; "" turns off the *_PROXY environment variables. */
+  const char *proxy;
 } kb_http_options;
 
 /* Everything off, curl's defaults: kb_http_options o = KB_HTTP_OPTIONS_INIT; */

@@ -166,7 +166,7 @@ local OPTIONS = {
 }
 local TLS_OPTIONS = {
   ca_file = true, ca_pem = true, cert_file = true, cert_pem = true, key_file = true,
-  key_pem = true, insecure = true,
+  key_pem = true, insecure = true, tls_server_name = true, proxy = true,
 }
 
 local function usage(fmt, ...)

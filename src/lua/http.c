@@ -36,6 +36,9 @@
  *   ca_file, ca_pem, cert_file, cert_pem, key_file, key_pem   TLS material
  *              (files, or PEM text in memory)
  *   insecure   true: no certificate verification (warned once on stderr)
+ *   tls_server_name   the TLS name (SNI, certificate check) when it is not
+ *              the URL's host; the connection and Host: stay the URL's
+ *   proxy      a proxy URL ("" ignores the *_proxy environment variables)
  *
  * The response: { status = 200, headers = {...}, body = "...",
  *   version = "1.1" | "2", time = { dns, connect, tls, ttfb, total } }
@@ -375,10 +378,13 @@ static void set_option(lua_State *L, spec *s, const char *k) {
     else if (!strcmp(k, "ca_pem")) o->ca_pem = check_string(L, k, &n), o->ca_pem_len = n;
     else if (!strcmp(k, "cert_pem")) o->cert_pem = check_string(L, k, &n), o->cert_pem_len = n;
     else if (!strcmp(k, "key_pem")) o->key_pem = check_string(L, k, &n), o->key_pem_len = n;
+    else if (!strcmp(k, "tls_server_name")) o->tls_server_name = check_string(L, k, NULL);
+    else if (!strcmp(k, "proxy")) o->proxy = check_string(L, k, NULL);
     else
       luaL_error(L, "kb.http: unknown option '%s' (expected headers, query, body, multipart, "
                  "timeout, connect_timeout, follow_redirects, max_redirects, http2, compressed, "
-                 "ca_file, ca_pem, cert_file, cert_pem, key_file, key_pem, insecure)", k);
+                 "ca_file, ca_pem, cert_file, cert_pem, key_file, key_pem, insecure, "
+                 "tls_server_name, proxy)", k);
   }
 }
 

@@ -54,6 +54,8 @@ struct kb_http_request {
   hbuf body;
   int has_body;
   curl_mime *mime;
+  char *tls_server_name;            /* owned; applied at start */
+  struct curl_slist *connect_to;    /* owned; the real host for tls_server_name */
 
   hbuf resp_body;
   hbuf resp_headers;

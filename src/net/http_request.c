@@ -4,6 +4,7 @@
  * every buffer instead of allocating. */
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -61,7 +62,15 @@ static void easy_baseline(kb_http_request *r) {
 
 /* ---- life cycle --------------------------------------------------------------------- */
 
+static void server_name_clear(kb_http_request *r) {
+  free(r->tls_server_name);
+  r->tls_server_name = NULL;
+  curl_slist_free_all(r->connect_to);
+  r->connect_to = NULL;
+}
+
 void kb__http_request_destroy(kb_http_request *r) {
+  server_name_clear(r);
   if (r->mime) curl_mime_free(r->mime);
   if (r->easy) curl_easy_cleanup(r->easy);
   hbuf_free(&r->url);
@@ -95,6 +104,7 @@ static kb_http_request *request_alloc(kb_http_client *c) {
 
 static void request_release(kb_http_request *r) {
   kb_http_client *c = r->client;
+  server_name_clear(r);
   if (r->mime) {
     curl_mime_free(r->mime);
     r->mime = NULL;
@@ -270,6 +280,11 @@ int kb_http_request_set_options(kb_http_request *r, const kb_http_options *o) {
     rc = set_blob(e, CURLOPT_SSLKEY_BLOB, o->key_pem, o->key_pem_len);
     SET(CURLOPT_SSLKEYTYPE, "PEM");
   }
+  if (o->proxy) SET(CURLOPT_PROXY, o->proxy);
+  if (o->tls_server_name && rc == CURLE_OK) {
+    free(r->tls_server_name);
+    if (!(r->tls_server_name = strdup(o->tls_server_name))) return -ENOMEM;
+  }
   if (o->insecure) {
     SET(CURLOPT_SSL_VERIFYPEER, 0L);
     SET(CURLOPT_SSL_VERIFYHOST, 0L);
@@ -335,6 +350,45 @@ static int set_method(kb_http_request *r) {
   return rc == CURLE_OK ? 0 : -ENOMEM;
 }
 
+/* libcurl has no option for the TLS name alone (https URLs only: plain
+ * http has no TLS name). The URL gets the TLS name
+ * as its host, CURLOPT_CONNECT_TO sends the connection to the real host
+ * and port, and a Host header keeps what the server sees unchanged. */
+static int apply_server_name(kb_http_request *r) {
+  CURLU *u = curl_url();
+  char *host = NULL, *port = NULL, *given_port = NULL, *url = NULL;
+  char line[1024], hostport[600];
+  struct curl_slist *ct;
+  int err = -EINVAL;
+  if (!u || curl_url_set(u, CURLUPART_URL, r->url.p, 0) != CURLUE_OK ||
+      curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
+      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK ||
+      curl_url_set(u, CURLUPART_HOST, r->tls_server_name, 0) != CURLUE_OK ||
+      curl_url_get(u, CURLUPART_URL, &url, 0) != CURLUE_OK)
+    goto out;
+  curl_url_get(u, CURLUPART_PORT, &given_port, 0); /* NULL: the scheme's default */
+  snprintf(hostport, sizeof hostport, "%s%s%s", host, given_port ? ":" : "",
+           given_port ? given_port : "");
+  if ((size_t)snprintf(line, sizeof line, "%s:%s:%s:%s", r->tls_server_name, port, host, port) >=
+      sizeof line)
+    goto out;
+  err = -ENOMEM;
+  if (!(ct = curl_slist_append(NULL, line))) goto out;
+  curl_slist_free_all(r->connect_to);
+  r->connect_to = ct;
+  r->dirty = 1;
+  if (curl_easy_setopt(r->easy, CURLOPT_CONNECT_TO, r->connect_to) != CURLE_OK ||
+      curl_easy_setopt(r->easy, CURLOPT_URL, url) != CURLE_OK)
+    goto out;
+  if (!kb_http_request_has_header(r, "Host") && kb_http_request_add_header(r, "Host", hostport))
+    goto out;
+  err = 0;
+out:
+  curl_free(host), curl_free(port), curl_free(given_port), curl_free(url);
+  curl_url_cleanup(u);
+  return err;
+}
+
 int kb_http_request_start(kb_http_request *r, kb_http_done_cb cb, void *ud) {
   kb_http_client *c = r->client;
   if (r->started || c->closing) return -EINVAL;
@@ -346,6 +400,9 @@ int kb_http_request_start(kb_http_request *r, kb_http_done_cb cb, void *ud) {
   r->resp_headers.len = 0;
   int err;
   if (curl_easy_setopt(r->easy, CURLOPT_URL, r->url.p) != CURLE_OK) return -ENOMEM;
+  if (r->tls_server_name && strncasecmp(r->url.p, "https:", 6) == 0 &&
+      (err = apply_server_name(r)) != 0)
+    return err;
   if ((err = set_method(r)) != 0 || (err = build_header_list(r)) != 0) return err;
   r->t_start = uv_hrtime();
   if (curl_multi_add_handle(c->multi, r->easy) != CURLM_OK) return -ENOMEM;

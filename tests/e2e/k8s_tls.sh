@@ -6,8 +6,9 @@
 # credential arrived. tests/e2e/k8s_tls/check.lua then loads kubeconfigs
 # with a token, a token file, client certificate files and -data, CA file
 # and -data, exec plugins returning a token and a certificate,
-# insecure-skip-tls-verify and the in-cluster layout, and expects a wrong
-# CA to fail with class tls. Every server is stopped by PID on exit.
+# insecure-skip-tls-verify, tls-server-name (a second server whose
+# certificate names only kbrun-sni.test) and the in-cluster layout, and
+# expects a wrong CA to fail with class tls. Every server is stopped by PID on exit.
 set -u
 : "${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}"
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -46,6 +47,11 @@ printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n
 ssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout server.key -out server.csr
 ssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
   -extfile server.ext -out server.crt
+# A certificate for a name only (no IP): kubeconfig tls-server-name.
+printf 'subjectAltName=DNS:kbrun-sni.test\nextendedKeyUsage=serverAuth\n' >sni.ext
+ssl req -newkey rsa:2048 -nodes -subj "/CN=kbrun-sni.test" -keyout sni.key -out sni.csr
+ssl x509 -req -in sni.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+  -extfile sni.ext -out sni.crt
 printf 'extendedKeyUsage=clientAuth\n' >client.ext
 ssl req -newkey rsa:2048 -nodes -subj "/CN=kbrun-user/O=system:masters" -keyout client.key -out client.csr
 ssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
@@ -73,6 +79,7 @@ free_port() {
 mkdir -p nginx/logs nginx/tmp
 start_nginx() {
   PORT=$(free_port)
+  SNI_PORT=$(free_port)
   {
     [ "$(id -u)" = 0 ] && echo "user root;"
     cat <<EOF
@@ -105,6 +112,16 @@ http {
       add_header X-Auth \$auth always;
     }
   }
+  server {
+    listen 127.0.0.1:$SNI_PORT ssl;
+    ssl_certificate $WORK/sni.crt;
+    ssl_certificate_key $WORK/sni.key;
+    location / {
+      proxy_pass $SIM_URL;
+      add_header X-Host \$http_host always;
+      add_header X-SNI \$ssl_server_name always;
+    }
+  }
 }
 EOF
   } >nginx/nginx.conf
@@ -128,6 +145,7 @@ done
 
 # ---- the checks ---------------------------------------------------------------------
 export K8S_TLS_DIR="$WORK" K8S_TLS_URL="https://127.0.0.1:$PORT" K8S_TLS_PORT="$PORT"
+export K8S_TLS_SNI_URL="https://127.0.0.1:$SNI_PORT"
 export KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT="$PORT"
 "$KBRUN_BIN" -q -o "$WORK/out" "$HERE/k8s_tls/check.lua"
 code=$?

@@ -20,6 +20,7 @@ end
 -- ---- the fake API server ------------------------------------------------------
 
 local seen = {}          -- Authorization headers, in order
+local proxied = {}       -- absolute-form targets: the server played a proxy
 local rejected = {}      -- tokens answered with 401
 local RESOURCES = kb.json.encode({ kind = "APIResourceList", groupVersion = "v1", resources = {
   { name = "nodes", singularName = "node", namespaced = false, kind = "Node", verbs = { "get", "list" } },
@@ -27,6 +28,7 @@ local RESOURCES = kb.json.encode({ kind = "APIResourceList", groupVersion = "v1"
 local srv = kb.httpd.listen { handler = function(req)
   local auth = req.headers.authorization
   seen[#seen + 1] = auth or "-"
+  if req.target:match("^http://") then proxied[#proxied + 1] = req.target end
   if auth and rejected[auth] then
     return 401, '{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Unauthorized",'
       .. '"reason":"Unauthorized","code":401}', { ["Content-Type"] = "application/json" }
@@ -90,6 +92,30 @@ T.case("token user: the bearer token reaches the server, never the client's fiel
   -- token= overrides the kubeconfig's user.
   k8s.client({ kubeconfig = file, token = "other-token" }):list("nodes")
   T.eq(last_auth(), "Bearer other-token")
+end)
+
+T.case("proxy-url: every request goes through the proxy", function()
+  -- The target host does not exist: only the proxy can answer for it.
+  local file = write("proxy.yaml", kubeconfig("    {}", { server = "http://kube.invalid:8080",
+    cluster = "    proxy-url: " .. srv.url }))
+  local c = k8s.client { kubeconfig = file }
+  local before = #proxied
+  T.eq(#c:list("nodes").items, 1)
+  T.ok(#proxied > before, "the proxy got the requests")
+  T.eq(proxied[#proxied]:match("^[^?]*"), "http://kube.invalid:8080/api/v1/nodes")
+end)
+
+T.case("tls-server-name reaches kb.http (the TLS check itself: tests/e2e/k8s_tls.sh)", function()
+  local file = write("sni.yaml", kubeconfig("    {}", { server = "https://10.0.0.1:6443",
+    cluster = "    tls-server-name: api.internal\n    proxy-url: socks5://127.0.0.1:1080" }))
+  local cfg = kc.load { kubeconfig = file }
+  T.eq(cfg.tls.tls_server_name, "api.internal")
+  T.eq(cfg.tls.proxy, "socks5://127.0.0.1:1080")
+  T.eq(cfg.host, "10.0.0.1")
+  -- The same name as the URL's host needs nothing.
+  file = write("sni2.yaml", kubeconfig("    {}", { server = "https://api.internal:6443",
+    cluster = "    tls-server-name: API.internal" }))
+  T.eq(kc.load({ kubeconfig = file }).tls.tls_server_name, nil)
 end)
 
 T.case("tokenFile: relative to the kubeconfig's folder, re-read when it changes", function()
@@ -234,11 +260,9 @@ contexts: [{name: c, context: {cluster: x, user: ghost}}]
   fails(kubeconfig("    {}", { cluster = "    insecure-skip-tls-verify: true\n"
     .. "    certificate-authority-data: " .. util.b64encode("x") }),
     "insecure-skip-tls-verify and a certificate-authority are both set")
-  fails(kubeconfig("    {}", { cluster = "    tls-server-name: api.internal" }),
-    "kb.k8s: cluster 'fake': tls-server-name 'api.internal' is not supported: kbrun's HTTP client "
-      .. "cannot set a TLS server name other than the URL's host (127.0.0.1)")
-  fails(kubeconfig("    {}", { cluster = "    proxy-url: http://proxy:3128" }),
-    "kb.k8s: cluster 'fake': proxy-url is not supported by kbrun's HTTP client; set HTTPS_PROXY")
+  fails(kubeconfig("    {}", { cluster = "    proxy-url: ftp://user:secret@proxy:21" }),
+    "kb.k8s: cluster 'fake': proxy-url 'ftp://***@proxy:21' must be an http://, https:// or "
+      .. "socks5:// URL")
   fails(kubeconfig("    auth-provider: {name: gcp}"),
     "kb.k8s: user 'me': auth-provider 'gcp' is not supported")
   fails(kubeconfig("    client-certificate-data: " .. util.b64encode("x")),

@@ -196,15 +196,16 @@ local function cluster_tls(cluster, what, host)
     tls.insecure = true
   end
   local sni = str(cluster["tls-server-name"])
-  if sni and sni:lower() ~= host then
-    cfg_error("%s: tls-server-name '%s' is not supported: kbrun's HTTP client cannot set "
-      .. "a TLS server name other than the URL's host (%s); use a server URL with that "
-      .. "name (e.g. an /etc/hosts entry)", what, sni, host)
-  end
+  if sni and sni:lower() ~= host then tls.tls_server_name = sni end
   local proxy = str(cluster["proxy-url"])
   if proxy then
-    cfg_error("%s: proxy-url is not supported by kbrun's HTTP client; set HTTPS_PROXY "
-      .. "(libcurl honours it) and remove proxy-url", what)
+    -- client-go takes http, https and socks5 proxies; so does libcurl.
+    local pscheme = proxy:match("^(%a[%w+.-]*)://")
+    if not (pscheme == "http" or pscheme == "https" or pscheme == "socks5") then
+      cfg_error("%s: proxy-url '%s' must be an http://, https:// or socks5:// URL", what,
+        (proxy:gsub("//[^/@]*@", "//***@")))
+    end
+    tls.proxy = proxy
   end
   return tls
 end

@@ -17,7 +17,7 @@ local function f(name) return kb.fs.join(DIR, name) end
 local function b64(name) return util.b64encode(kb.fs.read(f(name))) end
 
 local n = 0
-local function kubeconfig(cluster, user)
+local function kubeconfig(cluster, user, server)
   n = n + 1
   local path = f(string.format("kubeconfig-%d.yaml", n))
   kb.fs.write(path, string.format([[
@@ -36,7 +36,7 @@ users:
 contexts:
 - name: tls
   context: {cluster: tls, user: u, namespace: default}
-]], URL, cluster, user))
+]], server or URL, cluster, user))
   return path
 end
 
@@ -51,6 +51,21 @@ end
 
 local CA_FILE = "    certificate-authority: ca.crt"
 local CA_DATA = "    certificate-authority-data: " .. b64("ca.crt")
+
+T.case("tls-server-name: SNI and the certificate check use it; Host: stays the URL's", function()
+  local sni_url = assert(os.getenv("K8S_TLS_SNI_URL"), "K8S_TLS_SNI_URL")
+  local cluster = CA_FILE .. "\n    tls-server-name: kbrun-sni.test"
+  local c = k8s.client { kubeconfig = kubeconfig(cluster, "    {}", sni_url) }
+  local doc, r = c:request { verb = "list", resource = "nodes", path = "/api/v1/nodes" }
+  T.eq(doc.kind, "NodeList")
+  T.eq(r.headers["x-sni"], "kbrun-sni.test")
+  T.eq(r.headers["x-host"], sni_url:match("^https://(.*)$"))
+  T.eq(#c:list("nodes").items, 6) -- a reused connection too
+  -- Without it the certificate does not name 127.0.0.1: a tls error.
+  local plain = k8s.client { kubeconfig = kubeconfig(CA_FILE, "    {}", sni_url) }
+  local err = T.raises(function() plain:list("nodes") end)
+  T.eq(err.class, "tls")
+end)
 
 T.case("token with a CA file (relative path)", function()
   local verify, auth = check(k8s.client { kubeconfig = kubeconfig(CA_FILE, "    token: tls-token-1") })
