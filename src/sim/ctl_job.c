@@ -7,6 +7,14 @@
  * startTime, completionTime, and SuccessCriteriaMet + Complete (or
  * FailureTarget + Failed, reason BackoffLimitExceeded).
  *
+ * completionMode Indexed: each pod gets a completion index (the lowest one
+ * neither done nor running), named <job>-<index>-xxxxx with the index as
+ * annotation and label batch.kubernetes.io/job-completion-index, hostname
+ * <job>-<index> and env JOB_COMPLETION_INDEX in every container, as the
+ * 1.32 controller sets them; a failed index is retried, the Job completes
+ * when every index succeeded, and status.completedIndexes lists them
+ * ("0-2,4").
+ *
  * Annotation sim.kbrun.io/fail: "true" on the Job makes every pod fail. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,17 +24,23 @@
 #include "kb/log.h"
 #include "sim_glue.h"
 
+#define INDEX_KEY "batch.kubernetes.io/job-completion-index"
+
 typedef struct job_pod {
   int run;
   char *name;
   int counted; /* 1 succeeded, -1 failed */
+  int index;   /* completion index; -1 in a NonIndexed Job */
 } job_pod;
+
+enum { IDX_PENDING, IDX_RUNNING, IDX_DONE };
 
 typedef struct job_rec {
   struct ctl_job *ctl;
   char *ns, *name, *uid, *container;
   cJSON *tmpl; /* spec.template */
   int completions, parallelism, backoff, fail, pipeline;
+  uint8_t *indexes; /* Indexed: IDX_* per completion index; NULL otherwise */
   int active, ready, succeeded, failed;
   job_pod *pods;
   size_t n_pods, cap_pods;
@@ -52,6 +66,40 @@ static job_pod *pod_of(job_rec *j, int run) {
 
 /* ---- the pods ---- */
 
+static void set_field(cJSON *obj, const char *key, const char *value) {
+  cJSON_DeleteItemFromObjectCaseSensitive(obj, key);
+  cJSON_AddStringToObject(obj, key, value);
+}
+
+static cJSON *object_field(cJSON *obj, const char *key) {
+  cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  return cJSON_IsObject(v) ? v : cJSON_AddObjectToObject(obj, key);
+}
+
+/* What the Job controller adds to the pod of an index. */
+static void set_index(const job_rec *j, cJSON *md, cJSON *spec, int index) {
+  char idx[16], host[80];
+  snprintf(idx, sizeof idx, "%d", index);
+  snprintf(host, sizeof host, "%.56s-%d", j->name, index);
+  set_field(object_field(md, "annotations"), INDEX_KEY, idx);
+  set_field(object_field(md, "labels"), INDEX_KEY, idx);
+  if (!cJSON_GetObjectItemCaseSensitive(spec, "hostname")) cJSON_AddStringToObject(spec, "hostname", host);
+  const char *kinds[] = {"initContainers", "containers"};
+  for (int k = 0; k < 2; k++) {
+    cJSON *ctr;
+    cJSON_ArrayForEach(ctr, cJSON_GetObjectItemCaseSensitive(spec, kinds[k])) {
+      cJSON *env = cJSON_GetObjectItemCaseSensitive(ctr, "env");
+      if (!cJSON_IsArray(env)) env = cJSON_AddArrayToObject(ctr, "env");
+      cJSON *var = cJSON_CreateObject();
+      cJSON_AddStringToObject(var, "name", "JOB_COMPLETION_INDEX");
+      cJSON *ref = cJSON_AddObjectToObject(cJSON_AddObjectToObject(var, "valueFrom"), "fieldRef");
+      cJSON_AddStringToObject(ref, "apiVersion", "v1");
+      cJSON_AddStringToObject(ref, "fieldPath", "metadata.annotations['" INDEX_KEY "']");
+      cJSON_AddItemToArray(env, var);
+    }
+  }
+}
+
 static cJSON *job_pod_object(void *ud, int run, int step) {
   (void)step;
   job_rec *j = ud;
@@ -72,7 +120,9 @@ static cJSON *job_pod_object(void *ud, int run, int step) {
   cJSON *refs = cJSON_AddArrayToObject(md, "ownerReferences");
   cJSON_AddItemToArray(refs, glue_owner_ref("batch/v1", "Job", j->name, j->uid));
   const cJSON *spec = cJSON_GetObjectItemCaseSensitive(j->tmpl, "spec");
-  cJSON_AddItemToObject(o, "spec", spec ? cJSON_Duplicate(spec, 1) : cJSON_CreateObject());
+  cJSON *pspec = spec ? cJSON_Duplicate(spec, 1) : cJSON_CreateObject();
+  cJSON_AddItemToObject(o, "spec", pspec);
+  if (p->index >= 0) set_index(j, md, pspec, p->index);
   return o;
 }
 
@@ -94,9 +144,16 @@ static int start_pod(job_rec *j) {
     j->pods = p;
     j->cap_pods = cap;
   }
+  int index = -1;
+  if (j->indexes) {
+    for (int i = 0; i < j->completions && index < 0; i++)
+      if (j->indexes[i] == IDX_PENDING) index = i;
+    if (index < 0) return -1; /* every index is done or running */
+  }
   char sfx[6], name[320];
   glue_suffix(g, sfx);
-  snprintf(name, sizeof name, "%.56s-%s", j->name, sfx);
+  if (index >= 0) snprintf(name, sizeof name, "%.48s-%d-%s", j->name, index, sfx);
+  else snprintf(name, sizeof name, "%.56s-%s", j->name, sfx);
   kb_sim_run_opts o = {.name = j->name, .workflow_name = name, .namespace_ = j->ns,
                        .fail_prob = j->fail ? 1 : -1};
   kb_sim_error err = {0};
@@ -105,7 +162,8 @@ static int start_pod(job_rec *j) {
     kb_log(KB_LOG_WARN, "simulator: job %s/%s: %s", j->ns, j->name, err.message);
     return -1;
   }
-  j->pods[j->n_pods++] = (job_pod){run, strdup(name), 0};
+  j->pods[j->n_pods++] = (job_pod){run, strdup(name), 0, index};
+  if (index >= 0) j->indexes[index] = IDX_RUNNING;
   glue_own_run(g, run, &job_ops, j);
   glue_event(g, kb_k8s_peek(glue_store(g), j->ctl->res, j->ns, j->name), "Normal",
              "SuccessfulCreate", "job-controller", "Created pod: %s", name);
@@ -129,6 +187,21 @@ static void add_condition(sim_glue *g, cJSON *arr, const char *type, const char 
   cJSON_AddItemToArray(arr, c);
 }
 
+/* "0-2,4": the succeeded indexes as ranges, as the controller writes them. */
+static void add_completed_indexes(const job_rec *j, cJSON *st) {
+  char out[1024];
+  size_t n = 0;
+  out[0] = 0;
+  for (int i = 0; i < j->completions && n + 32 < sizeof out; i++) {
+    if (j->indexes[i] != IDX_DONE) continue;
+    int end = i;
+    while (end + 1 < j->completions && j->indexes[end + 1] == IDX_DONE) end++;
+    n += (size_t)snprintf(out + n, sizeof out - n, end > i ? "%s%d-%d" : "%s%d", n ? "," : "", i, end);
+    i = end;
+  }
+  cJSON_AddStringToObject(st, "completedIndexes", out);
+}
+
 static void write_status(job_rec *j) {
   sim_glue *g = j->ctl->g;
   cJSON *st = cJSON_CreateObject();
@@ -140,6 +213,7 @@ static void write_status(job_rec *j) {
   if (j->active) cJSON_AddNumberToObject(st, "active", j->active);
   cJSON_AddNumberToObject(st, "ready", j->ready);
   if (j->succeeded) cJSON_AddNumberToObject(st, "succeeded", j->succeeded);
+  if (j->indexes) add_completed_indexes(j, st);
   if (j->failed) cJSON_AddNumberToObject(st, "failed", j->failed);
   cJSON_AddNumberToObject(st, "terminating", 0);
   cJSON_AddObjectToObject(st, "uncountedTerminatedPods");
@@ -175,6 +249,7 @@ static void reconcile(job_rec *j) {
       p->counted = ok ? 1 : -1;
       if (ok) j->succeeded++;
       else j->failed++;
+      if (p->index >= 0) j->indexes[p->index] = ok ? IDX_DONE : IDX_PENDING; /* retried */
       continue;
     }
     j->active++;
@@ -249,12 +324,14 @@ static void job_added(ctl_job *c, const cJSON *obj) {
   j->completions = int_field(spec, "completions", 1);
   j->parallelism = int_field(spec, "parallelism", 1);
   j->backoff = int_field(spec, "backoffLimit", 6);
+  const char *mode = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "completionMode"));
+  if (j->completions < 1) j->completions = 1;
+  if (mode && !strcmp(mode, "Indexed")) j->indexes = calloc((size_t)j->completions, 1);
   const char *fail = glue_annotation(obj, "sim.kbrun.io/fail");
   j->fail = fail && !strcmp(fail, "true");
   j->start = j->end = -1;
   j->next = c->jobs;
   c->jobs = j;
-  if (j->completions < 1) j->completions = 1;
   if (build_pipeline(c, j, obj) < 0) {
     j->gone = 1;
     return;
@@ -300,6 +377,7 @@ static void job_free(glue_ctl *base) {
     job_release_pipeline(c, j);
     for (size_t i = 0; i < j->n_pods; i++) free(j->pods[i].name);
     free(j->pods);
+    free(j->indexes);
     cJSON_Delete(j->tmpl);
     free(j->ns);
     free(j->name);

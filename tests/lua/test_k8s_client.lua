@@ -363,6 +363,46 @@ spec:
       - {name: main, image: busybox, command: [echo, hi]}
 ]]
 
+T.case("an Indexed Job: every index runs once to success, failed indexes are retried", function()
+  local c = client()
+  c:apply [[
+apiVersion: batch/v1
+kind: Job
+metadata: {name: idx}
+spec:
+  completionMode: Indexed
+  completions: 4
+  parallelism: 2
+  backoffLimit: 50
+  template:
+    metadata:
+      annotations: {sim.kbrun.io/duration: "fixed:20", sim.kbrun.io/fail-probability: "0.4"}
+    spec:
+      restartPolicy: Never
+      containers:
+      - {name: main, image: busybox}
+]]
+  local job
+  for _ = 1, 200 do
+    job = c:get("Job", "idx")
+    if job.status and job.status.completionTime then break end
+    kb.sleep(10)
+  end
+  T.eq(job.status.succeeded, 4)
+  T.eq(job.status.completedIndexes, "0-3")
+  local KEY = "batch.kubernetes.io/job-completion-index"
+  local pods = c:list("pods", { label_selector = { ["job-name"] = "idx" } }).items
+  T.eq(#pods, 4 + (job.status.failed or 0), "one pod per attempt")
+  local ok_by_index = {}
+  for _, pod in ipairs(pods) do
+    local i = pod.metadata.labels[KEY]
+    T.ok(pod.metadata.name:match("^idx%-" .. i .. "%-%w+$"), pod.metadata.name)
+    if pod.status.phase == "Succeeded" then ok_by_index[i] = (ok_by_index[i] or 0) + 1 end
+  end
+  T.same(ok_by_index, { ["0"] = 1, ["1"] = 1, ["2"] = 1, ["3"] = 1 })
+  c:delete("Job", "idx")
+end)
+
 T.case("lifecycle of a Job and its pods; logs", function()
   local c = client()
   local jobs = lifecycle.track(c, "Job", { field_selector = "metadata.name=life", window = 1 })

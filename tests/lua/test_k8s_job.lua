@@ -175,8 +175,26 @@ T.case("--apply creates the objects; the simulator runs the Job's pods", functio
     end
     T.eq(job.status.succeeded, 3, "the simulator ran 3 pods to completion")
     T.eq(job.spec.completionMode, "Indexed")
+    T.eq(job.status.completedIndexes, "0-2")
     local pods = c:list("pods", { label_selector = { ["job-name"] = "my-storm" } })
     T.eq(#pods.items, 3)
+    -- Each pod has its completion index, as the Job controller sets it:
+    -- what kb.shard reads as the shard number.
+    local KEY = "batch.kubernetes.io/job-completion-index"
+    local seen = {}
+    for _, pod in ipairs(pods.items) do
+      local idx = pod.metadata.annotations[KEY]
+      T.eq(pod.metadata.labels[KEY], idx)
+      T.ok(pod.metadata.name:match("^my%-storm%-" .. idx .. "%-%w+$"), pod.metadata.name)
+      T.eq(pod.spec.hostname, "my-storm-" .. idx)
+      local env = {}
+      for _, e in ipairs(pod.spec.containers[1].env) do env[e.name] = e end
+      T.eq(env.JOB_COMPLETION_INDEX.valueFrom.fieldRef.fieldPath, "metadata.annotations['" .. KEY .. "']")
+      T.eq(env.KBRUN_SHARD_COUNT.value, "3")
+      seen[#seen + 1] = idx
+    end
+    table.sort(seen)
+    T.same(seen, { "0", "1", "2" })
     -- Applying again: the objects exist; the message says what to do.
     local e = T.raises(function() k8s_job.apply(objs, { kubeconfig = kubeconfig }) end, "exists already")
     T.contains(tostring(e.message), "ConfigMap my-storm-scenario exists already in namespace default")
