@@ -215,6 +215,51 @@ void kb_http_request_cancel(kb_http_request *r);
 /* Releases a request (and the response it delivered) back to its client. */
 void kb_http_request_free(kb_http_request *r);
 
+/* ---- streamed responses ------------------------------------------------------
+ *
+ * A streamed request hands its response over piece by piece instead of
+ * collecting the body (a watch, a followed log):
+ *
+ *   on_head(r, head, ud)       once, when the head of the final response
+ *                              has arrived (after redirects and 1xx
+ *                              answers): status, http_version, headers,
+ *                              url, redirects, and the timings so far
+ *                              (time.total is the time to the head); body
+ *                              is empty and error KB_HTTP_OK.
+ *   on_data(r, data, len, ud)  each piece of the body, in order. The piece
+ *                              is taken; return 0 to go on, or
+ *                              KB_HTTP_STREAM_PAUSE when the caller's own
+ *                              buffer is full: the client stops reading
+ *                              from the connection (the server's sends then
+ *                              block on TCP flow control) until
+ *                              kb_http_request_resume(r).
+ *   done(r, resp, ud)          the start's callback, at the end, as for any
+ *                              request: resp->body is empty (it went to
+ *                              on_data); resp->error tells a complete body
+ *                              from one cut short (reset, timeout). A
+ *                              request that fails before its head arrives
+ *                              reports only through done.
+ *
+ * All three run from loop callbacks, never from inside libcurl or a
+ * kb_http_* call, so they may cancel r (nothing follows then), start or
+ * cancel other requests, resume r, or free the client. `head` and `data`
+ * are valid during the call only. The timeout option covers the whole
+ * transfer, paused time included. Each on_data gets what arrived since the
+ * last one (up to about 256 KiB): the pieces follow the network, not the
+ * server's HTTP chunks.
+ *
+ * Set before kb_http_request_start; returns 0, or -EINVAL once started.
+ * `ud` is given to on_head and on_data (done gets the start's). */
+typedef void (*kb_http_head_cb)(kb_http_request *r, const kb_http_response *head, void *ud);
+typedef int (*kb_http_data_cb)(kb_http_request *r, const char *data, size_t len, void *ud);
+#define KB_HTTP_STREAM_PAUSE 1
+int kb_http_request_set_stream(kb_http_request *r, kb_http_head_cb on_head,
+                               kb_http_data_cb on_data, void *ud);
+
+/* Reading again after on_data returned KB_HTTP_STREAM_PAUSE. Harmless when
+ * not paused, not streamed, or finished. */
+void kb_http_request_resume(kb_http_request *r);
+
 /* ---- headers and URLs ------------------------------------------------------ */
 
 typedef struct kb_http_header {

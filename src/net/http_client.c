@@ -17,6 +17,12 @@
  *  - finished transfers are collected once per loop iteration (uv_check),
  *    after every ready socket has been handled, and after each timer-driven
  *    curl_multi_socket_action.
+ *
+ * Streamed responses (kb_http_request_set_stream) follow the same rule:
+ * curl's callbacks only store what arrived and put the request on a
+ * delivery list; the stream callbacks run from drain(), outside curl, so
+ * they may cancel requests or resume paused ones (curl forbids re-entering
+ * the multi handle from its own callbacks).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -187,10 +193,53 @@ static int on_curl_timer(CURLM *multi, long ms, void *userp) {
   return 0;
 }
 
+/* ---- stream delivery ------------------------------------------------------------ */
+
+static void on_deliver(uv_idle_t *h) { drain(h->data); }
+
+void kb__http_stream_queue(kb_http_request *r) {
+  kb_http_client *c = r->client;
+  if (r->queued) return;
+  r->queued = 1;
+  r->qnext = NULL;
+  r->qprev = c->qtail;
+  if (c->qtail) c->qtail->qnext = r;
+  else c->qhead = r;
+  c->qtail = r;
+  /* Queued from inside curl or from a task: make sure a drain comes
+   * before the loop blocks. */
+  uv_idle_start(&c->deliver, on_deliver);
+}
+
+void kb__http_stream_unqueue(kb_http_request *r) {
+  kb_http_client *c = r->client;
+  if (!r->queued) return;
+  if (r->qprev) r->qprev->qnext = r->qnext;
+  else c->qhead = r->qnext;
+  if (r->qnext) r->qnext->qprev = r->qprev;
+  else c->qtail = r->qprev;
+  r->qprev = r->qnext = NULL;
+  r->queued = 0;
+  if (!c->qhead) uv_idle_stop(&c->deliver); /* else the loop would spin */
+}
+
+/* Until the list is empty: a callback may resume a paused stream, whose
+ * data then arrives (and is queued) before curl_easy_pause returns. */
+static void deliver_streams(kb_http_client *c) {
+  kb_http_request *r;
+  while (!c->closing && (r = c->qhead)) {
+    kb__http_stream_unqueue(r);
+    kb__http_stream_deliver(r);
+  }
+}
+
+/* ---- completions ---------------------------------------------------------------- */
+
 static void drain(kb_http_client *c) {
   CURLMsg *m;
   int left;
   c->depth++;
+  if (c->qhead) deliver_streams(c);
   while (!c->closing && (m = curl_multi_info_read(c->multi, &left))) {
     if (m->msg != CURLMSG_DONE) continue;
     CURL *easy = m->easy_handle;
@@ -252,7 +301,9 @@ kb_http_client *kb_http_client_new(uv_loop_t *loop, const kb_http_client_opts *o
   c->check.data = c;
   uv_check_start(&c->check, on_check);
   uv_unref((uv_handle_t *)&c->check);
-  c->open_handles = 2;
+  uv_idle_init(loop, &c->deliver);
+  c->deliver.data = c;
+  c->open_handles = 3;
   return c;
 }
 
@@ -275,6 +326,7 @@ static void client_destroy(kb_http_client *c) {
   c->nsocks = 0;
   uv_close((uv_handle_t *)&c->timer, on_client_handle_closed);
   uv_close((uv_handle_t *)&c->check, on_client_handle_closed);
+  uv_close((uv_handle_t *)&c->deliver, on_client_handle_closed);
   curl_global_cleanup();
 }
 

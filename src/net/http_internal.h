@@ -57,8 +57,24 @@ struct kb_http_request {
   char *tls_server_name;            /* owned; applied at start */
   struct curl_slist *connect_to;    /* owned; the real host for tls_server_name */
 
-  hbuf resp_body;
+  hbuf resp_body;    /* the body; for a stream, what awaits on_data */
   hbuf resp_headers;
+  int follow;        /* follow_redirects: a 3xx with Location is not final */
+
+  /* Streaming (kb_http_request_set_stream); all 0 for a plain request. */
+  int stream;
+  kb_http_head_cb on_head;
+  kb_http_data_cb on_data;
+  void *stream_ud;
+  hbuf spare;        /* the other half of resp_body while on_data runs */
+  int head_state;    /* HEAD_NONE, HEAD_READY (not delivered), HEAD_SENT */
+  long head_status;  /* of the response whose headers are arriving */
+  int head_location; /* that response has a Location header */
+  int hold;          /* the consumer asked for a pause */
+  int paused;        /* our write callback paused the transfer */
+  int was_paused;    /* the handle was paused once: destroyed, not reused */
+  int queued;        /* on the client's list of streams to deliver */
+  kb_http_request *qprev, *qnext;
   uint64_t t_start;  /* uv_hrtime() at start */
   int sock_errno;    /* errno of a failed socket() in OPENSOCKETFUNCTION */
   hbuf msg;          /* error message, redacted URL, hint */
@@ -81,6 +97,14 @@ struct kb_http_client {
   kb_http_request *active; /* started requests */
   size_t nactive;
 
+  /* Streams with a head or body to deliver, oldest first. The idle handle
+   * runs while the list is not empty so the loop does not block in poll
+   * before the check phase delivers them. */
+  kb_http_request *qhead, *qtail;
+  uv_idle_t deliver;
+  kb_http_request *delivering; /* whose stream callback runs; NULL if it
+                                  was cancelled from inside it */
+
   int depth;         /* > 0 while finishing transfers (callbacks run) */
   int closing;       /* kb_http_client_free was called */
   int warned_insecure;
@@ -92,11 +116,22 @@ curl_socket_t kb__http_open_socket(void *clientp, curlsocktype purpose,
 int kb__http_close_socket(void *clientp, curl_socket_t fd);
 void kb__http_request_activate(kb_http_request *r);
 void kb__http_request_deactivate(kb_http_request *r);
+/* Puts a stream on the delivery list (no-op if on it) / takes it off. */
+void kb__http_stream_queue(kb_http_request *r);
+void kb__http_stream_unqueue(kb_http_request *r);
+
+enum { HEAD_NONE, HEAD_READY, HEAD_SENT };
+/* kb__http_stream_deliver results */
+enum { DELIVER_OK = 0, DELIVER_GONE = -1, DELIVER_CLOSING = -2 };
 
 /* http_request.c */
 /* Fills r->resp from the finished transfer and runs the callback. */
 void kb__http_request_finish(kb_http_request *r, CURLcode rc);
 void kb__http_request_destroy(kb_http_request *r);
+/* Runs the stream callbacks for what r has waiting (head, then body).
+ * DELIVER_GONE: a callback cancelled r; DELIVER_CLOSING: a callback freed
+ * the client (r still exists). */
+int kb__http_stream_deliver(kb_http_request *r);
 
 /* http_error.c */
 kb_http_error kb__http_classify(CURLcode rc, int sock_errno);

@@ -1,7 +1,16 @@
 /* Request objects of the HTTP client: building, starting, finishing and
  * recycling. A request owns one curl easy handle for its whole life; released
  * requests go to the client's free list so the hot path reuses the handle and
- * every buffer instead of allocating. */
+ * every buffer instead of allocating.
+ *
+ * A streamed request (kb_http_request_set_stream) has its own curl write
+ * and header callbacks; a plain one never runs stream code. They store the
+ * body in resp_body and mark when the final head is complete; drain() (in
+ * http_client.c) then calls kb__http_stream_deliver from outside curl.
+ * Flow control uses curl's own pause: the write callback refuses bytes
+ * (CURL_WRITEFUNC_PAUSE) while the consumer holds the stream or too much
+ * awaits delivery, and curl_easy_pause(CONT) runs only from deliver or from
+ * kb_http_request_resume, never inside a curl callback. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -16,6 +25,7 @@
 #define KEEP_SMALL (4 * 1024)  /* url, header and message buffers kept on reuse */
 #define KEEP_LARGE (64 * 1024) /* request and response bodies kept on reuse */
 #define MAX_FREE 512           /* idle requests kept per client */
+#define STREAM_PENDING (256 * 1024) /* stream bytes awaiting on_data before curl pauses */
 
 /* ---- curl callbacks ------------------------------------------------------------ */
 
@@ -37,6 +47,46 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud) {
   }
   if (len <= 2) return len; /* the blank line closing the header block */
   return hbuf_append(&r->resp_headers, p, len) == 0 ? len : 0;
+}
+
+/* A streamed body: stored until drain() hands it to on_data. Refusing a
+ * piece (CURL_WRITEFUNC_PAUSE) pauses the transfer; curl keeps the piece
+ * and offers it again once kb__http_stream_deliver unpauses it. */
+static size_t on_stream_body(char *p, size_t size, size_t n, void *ud) {
+  kb_http_request *r = ud;
+  size_t len = size * n;
+  if (r->hold || r->resp_body.len >= STREAM_PENDING) {
+    r->paused = r->was_paused = 1;
+    return CURL_WRITEFUNC_PAUSE;
+  }
+  if (hbuf_append(&r->resp_body, p, len) != 0) return 0;
+  if (r->head_state == HEAD_NONE) r->head_state = HEAD_READY; /* body bytes: the head was final */
+  kb__http_stream_queue(r);
+  return len;
+}
+
+/* Whether the header block that just ended is the final response's: not a
+ * 1xx, and not a redirect curl is about to follow. (When in doubt, the
+ * first body byte or the end of the transfer settles it.) */
+static int head_is_final(const kb_http_request *r) {
+  if (r->head_status < 200) return 0;
+  return !(r->follow && r->head_status / 100 == 3 && r->head_location);
+}
+
+static size_t on_stream_header(char *p, size_t size, size_t n, void *ud) {
+  kb_http_request *r = ud;
+  size_t len = size * n;
+  if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
+    const char *sp = memchr(p, ' ', len);
+    r->head_status = sp ? strtol(sp + 1, NULL, 10) : 0;
+    r->head_location = 0;
+  } else if (len > 9 && strncasecmp(p, "Location:", 9) == 0) {
+    r->head_location = 1;
+  } else if (len <= 2 && r->head_state == HEAD_NONE && head_is_final(r)) {
+    r->head_state = HEAD_READY;
+    kb__http_stream_queue(r);
+  }
+  return on_header(p, size, n, ud);
 }
 
 /* The options every request has; curl_easy_reset clears them. */
@@ -77,6 +127,7 @@ void kb__http_request_destroy(kb_http_request *r) {
   hbuf_free(&r->hdr_text);
   hbuf_free(&r->body);
   hbuf_free(&r->resp_body);
+  hbuf_free(&r->spare);
   hbuf_free(&r->resp_headers);
   hbuf_free(&r->msg);
   free(r->hdr_nodes);
@@ -102,6 +153,18 @@ static kb_http_request *request_alloc(kb_http_client *c) {
   return r;
 }
 
+static void stream_clear(kb_http_request *r) {
+  hbuf_reset(&r->spare, KEEP_LARGE);
+  r->stream = 0;
+  r->on_head = NULL;
+  r->on_data = NULL;
+  r->stream_ud = NULL;
+  r->head_state = HEAD_NONE;
+  r->head_status = 0;
+  r->head_location = 0;
+  r->hold = r->paused = 0;
+}
+
 static void request_release(kb_http_request *r) {
   kb_http_client *c = r->client;
   server_name_clear(r);
@@ -109,7 +172,9 @@ static void request_release(kb_http_request *r) {
     curl_mime_free(r->mime);
     r->mime = NULL;
   }
-  if (c->closing || c->nfree >= MAX_FREE) {
+  /* A handle that was paused may keep curl's paused-transfer state (and
+   * the piece it holds for us) across curl_easy_reset: not worth reusing. */
+  if (c->closing || c->nfree >= MAX_FREE || r->was_paused) {
     kb__http_request_destroy(r);
     return;
   }
@@ -124,6 +189,8 @@ static void request_release(kb_http_request *r) {
   hbuf_reset(&r->resp_body, KEEP_LARGE);
   hbuf_reset(&r->resp_headers, KEEP_SMALL);
   hbuf_reset(&r->msg, KEEP_SMALL);
+  if (r->stream) stream_clear(r);
+  r->follow = 0;
   r->nheaders = 0;
   r->has_body = 0;
   r->url_has_query = 0;
@@ -257,6 +324,7 @@ int kb_http_request_set_options(kb_http_request *r, const kb_http_options *o) {
   do { if (rc == CURLE_OK) rc = curl_easy_setopt(e, opt, val); } while (0)
   if (o->timeout_ms) SET(CURLOPT_TIMEOUT_MS, clamp_ms(o->timeout_ms));
   if (o->connect_timeout_ms) SET(CURLOPT_CONNECTTIMEOUT_MS, clamp_ms(o->connect_timeout_ms));
+  r->follow = o->follow_redirects;
   if (o->follow_redirects) {
     SET(CURLOPT_FOLLOWLOCATION, 1L);
     SET(CURLOPT_MAXREDIRS, o->max_redirects < 0 ? 10L : o->max_redirects);
@@ -411,7 +479,36 @@ int kb_http_request_start(kb_http_request *r, kb_http_done_cb cb, void *ud) {
   return 0;
 }
 
+int kb_http_request_set_stream(kb_http_request *r, kb_http_head_cb on_head,
+                               kb_http_data_cb on_data, void *ud) {
+  if (r->started || !on_head || !on_data) return -EINVAL;
+  r->stream = 1;
+  r->on_head = on_head;
+  r->on_data = on_data;
+  r->stream_ud = ud;
+  r->dirty = 1;
+  curl_easy_setopt(r->easy, CURLOPT_WRITEFUNCTION, on_stream_body);
+  curl_easy_setopt(r->easy, CURLOPT_HEADERFUNCTION, on_stream_header);
+  /* A proxy's "200 Connection established" would pass for the final head. */
+  curl_easy_setopt(r->easy, CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
+  return 0;
+}
+
+static void stream_unpause(kb_http_request *r) {
+  r->paused = 0;
+  /* May run on_stream_body at once with the piece curl kept. */
+  curl_easy_pause(r->easy, CURLPAUSE_CONT);
+}
+
+void kb_http_request_resume(kb_http_request *r) {
+  r->hold = 0;
+  /* Pending bytes first: deliver() unpauses once they are handed over. */
+  if (r->started && r->paused && r->resp_body.len == 0) stream_unpause(r);
+}
+
 void kb_http_request_cancel(kb_http_request *r) {
+  if (r->client->delivering == r) r->client->delivering = NULL;
+  if (r->queued) kb__http_stream_unqueue(r);
   if (r->started) {
     curl_multi_remove_handle(r->client->multi, r->easy);
     r->started = 0;
@@ -455,9 +552,9 @@ static int version_number(long v) {
   }
 }
 
-void kb__http_request_finish(kb_http_request *r, CURLcode rc) {
-  kb__http_request_deactivate(r);
-  r->started = 0;
+/* The response's particulars but its body and outcome: what on_head gets,
+ * and the start of what done gets. */
+static void fill_head(kb_http_request *r) {
   kb_http_response *resp = &r->resp;
   CURL *e = r->easy;
   long v = 0;
@@ -471,12 +568,13 @@ void kb__http_request_finish(kb_http_request *r, CURLcode rc) {
   curl_easy_getinfo(e, CURLINFO_EFFECTIVE_URL, &url);
   resp->url = url ? url : r->url.p;
   fill_timings(r, &resp->time);
-  if (hbuf_reserve(&r->resp_body, 1) == 0) r->resp_body.p[r->resp_body.len] = '\0';
-  resp->body = r->resp_body.p ? r->resp_body.p : "";
-  resp->body_len = r->resp_body.p ? r->resp_body.len : 0;
   resp->headers = r->resp_headers.p ? r->resp_headers.p : "";
   resp->headers_len = r->resp_headers.len;
   resp->method = r->method;
+}
+
+static void fill_outcome(kb_http_request *r, CURLcode rc) {
+  kb_http_response *resp = &r->resp;
   resp->curl_code = (int)rc;
   resp->error = kb__http_classify(rc, r->sock_errno);
   if (resp->error) {
@@ -484,5 +582,71 @@ void kb__http_request_finish(kb_http_request *r, CURLcode rc) {
   } else {
     resp->message = resp->detail = resp->hint = resp->safe_url = "";
   }
+}
+
+static int deliver_head(kb_http_request *r) {
+  kb_http_client *c = r->client;
+  r->head_state = HEAD_SENT;
+  fill_head(r);
+  r->resp.body = "";
+  r->resp.body_len = 0;
+  fill_outcome(r, CURLE_OK);
+  c->delivering = r;
+  r->on_head(r, &r->resp, r->stream_ud);
+  if (c->delivering != r) return DELIVER_GONE;
+  c->delivering = NULL;
+  return c->closing ? DELIVER_CLOSING : DELIVER_OK;
+}
+
+/* The pending bytes go out in their own buffer: on_data may resume r,
+ * and curl then appends to resp_body before curl_easy_pause returns. */
+static int deliver_data(kb_http_request *r) {
+  kb_http_client *c = r->client;
+  hbuf out = r->resp_body;
+  r->resp_body = r->spare;
+  r->spare = (hbuf){0};
+  c->delivering = r;
+  int rc = r->on_data(r, out.p, out.len, r->stream_ud);
+  if (c->delivering != r) {
+    hbuf_free(&out); /* r is gone or recycled: the buffer is ours alone */
+    return DELIVER_GONE;
+  }
+  c->delivering = NULL;
+  out.len = 0;
+  r->spare = out;
+  if (rc == KB_HTTP_STREAM_PAUSE) r->hold = 1;
+  return c->closing ? DELIVER_CLOSING : DELIVER_OK;
+}
+
+int kb__http_stream_deliver(kb_http_request *r) {
+  int rc;
+  if (r->head_state == HEAD_READY && (rc = deliver_head(r)) != DELIVER_OK) return rc;
+  if (r->head_state == HEAD_SENT && r->resp_body.len && (rc = deliver_data(r)) != DELIVER_OK)
+    return rc;
+  if (r->started && r->paused && !r->hold) stream_unpause(r);
+  return DELIVER_OK;
+}
+
+/* What a finished stream still has for on_head and on_data comes before
+ * done. Returns 0 to go on to done, -1 when r is gone. */
+static int stream_flush(kb_http_request *r, CURLcode rc) {
+  kb__http_stream_unqueue(r);
+  /* A body-less final response (204, 304...) never said it was final. */
+  if (rc == CURLE_OK && r->head_state == HEAD_NONE) r->head_state = HEAD_READY;
+  int d = kb__http_stream_deliver(r);
+  if (d == DELIVER_CLOSING) kb_http_request_cancel(r); /* no longer on the active list */
+  return d == DELIVER_OK ? 0 : -1;
+}
+
+void kb__http_request_finish(kb_http_request *r, CURLcode rc) {
+  kb__http_request_deactivate(r);
+  r->started = 0;
+  if (r->stream && stream_flush(r, rc) != 0) return;
+  kb_http_response *resp = &r->resp;
+  fill_head(r);
+  if (hbuf_reserve(&r->resp_body, 1) == 0) r->resp_body.p[r->resp_body.len] = '\0';
+  resp->body = r->resp_body.p ? r->resp_body.p : "";
+  resp->body_len = r->resp_body.p ? r->resp_body.len : 0;
+  fill_outcome(r, rc);
   r->cb(r, resp, r->ud);
 }

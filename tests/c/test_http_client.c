@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
 #include <uv.h>
 
 #include "kb/http_client.h"
@@ -26,6 +27,8 @@ typedef struct env {
   char base[64];
   kb_httpd_req *held; /* a /hang request the test finishes later */
   int held_aborted;
+  kb_httpd_req *streamed; /* a /stream response the test writes */
+  int stream_aborted;
   int server_closed;
 } env;
 
@@ -88,6 +91,20 @@ static void on_held_abort(kb_httpd_req *req, void *ud) {
   kb_httpd_respond(req, 200, NULL, 0, NULL, 0); /* releases it (EGONE) */
 }
 
+static void on_stream_abort(kb_httpd_req *req, void *ud) {
+  E.stream_aborted++;
+  if (E.streamed == req) E.streamed = NULL;
+  kb_httpd_stream_end(req); /* releases it (EGONE) */
+}
+
+/* A chunked response whose head goes out now; the test writes the body. */
+static void serve_stream(kb_httpd_req *req) {
+  kb_httpd_header h[] = {{"X-Stream", "yes"}, {"Content-Type", "text/plain"}};
+  kb_httpd_stream_begin(req, 200, h, 2);
+  E.streamed = req;
+  kb_httpd_req_on_abort(req, on_stream_abort, NULL);
+}
+
 static void handle(kb_httpd_req *req, void *ud) {
   const char *path = kb_httpd_req_path(req);
   if (!strcmp(path, "/echo")) {
@@ -99,6 +116,8 @@ static void handle(kb_httpd_req *req, void *ud) {
   } else if (!strcmp(path, "/hang")) {
     E.held = req;
     kb_httpd_req_on_abort(req, on_held_abort, NULL);
+  } else if (!strcmp(path, "/stream")) {
+    serve_stream(req);
   } else if (!strcmp(path, "/reset")) {
     kb_httpd_reset(req, NULL, 0);
   } else if (!strcmp(path, "/partial")) {
@@ -538,6 +557,348 @@ static void test_out_of_descriptors(void) {
   uv_run(&E.loop, UV_RUN_NOWAIT);
 }
 
+/* ---- streamed responses -------------------------------------------------------------------- */
+
+typedef struct sresult {
+  kb_http_request *r;
+  int heads, datas, done;
+  char events[256]; /* H (head), D (data), E (end): the order they came in */
+  size_t nev;
+  long status, redirects;
+  int head_body_empty;
+  char header[64]; /* X-Stream of the head */
+  char *body;
+  size_t len, cap;
+  kb_http_error error;
+  char message[512];
+  int pause;          /* on_data asks for a pause */
+  char cancel_in;     /* 'H' or 'D': cancel r from inside that callback */
+  char free_in;       /* 'H' or 'D': free free_client from inside it */
+  kb_http_client *free_client;
+  size_t max_piece;   /* the largest on_data */
+} sresult;
+
+static void sevent(sresult *s, char ev) {
+  if (s->nev + 1 < sizeof s->events) s->events[s->nev++] = ev;
+}
+
+static void on_shead(kb_http_request *r, const kb_http_response *head, void *ud) {
+  sresult *s = ud;
+  s->heads++;
+  sevent(s, 'H');
+  s->status = head->status;
+  s->redirects = head->redirects;
+  s->head_body_empty = head->body_len == 0 && head->error == KB_HTTP_OK;
+  size_t n = 0;
+  const char *v = kb_http_response_header(head, "x-stream", &n);
+  snprintf(s->header, sizeof s->header, "%.*s", (int)n, v ? v : "");
+  if (s->cancel_in == 'H') kb_http_request_cancel(r);
+  if (s->free_in == 'H') kb_http_client_free(s->free_client);
+}
+
+static int on_sdata(kb_http_request *r, const char *data, size_t len, void *ud) {
+  sresult *s = ud;
+  s->datas++;
+  if (len > s->max_piece) s->max_piece = len;
+  if (!s->nev || s->events[s->nev - 1] != 'D') sevent(s, 'D');
+  if (s->len + len > s->cap) {
+    s->cap = (s->len + len) * 2;
+    s->body = realloc(s->body, s->cap + 1);
+  }
+  memcpy(s->body + s->len, data, len);
+  s->len += len;
+  s->body[s->len] = '\0';
+  if (s->cancel_in == 'D') kb_http_request_cancel(r);
+  if (s->free_in == 'D') kb_http_client_free(s->free_client);
+  return s->pause ? KB_HTTP_STREAM_PAUSE : 0;
+}
+
+static void on_sdone(kb_http_request *r, const kb_http_response *resp, void *ud) {
+  sresult *s = ud;
+  s->done++;
+  sevent(s, 'E');
+  s->error = resp->error;
+  s->status = resp->status;
+  snprintf(s->message, sizeof s->message, "%s", resp->message);
+  KB_CHECK(resp->body_len == 0); /* the body went to on_data */
+  kb_http_request_free(r);
+}
+
+static void stream_start(kb_http_client *c, sresult *s, const char *method, const char *path,
+                         const kb_http_options *o) {
+  s->r = new_request(c, method, path);
+  if (o) KB_CHECK(kb_http_request_set_options(s->r, o) == 0);
+  KB_CHECK(kb_http_request_set_stream(s->r, on_shead, on_sdata, s) == 0);
+  KB_CHECK(kb_http_request_start(s->r, on_sdone, s) == 0);
+}
+
+static int sflag;
+static void on_run_for(uv_timer_t *t) { sflag = 1; }
+
+/* Runs the loop for ms milliseconds. */
+static void run_for(uint64_t ms) {
+  uv_timer_t t;
+  uv_timer_init(&E.loop, &t);
+  uv_timer_start(&t, on_run_for, ms, 0);
+  sflag = 0;
+  run_until(&sflag, 1);
+  uv_close((uv_handle_t *)&t, NULL);
+  uv_run(&E.loop, UV_RUN_NOWAIT);
+}
+
+static void swrite(const char *text) {
+  KB_CHECK(E.streamed != NULL);
+  if (E.streamed) kb_httpd_stream_write(E.streamed, text, strlen(text));
+}
+
+static void send_end(void) {
+  KB_CHECK(E.streamed != NULL);
+  if (E.streamed) kb_httpd_stream_end(E.streamed);
+  E.streamed = NULL;
+}
+
+static void test_stream(void) {
+  kb_http_request *bad = new_request(C, "GET", "/stream");
+  KB_CHECK(kb_http_request_set_stream(bad, NULL, on_sdata, NULL) == -EINVAL);
+  KB_CHECK(kb_http_request_set_stream(bad, on_shead, NULL, NULL) == -EINVAL);
+  kb_http_request_free(bad);
+  sresult s = {0};
+  stream_start(C, &s, "GET", "/stream", NULL);
+  KB_CHECK(kb_http_request_set_stream(s.r, on_shead, on_sdata, &s) == -EINVAL); /* started */
+  run_until(&s.heads, 1); /* the head arrives while the body has not begun */
+  KB_CHECK(s.status == 200 && s.head_body_empty && s.datas == 0);
+  KB_CHECK_STR(s.header, "yes");
+  swrite("first ");
+  run_until(&s.datas, 1);
+  KB_CHECK_STR(s.body, "first ");
+  swrite("second ");
+  swrite("third");
+  run_until(&s.datas, 2);
+  send_end();
+  run_until(&s.done, 1);
+  KB_CHECK(s.error == KB_HTTP_OK && s.status == 200);
+  KB_CHECK_STR(s.body, "first second third");
+  KB_CHECK_STR(s.events, "HDE");
+  KB_CHECK(kb_http_client_active(C) == 0);
+  free(s.body);
+
+  /* The client's handle goes back to plain requests afterwards. */
+  result res = {.want_header = "x-method"};
+  perform(new_request(C, "POST", "/echo"), &res);
+  KB_CHECK(res.status == 200 && !strcmp(res.header, "POST"));
+  result_clear(&res);
+}
+
+static void test_stream_heads(void) {
+  /* Only the final response's head and body, after redirects. */
+  kb_http_options o = KB_HTTP_OPTIONS_INIT;
+  o.follow_redirects = 1;
+  sresult s = {0};
+  stream_start(C, &s, "GET", "/redirect/2", &o);
+  run_until(&s.done, 1);
+  KB_CHECK(s.heads == 1 && s.status == 200 && s.redirects == 2);
+  KB_CHECK_STR(s.body, "landed");
+  KB_CHECK_STR(s.events, "HDE");
+  free(s.body);
+
+  /* Not followed: the redirect is the final response. */
+  sresult nf = {0};
+  stream_start(C, &nf, "GET", "/redirect/1", NULL);
+  run_until(&nf.done, 1);
+  KB_CHECK(nf.heads == 1 && nf.status == 302);
+  KB_CHECK_STR(nf.body, "moved");
+  free(nf.body);
+
+  /* No body at all: the head comes at the end, before done. */
+  sresult h = {0};
+  stream_start(C, &h, "HEAD", "/echo", NULL);
+  run_until(&h.done, 1);
+  KB_CHECK(h.status == 200 && h.datas == 0);
+  KB_CHECK_STR(h.events, "HE");
+
+  /* Too many redirects: an error before any head. */
+  o.max_redirects = 1;
+  sresult many = {0};
+  stream_start(C, &many, "GET", "/redirect/3", &o);
+  run_until(&many.done, 1);
+  KB_CHECK(many.error == KB_HTTP_ERR_TOO_MANY_REDIRECTS);
+  KB_CHECK_STR(many.events, "E");
+}
+
+enum { TOTAL = 8 << 20, PIECE = 64 << 10 };
+
+static void write_pattern(void) {
+  char *piece = malloc(PIECE);
+  for (size_t off = 0; off < TOTAL; off += PIECE) {
+    for (size_t i = 0; i < PIECE; i++) piece[i] = (char)((off + i) * 31 / 7);
+    kb_httpd_stream_write(E.streamed, piece, PIECE);
+  }
+  free(piece);
+  send_end();
+}
+
+static int is_pattern(const sresult *s) {
+  if (s->len != TOTAL) return 0;
+  for (size_t i = 0; i < s->len; i++)
+    if (s->body[i] != (char)(i * 31 / 7)) return 0;
+  return 1;
+}
+
+/* 8 MiB the consumer takes one piece at a time: while it holds a piece
+ * nothing more arrives and the server's queue fills. Without a pause, the
+ * bytes waiting for on_data stay bounded (256 KiB, plus one curl write). */
+static void test_stream_flow_control(void) {
+  sresult all = {0};
+  stream_start(C, &all, "GET", "/stream", NULL);
+  run_until(&all.heads, 1);
+  write_pattern();
+  run_until(&all.done, 1);
+  KB_CHECK(all.error == KB_HTTP_OK && is_pattern(&all));
+  KB_CHECK(all.max_piece <= (256 << 10) + CURL_MAX_WRITE_SIZE);
+  free(all.body);
+
+  sresult s = {.pause = 1};
+  stream_start(C, &s, "GET", "/stream", NULL);
+  run_until(&s.heads, 1);
+  write_pattern();
+  run_until(&s.datas, 1);
+  int datas = s.datas;
+  run_for(50);
+  KB_CHECK(s.datas == datas); /* paused: nothing more came */
+  KB_CHECK(s.len < TOTAL / 2);
+  int resumes = 0;
+  while (!s.done && resumes < 100000) {
+    kb_http_request_resume(s.r);
+    kb_http_request_resume(s.r); /* twice is harmless */
+    resumes++;
+    int before = s.datas;
+    while (s.datas == before && !s.done) uv_run(&E.loop, UV_RUN_ONCE);
+  }
+  KB_CHECK(s.error == KB_HTTP_OK && is_pattern(&s));
+  KB_CHECK(resumes > 4);
+  free(s.body);
+}
+
+static void test_stream_errors(void) {
+  char url[128];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/x", refused_port());
+  sresult conn = {0};
+  conn.r = kb_http_request_new(C, "GET", url);
+  kb_http_request_set_stream(conn.r, on_shead, on_sdata, &conn);
+  KB_CHECK(kb_http_request_start(conn.r, on_sdone, &conn) == 0);
+  run_until(&conn.done, 1);
+  KB_CHECK(conn.error == KB_HTTP_ERR_CONNECT);
+  KB_CHECK_STR(conn.events, "E");
+
+  /* Reset mid-body: head, data, then the error. */
+  sresult rst = {0};
+  stream_start(C, &rst, "GET", "/stream", NULL);
+  run_until(&rst.heads, 1);
+  swrite("partial");
+  run_until(&rst.datas, 1);
+  kb_httpd_reset(E.streamed, NULL, 0);
+  E.streamed = NULL;
+  run_until(&rst.done, 1);
+  KB_CHECK(rst.error == KB_HTTP_ERR_RESET);
+  KB_CHECK_STR(rst.events, "HDE");
+  KB_CHECK(strstr(rst.message, "/stream") != NULL);
+  free(rst.body);
+
+  /* The whole-transfer timeout, also while paused. */
+  int aborted = E.stream_aborted;
+  kb_http_options o = KB_HTTP_OPTIONS_INIT;
+  o.timeout_ms = 200;
+  sresult tmo = {.pause = 1};
+  stream_start(C, &tmo, "GET", "/stream", &o);
+  run_until(&tmo.heads, 1);
+  swrite("one");
+  run_until(&tmo.datas, 1);
+  swrite("two");
+  run_until(&tmo.done, 1);
+  KB_CHECK(tmo.error == KB_HTTP_ERR_TIMEOUT);
+  KB_CHECK_STR(tmo.body, "one");
+  KB_CHECK_STR(tmo.events, "HDE");
+  run_until(&E.stream_aborted, aborted + 1);
+  free(tmo.body);
+}
+
+static void test_stream_cancel(void) {
+  /* From inside on_head: nothing follows, the server sees the client go. */
+  int aborted = E.stream_aborted;
+  sresult h = {.cancel_in = 'H'};
+  stream_start(C, &h, "GET", "/stream", NULL);
+  run_until(&h.heads, 1);
+  run_until(&E.stream_aborted, aborted + 1);
+  KB_CHECK_STR(h.events, "H");
+  KB_CHECK(kb_http_client_active(C) == 0);
+
+  /* From inside on_data. */
+  sresult d = {.cancel_in = 'D'};
+  stream_start(C, &d, "GET", "/stream", NULL);
+  run_until(&d.heads, 1);
+  swrite("x");
+  run_until(&d.datas, 1);
+  run_until(&E.stream_aborted, aborted + 2);
+  KB_CHECK_STR(d.events, "HD");
+  free(d.body);
+
+  /* From outside, while paused and with bytes waiting in curl. */
+  sresult p = {.pause = 1};
+  stream_start(C, &p, "GET", "/stream", NULL);
+  run_until(&p.heads, 1);
+  swrite("a");
+  run_until(&p.datas, 1);
+  swrite("b");
+  run_for(20);
+  kb_http_request_cancel(p.r);
+  run_until(&E.stream_aborted, aborted + 3);
+  KB_CHECK(p.done == 0);
+  free(p.body);
+
+  /* Resumed (curl hands over what it kept, which is queued for delivery)
+   * and cancelled before the delivery: nothing is left to keep the loop
+   * from blocking in poll. */
+  sresult q = {.pause = 1};
+  stream_start(C, &q, "GET", "/stream", NULL);
+  run_until(&q.heads, 1);
+  swrite("a");
+  run_until(&q.datas, 1);
+  swrite("kept by curl");
+  run_for(20);
+  kb_http_request_resume(q.r);
+  kb_http_request_cancel(q.r);
+  run_until(&E.stream_aborted, aborted + 4);
+  for (int i = 0; i < 5; i++) uv_run(&E.loop, UV_RUN_NOWAIT);
+  KB_CHECK(uv_backend_timeout(&E.loop) != 0);
+  KB_CHECK(q.datas == 1 && q.done == 0);
+  free(q.body);
+  aborted++;
+
+  /* Freeing the client from inside on_data, also when the body ends in the
+   * same loop iteration. */
+  for (int end = 0; end < 2; end++) {
+    kb_http_client *c = kb_http_client_new(&E.loop, NULL);
+    sresult f = {.free_in = 'D', .free_client = c};
+    stream_start(c, &f, "GET", "/stream", NULL);
+    run_until(&f.heads, 1);
+    swrite("bye");
+    if (end) send_end();
+    run_until(&f.datas, 1);
+    run_for(20);
+    KB_CHECK(f.done == 0 && f.datas == 1);
+    if (!end) run_until(&E.stream_aborted, aborted + 4);
+    free(f.body);
+  }
+  /* ... and from inside on_head of a finished transfer (a body-less
+   * response's head comes with its end). */
+  kb_http_client *c = kb_http_client_new(&E.loop, NULL);
+  sresult hf = {.free_in = 'H', .free_client = c};
+  stream_start(c, &hf, "HEAD", "/echo", NULL);
+  run_until(&hf.heads, 1);
+  run_for(20);
+  KB_CHECK_STR(hf.events, "H");
+}
+
 static void test_redact(void) {
   char out[256];
   kb_http_url_redact("https://u:p@h:1/a?access_token=x&b=2&apiKey=k#frag", out, sizeof out);
@@ -581,6 +942,11 @@ int main(void) {
   KB_RUN(test_many_in_flight);
   KB_RUN(test_free_with_requests_in_flight);
   KB_RUN(test_out_of_descriptors);
+  KB_RUN(test_stream);
+  KB_RUN(test_stream_heads);
+  KB_RUN(test_stream_flow_control);
+  KB_RUN(test_stream_errors);
+  KB_RUN(test_stream_cancel);
 
   kb_http_client_free(C);
   kb_httpd_close(E.srv, on_server_closed, NULL);

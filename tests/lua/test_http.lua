@@ -410,6 +410,226 @@ T.case("own clients: connection limit, close", function()
   end)
 end)
 
+-- ---- streams ------------------------------------------------------------------
+
+T.case("stream: chunks arrive one by one, before the body ends", function()
+  with_server(function(req)
+    return { chunks = { "one", "two", "three" }, chunk_delay = 0.2, headers = { ["X-Kind"] = "s" } }
+  end, function(srv)
+    local t0 = kb.now()
+    local s <close> = http.stream { url = srv.url .. "/s", timeout = 10 }
+    T.eq(s.status, 200)
+    T.eq(s.version, "1.1")
+    T.eq(s.headers["x-kind"], "s")
+    T.eq(s.headers["transfer-encoding"], "chunked")
+    T.eq(s.state, "open")
+    T.eq(s.time.total, nil, "no total before the end")
+    T.ok(s.time.ttfb > 0, "ttfb")
+    local first = s:read()
+    local first_at = kb.now() - t0
+    T.eq(first, "one")
+    -- The last chunk leaves the server 0.4 s after the head.
+    T.ok(first_at < 0.3, "the first chunk came before the last was sent (" .. first_at .. " s)")
+    local reads = { first }
+    for chunk in s.read, s do reads[#reads + 1] = chunk end
+    T.eq(table.concat(reads), "onetwothree")
+    T.eq(#reads, 3, "one read per chunk")
+    T.eq(s:read(), nil)
+    T.eq(s.state, "ended")
+    T.ok(s.time.total >= 0.39 and s.time.total >= s.time.ttfb, "total counts the body")
+    T.contains(tostring(s), "kb.http.stream 200 (ended)")
+  end)
+end)
+
+T.case("stream: lines across chunk boundaries, the last one unterminated", function()
+  with_server(function(req)
+    return { chunks = { "al", "pha\nbe", "ta\n\ngam", "ma\ndel", "ta" }, chunk_delay = 0.01 }
+  end, function(srv)
+    local s = http.stream { url = srv.url .. "/l" }
+    local lines = {}
+    for line in s:lines() do lines[#lines + 1] = line end
+    T.same(lines, { "alpha", "beta", "", "gamma", "delta" })
+    T.eq(s:read(), nil)
+    s:close()
+    -- The client's own method, and a body sent with the request.
+    local c = http.client()
+    s = c:stream { method = "POST", url = srv.url .. "/l", body = "x" }
+    local n = 0
+    for _ in s:lines() do n = n + 1 end
+    T.eq(n, 5)
+    c:close()
+  end)
+end)
+
+T.case("stream: HTTP error statuses are streams too; a large body with a slow reader", function()
+  local piece = string.rep("0123456789abcdef", 4096) -- 64 KiB
+  with_server(function(req)
+    if req.path == "/missing" then return 404, "no such thing" end
+    local chunks = {}
+    for i = 1, 64 do chunks[i] = piece end
+    return { chunks = chunks }
+  end, function(srv)
+    local s = http.stream { url = srv.url .. "/missing" }
+    T.eq(s.status, 404)
+    T.eq(s:read(), "no such thing")
+    T.eq(s:read(), nil)
+    -- 4 MiB read slowly: the stream pauses at its buffer limit and resumes.
+    s = http.stream { url = srv.url .. "/big" }
+    local got, reads = {}, 0
+    kb.sleep(0.2) -- let the buffer fill
+    for chunk in s.read, s do
+      reads = reads + 1
+      got[#got + 1] = chunk
+      T.ok(#chunk <= 2 * 1024 * 1024, "a read holds at most about the buffer limit")
+    end
+    local body = table.concat(got)
+    T.eq(#body, 64 * #piece)
+    T.ok(body == string.rep(piece, 64), "the body arrived intact")
+    T.ok(reads >= 4, "several reads (" .. reads .. ")")
+  end)
+end)
+
+T.case("stream: errors before and after the head", function()
+  local port = closed_port()
+  local err = T.raises(function() http.stream { url = "http://127.0.0.1:" .. port .. "/x" } end)
+  T.eq(err.class, "connect")
+  T.eq(err.url, "http://127.0.0.1:" .. port .. "/x")
+  T.eq(err.method, "GET")
+  T.contains(err.message, "is the server running and listening on 127.0.0.1:" .. port .. "?")
+  T.eq(http.active(), 0)
+  with_server(function(req)
+    if req.path == "/cut" then
+      return { reset = true, partial = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        .. "6\r\nfirst\n\r\n7\r\nsecond-" }
+    end
+    if req.path == "/refuse" then return { reset = true } end
+    return { chunks = { "x\n", "y\n" }, chunk_delay = 5 }
+  end, function(srv)
+    -- Reset mid-body: what arrived, then the transfer's error, every time.
+    local s = http.stream { url = srv.url .. "/cut" }
+    T.eq(s.status, 200)
+    T.eq(s:read(), "first\nsecond-")
+    err = T.raises(function() s:read() end)
+    T.eq(err.class, "reset")
+    T.eq(err.url, srv.url .. "/cut")
+    T.eq(T.raises(function() s:read() end).class, "reset")
+    T.eq(s.state, "failed")
+    -- lines(): the complete lines, then the error (the cut line is lost).
+    s = http.stream { url = srv.url .. "/cut" }
+    local lines = {}
+    err = T.raises(function() for line in s:lines() do lines[#lines + 1] = line end end)
+    T.same(lines, { "first" })
+    T.eq(err.class, "reset")
+    -- Reset before the head: stream() raises.
+    T.eq(T.raises(function() http.stream { url = srv.url .. "/refuse" } end).class, "reset")
+    -- The timeout covers the whole transfer.
+    local t0 = kb.now()
+    s = http.stream { url = srv.url .. "/slow", timeout = 0.3 }
+    T.eq(s:read(), "x\n")
+    err = T.raises(function() s:read() end)
+    T.eq(err.class, "timeout")
+    T.contains(err.message, "raise timeout/connect_timeout")
+    T.ok(kb.now() - t0 >= 0.29 and kb.now() - t0 < 4, "timed out after 0.3 s")
+    T.eq(http.active(), 0)
+  end)
+  T.raises(function() http.stream() end, "bad argument #1")
+  T.raises(function() http.stream { method = "GET" } end, "kb.http: a url is needed")
+  T.raises(function() http.stream { url = "http://127.0.0.1:1/", timout = 1 } end,
+    "kb.http: unknown option 'timout'")
+end)
+
+T.case("stream: close mid-stream, then the client again", function()
+  with_server(function(req)
+    if req.path == "/plain" then return 200, "plain" end
+    return { chunks = { "a", "b", "c" }, chunk_delay = 0.5 }
+  end, function(srv)
+    local c = http.client { max_connections = 1 }
+    local s = c:stream { url = srv.url .. "/s" }
+    T.eq(s:read(), "a")
+    T.eq(c:active(), 1)
+    T.raises(function() c:close() end, "cannot close a client with requests in flight")
+    s:close()
+    s:close() -- twice is harmless
+    T.eq(c:active(), 0)
+    T.eq(s:read(), nil)
+    T.eq(s.state, "closed")
+    T.eq(c:get(srv.url .. "/plain").body, "plain")
+    -- A reader in another task gets nil when the stream is closed.
+    s = c:stream { url = srv.url .. "/s" }
+    T.eq(s:read(), "a")
+    local reader = kb.spawn(function() return s:read() end)
+    kb.sleep(0.05)
+    T.raises(function() s:read() end, "kb.http: another task is reading this stream")
+    s:close()
+    T.eq(reader:wait(), nil)
+    -- A to-be-closed stream closes at the end of its scope.
+    do
+      local scoped <close> = c:stream { url = srv.url .. "/s" }
+      T.eq(scoped:read(), "a")
+    end
+    T.eq(c:active(), 0)
+    T.eq(c:get(srv.url .. "/plain").body, "plain")
+    c:close()
+  end)
+end)
+
+T.case("stream: cancellation while waiting for the head or for data", function()
+  local handler_started = false
+  with_server(function(req)
+    if req.path == "/late" then
+      handler_started = true
+      kb.sleep(10)
+      return 200, "late"
+    end
+    return { chunks = { "a", "b" }, chunk_delay = 0.5 }
+  end, function(srv)
+    local task = kb.spawn(function() return http.stream { url = srv.url .. "/late" } end)
+    while not handler_started do kb.sleep(0.01) end
+    T.eq(http.active(), 1)
+    task:cancel()
+    local ok, err = pcall(task.wait, task)
+    T.ok(not ok and kb.is_cancelled(err), "stream() raised kb.cancelled")
+    T.eq(http.active(), 0)
+    T.eq(T.raises(function() kb.timeout(0.1, http.stream, { url = srv.url .. "/late" }) end).class,
+      "timeout")
+    T.eq(http.active(), 0)
+
+    -- kb.timeout around read(): the wait ends, the stream goes on.
+    local s = http.stream { url = srv.url .. "/s" }
+    T.eq(s:read(), "a")
+    err = T.raises(function() kb.timeout(0.1, s.read, s) end)
+    T.eq(err.class, "timeout")
+    T.eq(s:read(), "b")
+    T.eq(s:read(), nil)
+
+    -- A task cancelled in read() closes its <close> stream.
+    local reading = false
+    task = kb.spawn(function()
+      local st <close> = http.stream { url = srv.url .. "/s" }
+      st:read()
+      reading = true
+      return st:read()
+    end)
+    while not reading do kb.sleep(0.01) end
+    T.eq(http.active(), 1)
+    task:cancel()
+    T.ok(not pcall(task.wait, task), "cancelled")
+    T.eq(http.active(), 0)
+    -- Without <close>, the collector closes an abandoned stream.
+    task = kb.spawn(function()
+      local st = http.stream { url = srv.url .. "/s" }
+      return st:read(), st:read()
+    end)
+    kb.sleep(0.1)
+    task:cancel()
+    T.ok(not pcall(task.wait, task), "cancelled")
+    task = nil
+    collectgarbage()
+    collectgarbage()
+    T.eq(http.active(), 0)
+  end)
+end)
+
 T.case("10,000 requests in flight at once", function()
   local N = 10000
   with_server(function(req) return 200, "ok" end, function(srv)
