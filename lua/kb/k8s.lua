@@ -97,6 +97,12 @@ local function usage(fmt, ...)
   error("kb.k8s.client: " .. string.format(fmt, ...), 3)
 end
 
+-- Watch requests are streamed (events arrive as they happen), so the
+-- window only sets how often a watch reconnects: 5 minutes, client-go's
+-- shortest (its reflectors pick 5-10 minutes). Against the simulator at
+-- x600 that is half a real second per request.
+local WATCH_WINDOW = 300
+
 local function positive(v, name)
   if v ~= nil and (type(v) ~= "number" or not (v > 0)) then usage("%s must be a number > 0", name) end
   return v
@@ -124,12 +130,37 @@ local function connection(opts)
   return cfg
 end
 
+-- A whole response in the shape of a kb.http stream, for an opts.http
+-- without stream() (a test double): its body comes at once, when the
+-- request has ended, so its watch events come window by window.
+local function body_stream(r)
+  local body, pos = r.body, 1
+  local s = { status = r.status, headers = r.headers, version = r.version, time = r.time }
+  function s.read()
+    if not body or pos > #body then return nil end
+    local rest = body:sub(pos)
+    pos = #body + 1
+    return rest
+  end
+  function s.lines()
+    return function()
+      if not body or pos > #body then return nil end
+      local nl = body:find("\n", pos, true) or #body + 1
+      local line = body:sub(pos, nl - 1)
+      pos = nl + 1
+      return line
+    end
+  end
+  function s.close() body = nil end
+  return setmetatable(s, { __close = s.close })
+end
+
 --- k8s.client(opts) -> client. opts (all optional): kubeconfig (path, "a:b"
 -- or a list), context, namespace, in_cluster (true, or {root=, host=,
 -- port=} for tests), server (overrides the URL), token (a bearer token,
 -- instead of the kubeconfig user's credentials), timeout (scenario seconds
 -- per request, default 30), watch_window (scenario seconds per watch
--- request, default 5; see c:watch), exec_timeout (real seconds an exec
+-- request, default 300; see c:watch), exec_timeout (real seconds an exec
 -- plugin may run, default 60), compressed (ask for gzip; default as the
 -- kubeconfig's disable-compression says), http2 (default true over https),
 -- user_agent, http (a kb.http.client to use instead of the shared pool),
@@ -143,7 +174,7 @@ function M.client(opts)
     if not OPTIONS[k] then usage("unknown option '%s'", tostring(k)) end
   end
   local timeout = positive(opts.timeout, "timeout") or 30
-  local window = positive(opts.watch_window, "watch_window") or 5
+  local window = positive(opts.watch_window, "watch_window") or WATCH_WINDOW
   positive(opts.exec_timeout, "exec_timeout")
   if opts.namespace ~= nil and (type(opts.namespace) ~= "string" or opts.namespace == "") then
     usage("namespace must be a non-empty string")
@@ -167,10 +198,12 @@ function M.client(opts)
       { server = cfg.server }), 2)
   end
 
-  local send = http.request
+  local send, stream = http.request, http.stream
   if opts.http ~= nil then
     local hc = opts.http
     send = function(o) return hc:request(o) end
+    stream = hc.stream and function(o) return hc:stream(o) end
+      or function(o) return body_stream(hc:request(o)) end
   end
   local c = setmetatable({
     server = cfg.server, namespace = cfg.namespace, context = cfg.context,
@@ -179,7 +212,7 @@ function M.client(opts)
     timeout = timeout, watch_window = window, retry = policy,
   }, Client)
   local p = {
-    auth = provider, tls = cfg.tls, send = send,
+    auth = provider, tls = cfg.tls, send = send, stream = stream,
     compressed = opts.compressed == nil and cfg.compressed or opts.compressed == true,
     http2 = cfg.scheme == "https" and opts.http2 ~= false,
     user_agent = opts.user_agent or "kbrun", budget = policy and policy:budget(),
@@ -260,6 +293,68 @@ local function count_error(verb, resource, class)
   metrics.counter("k8s.errors", { verb = verb, resource = resource or "-", class = class }):inc()
 end
 
+-- The kb.http options of one request, credentials applied (the auth
+-- provider may raise: an exec plugin that fails).
+local function http_options(c, p, req, method, url, body, ctype)
+  local headers = { Accept = req.accept or "application/json", ["User-Agent"] = p.user_agent }
+  if ctype then headers["Content-Type"] = ctype end
+  local o = { method = method, url = url, headers = headers, query = req.query, body = body,
+    timeout = req.timeout or c.timeout, compressed = p.compressed,
+    http2 = p.http2 or nil }
+  for k, v in pairs(p.tls) do o[k] = v end
+  p.auth:apply(headers, o)
+  return o
+end
+
+-- A kb.http transport error, named after the call and with a hint.
+local function transport_error(c, req, r)
+  r.verb, r.resource, r.op = req.verb, req.resource, req.op
+  r.hint = transport_hint(r, c.server) or r.hint
+  if r.hint and not tostring(r.message):find(r.hint, 1, true) then
+    r.message = tostring(r.message) .. " (" .. r.hint .. ")"
+  end
+  return r
+end
+
+-- A streamed answer with an error status is read whole: its body (a
+-- Status) explains the error, and the 401 path re-sends.
+local function read_whole(s)
+  local st <close> = s
+  local parts = {}
+  for chunk in st.read, st do parts[#parts + 1] = chunk end
+  return { status = st.status, headers = st.headers, version = st.version, time = st.time,
+    body = table.concat(parts) }
+end
+
+-- Sends one request: true, response (a stream with req.stream), or
+-- false, error; then the seconds it took.
+local function send(c, p, req, o)
+  local t0 = kb.now()
+  local ok, r = pcall(req.stream and p.stream or p.send, o)
+  if ok and req.stream and (r.status < 200 or r.status > 299) then ok, r = pcall(read_whole, r) end
+  if ok then return true, r, r.time and r.time.total or (kb.now() - t0) end
+  if u.is_error(r) and not kb.is_cancelled(r) then
+    transport_error(c, req, r)
+    if not req.no_histogram then metrics.histogram(req.op .. ".attempt"):record(kb.now() - t0) end
+  end
+  return false, r, kb.now() - t0
+end
+
+-- The JSON document of a successful answer (the text with raw, the
+-- stream itself with stream): true, doc, or false, error.
+local function decode(p, req, method, url, r)
+  if req.stream then return true, r end
+  if req.raw then return true, r.body end
+  if not r.body:find("%S") then return true, {} end
+  local okd, d = pcall(json.decode, r.body)
+  if okd and type(d) == "table" then return true, d end
+  return false, u.error("protocol", string.format("%s: %s %s -> HTTP %d with a body that "
+    .. "is not JSON (%s): %s", req.op, method, url, r.status,
+    tostring(r.headers["content-type"] or "no content type"),
+    u.trim(redact(p, r.body), 120)), { status = r.status, verb = req.verb,
+    resource = req.resource, url = url })
+end
+
 -- One attempt (with one re-send after a 401 when the credentials rotate):
 -- true, doc, response, or false, error (as pcall), then the attempt's
 -- time. Every attempt is recorded in `<op>.attempt`.
@@ -268,33 +363,14 @@ local function attempt(c, p, req, method, url, body, ctype)
   local tries, spent = 0, 0
   while true do
     tries = tries + 1
-    local headers = { Accept = req.accept or "application/json", ["User-Agent"] = p.user_agent }
-    if ctype then headers["Content-Type"] = ctype end
-    local o = { method = method, url = url, headers = headers, query = req.query, body = body,
-      timeout = req.timeout or c.timeout, compressed = p.compressed,
-      http2 = p.http2 or nil }
-    for k, v in pairs(p.tls) do o[k] = v end
-    local oka, aerr = pcall(p.auth.apply, p.auth, headers, o)
+    local oka, o = pcall(http_options, c, p, req, method, url, body, ctype)
     if not oka then
-      if u.is_error(aerr) then aerr.verb, aerr.resource = verb, resource end
-      return false, aerr, nil, spent
+      if u.is_error(o) then o.verb, o.resource = verb, resource end
+      return false, o, nil, spent
     end
-    local t0 = kb.now()
-    local ok, r = pcall(p.send, o)
-    if not ok then
-      spent = spent + (kb.now() - t0)
-      if u.is_error(r) and not kb.is_cancelled(r) then
-        r.verb, r.resource, r.op = verb, resource, req.op
-        r.hint = transport_hint(r, c.server) or r.hint
-        if r.hint and not tostring(r.message):find(r.hint, 1, true) then
-          r.message = tostring(r.message) .. " (" .. r.hint .. ")"
-        end
-        if not req.no_histogram then metrics.histogram(req.op .. ".attempt"):record(kb.now() - t0) end
-      end
-      return false, r, nil, spent
-    end
-    local elapsed = r.time and r.time.total or (kb.now() - t0)
+    local ok, r, elapsed = send(c, p, req, o)
     spent = spent + elapsed
+    if not ok then return false, r, nil, spent end
     if not req.no_histogram then metrics.histogram(req.op .. ".attempt"):record(elapsed) end
     local status = r.status
     metrics.counter("k8s.requests", { verb = verb, resource = resource or "-",
@@ -307,27 +383,18 @@ local function attempt(c, p, req, method, url, body, ctype)
     elseif status < 200 or status > 299 then
       return false, status_error(p, req, method, url, r), nil, spent
     else
-      if req.raw then return true, r.body, r, spent end
-      local doc = {}
-      if r.body:find("%S") then
-        local okd, d = pcall(json.decode, r.body)
-        if not okd or type(d) ~= "table" then
-          return false, u.error("protocol", string.format("%s: %s %s -> HTTP %d with a body that "
-            .. "is not JSON (%s): %s", req.op, method, url, status,
-            tostring(r.headers["content-type"] or "no content type"),
-            u.trim(redact(p, r.body), 120)), { status = status, verb = verb, resource = resource,
-            url = url }), nil, spent
-        end
-        doc = d
-      end
+      local okd, doc = decode(p, req, method, url, r)
+      if not okd then return false, doc, nil, spent end
       return true, doc, r, spent
     end
   end
 end
 
 --- c:request{verb=, resource=, method=, path=, query=, body=, content_type=,
--- raw=, timeout=, no_histogram=, no_retry=, recover=} -> decoded JSON (or
--- the text with raw = true), response. The call every method uses; path is
+-- raw=, stream=, timeout=, no_histogram=, no_retry=, recover=} -> decoded
+-- JSON (or the text with raw = true, or with stream = true the open
+-- kb.http stream of a 2xx answer, which the caller reads and closes; its
+-- time is the time to the head), response. The call every method uses; path is
 -- under the server URL (e.g. "/version", "/api/v1/nodes"); verb and
 -- resource name the metrics (k8s.<verb>.<resource>, or k8s.<verb> without
 -- a resource). Transient failures are retried by the client's policy
@@ -369,7 +436,9 @@ function Client:request(req)
     error(doc, 0)
   end
   local elapsed = spent + info.slept
-  if r then
+  if req.stream then -- the stream is a userdata: its fields are its own
+    r = { status = r.status, headers = r.headers, attempts = info.attempts, elapsed = elapsed }
+  elseif r then
     r.attempts, r.elapsed = info.attempts, elapsed
   else
     r = { recovered = true, attempts = info.attempts, elapsed = elapsed, headers = {} }
@@ -672,9 +741,8 @@ end
 -- ---- logs, version ---------------------------------------------------------------
 
 --- c:logs(pod [, opts]) -> the log text. pod is a name or a Pod object.
--- opts: namespace, container, follow (the call returns when the server
--- ends the stream, i.e. when the pod has finished, since kb.http returns
--- whole bodies), tail_lines, since_seconds, timestamps, previous, timeout
+-- opts: namespace, container, follow (the call returns the whole text
+-- when the server ends the stream, i.e. when the pod has finished), tail_lines, since_seconds, timestamps, previous, timeout
 -- (default the client's, or 24 h with follow).
 function Client:logs(pod, opts)
   opts = check_opts(opts, { namespace = true, container = true, follow = true, tail_lines = true,

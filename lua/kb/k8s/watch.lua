@@ -4,34 +4,38 @@
 --   for ev in w:events() do print(ev.type, ev.object.metadata.name) end
 --   w:stop()
 --
--- kb.http returns whole bodies, so a watch is a sequence of *windows*:
--- each watch request asks the server to end it after timeoutSeconds, and
--- its events are delivered when it ends; the next window resumes from the
--- last resourceVersion seen (an event's, or a BOOKMARK's). Events arrive in
--- batches, at most one window late: ev.observed (scenario clock) is when
--- its window ended. The window is opts.window, else the client's
--- watch_window (scenario seconds, default 5). On a real cluster (scenario
--- clock speed 1) timeoutSeconds is the window rounded up to whole seconds;
--- against the embedded simulator (sped-up clock) it is the window in the
--- server's real seconds, fractional, so windows stay short in virtual time.
+-- Each watch request is streamed (kb.http.stream): every event line is
+-- decoded and delivered as it arrives, and ev.observed (scenario clock) is
+-- its arrival, so latencies measured from watches are not quantized. The
+-- server ends each request after timeoutSeconds (a *window*); the next
+-- one resumes from the last resourceVersion seen (an event's, or a
+-- BOOKMARK's). The window is opts.window, else the client's watch_window
+-- (scenario seconds, default 300: it only sets how often the watch
+-- reconnects). On a real cluster (scenario clock speed 1) timeoutSeconds
+-- is the window rounded up to whole seconds; against the embedded
+-- simulator (sped-up clock) it is the window in the server's real seconds,
+-- fractional. A client whose opts.http has no stream() (a test double)
+-- gets whole bodies: its events then come when their window ends.
 --
 -- Like an informer, the watch starts with a list (in the calling task, so
 -- an object created after c:watch returns is never missed) and delivers
 -- its items as ADDED events with ev.initial = true (opts.initial = false
 -- skips them), then watches from the list's resourceVersion. A dropped
--- connection or a failed window (connect, reset, timeout, 5xx, 429)
--- resumes from the last resourceVersion after a short back-off; more than
--- max_retries failures in a row end the watch with that error. A 410 Gone
--- (the server no longer has that resourceVersion) re-lists and delivers
--- the difference to what the watch had seen: ADDED, MODIFIED and DELETED
--- events with ev.relist = true (intermediate states are lost, as with any
--- informer). Events: {type = "ADDED" | "MODIFIED" | "DELETED", object,
--- observed, initial, relist}; BOOKMARKs only move the resourceVersion
--- (opts.bookmarks = true delivers them too).
+-- connection or a failed window (connect, reset, timeout, 5xx, 429, a
+-- line that is not JSON) resumes from the last resourceVersion after a
+-- short back-off; more than max_retries failures in a row end the watch
+-- with that error. A 410 Gone (the server no longer has that
+-- resourceVersion) re-lists and delivers the difference to what the watch
+-- had seen: ADDED, MODIFIED and DELETED events with ev.relist = true
+-- (intermediate states are lost, as with any informer). Events: {type =
+-- "ADDED" | "MODIFIED" | "DELETED", object, observed, initial, relist};
+-- BOOKMARKs only move the resourceVersion (opts.bookmarks = true delivers
+-- them too). w:stop() aborts the open request.
 --
--- Metrics: k8s.watch.windows{resource}, k8s.watch.events{resource, type},
--- k8s.watch.retries{resource, class}, k8s.watch.relists{resource}; the
--- initial list and re-lists are timed as k8s.list.<resource>.
+-- Metrics: k8s.watch.windows{resource} (requests whose head arrived),
+-- k8s.watch.events{resource, type}, k8s.watch.retries{resource, class},
+-- k8s.watch.relists{resource}; the initial list and re-lists are timed as
+-- k8s.list.<resource>.
 local kb = require "kb"
 local core = require "kb.core"
 local json = require "kb.json"
@@ -145,6 +149,38 @@ local function server_window(window)
   return string.format("%.3f", math.max(0.001, window / speed))
 end
 
+-- One line of the stream, delivered as it arrives: 1 for an event, 0 for
+-- anything else, -1 when a 410 asks for a re-list.
+local function on_line(w, line)
+  local now = kb.now()
+  local ok, ev = pcall(json.decode, line)
+  if not ok or type(ev) ~= "table" or type(ev.type) ~= "string" then
+    -- A cut stream: resume from the last complete event.
+    u.raise("protocol", string.format("kb.k8s: watch %s: a watch event is not JSON: %s",
+      w.resource, u.trim(line, 120)))
+  end
+  if ev.type == "ERROR" then
+    local st = type(ev.object) == "table" and ev.object or {}
+    if st.code == 410 or st.reason == "Expired" or st.reason == "Gone" then
+      w.need_relist = true
+      return -1
+    end
+    u.raise("watch", string.format("kb.k8s: watch %s: the server ended the watch: %s",
+      w.resource, tostring(st.message or st.reason or "ERROR event")),
+      { status = st.code, reason = st.reason })
+  end
+  local rv = rv_of(ev.object)
+  if rv then w.resource_version = rv end
+  if ev.type == "BOOKMARK" then
+    if w.opts.bookmarks then push(w, { type = "BOOKMARK", object = ev.object, observed = now }) end
+    return 0
+  end
+  local e = { type = ev.type, object = ev.object, observed = now }
+  remember(w, e)
+  push(w, e)
+  return 1
+end
+
 -- One window (or the re-list a 410 asked for): the number of events, -1
 -- when it only re-listed or met a 410.
 local function window(w)
@@ -163,39 +199,17 @@ local function window(w)
   }
   local ns = not w.opts.all_namespaces and (w.opts.namespace or c.namespace) or nil
   -- no_retry: the watch resumes from its resourceVersion itself (turn()).
-  local text = c:request({ verb = "watch", resource = w.resource, raw = true, no_histogram = true,
-    no_retry = true, path = c:path(w.res, ns), query = q, timeout = w.window + c.timeout })
+  -- <close>: leaving early (410, an error, stop()) aborts the request.
+  local s <close> = (c:request({ verb = "watch", resource = w.resource, stream = true,
+    no_histogram = true, no_retry = true, path = c:path(w.res, ns), query = q,
+    timeout = w.window + c.timeout }))
   metrics.counter("k8s.watch.windows", { resource = w.resource }):inc()
-  local now = kb.now()
   local got = 0
-  for line in text:gmatch("[^\n]+") do
+  for line in s:lines() do
     if line:find("%S") then
-      local ok, ev = pcall(json.decode, line)
-      if not ok or type(ev) ~= "table" or type(ev.type) ~= "string" then
-        -- A cut stream: resume from the last complete event.
-        u.raise("protocol", string.format("kb.k8s: watch %s: a watch event is not JSON: %s",
-          w.resource, u.trim(line, 120)))
-      end
-      if ev.type == "ERROR" then
-        local st = type(ev.object) == "table" and ev.object or {}
-        if st.code == 410 or st.reason == "Expired" or st.reason == "Gone" then
-          w.need_relist = true
-          return -1
-        end
-        u.raise("watch", string.format("kb.k8s: watch %s: the server ended the watch: %s",
-          w.resource, tostring(st.message or st.reason or "ERROR event")),
-          { status = st.code, reason = st.reason })
-      end
-      local rv = rv_of(ev.object)
-      if rv then w.resource_version = rv end
-      if ev.type == "BOOKMARK" then
-        if w.opts.bookmarks then push(w, { type = "BOOKMARK", object = ev.object, observed = now }) end
-      else
-        local e = { type = ev.type, object = ev.object, observed = now }
-        remember(w, e)
-        push(w, e)
-        got = got + 1
-      end
+      local n = on_line(w, line)
+      if n < 0 then return -1 end
+      got = got + n
     end
   end
   return got
@@ -208,9 +222,10 @@ local function turn(w, st)
   if w.stopped then return end
   if ok then
     st.failures = 0
-    -- A server that ends windows at once (no timeoutSeconds support)
-    -- must not turn this into a busy loop.
-    if res == 0 and kb.now() - t0 < w.window / 4 then kb.sleep(w.window / 4) end
+    -- A server that ends windows at once (no timeoutSeconds support, a
+    -- proxy's idle timeout) must not turn this into a busy loop.
+    local pause = math.min(w.window / 4, 1)
+    if res == 0 and kb.now() - t0 < pause then kb.sleep(pause) end
   elseif kb.is_cancelled(res) then
     error(res, 0)
   elseif u.is_error(res) and res.class == "gone" then
