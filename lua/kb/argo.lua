@@ -251,10 +251,12 @@ local function setup_server(opts, c)
     s.mtime, s.size = st.mtime, st.size
   end
   s.tls = tls
-  s.send = http.request
+  s.send, s.stream = http.request, http.stream
   if opts.http ~= nil then
     local hc = opts.http
     s.send = function(o) return hc:request(o) end
+    s.stream = hc.stream and function(o) return hc:stream(o) end
+      or function(o) return u.body_stream(hc:request(o)) end
   end
   c.url, c.path = base, "argo-server"
   return s
@@ -267,7 +269,8 @@ end
 -- {ca_file, ca_pem, cert_file, cert_pem, key_file, key_pem, insecure}, http
 -- (a kb.http.client) and allow_insecure_credentials for host=; timeout
 -- (scenario seconds per request, default 30), watch_window (seconds per
--- watch request, default 5).
+-- watch request, default 300: events are streamed as they arrive, so the
+-- window only sets how often a watch reconnects, as in kb.k8s).
 function M.client(opts)
   if type(opts) ~= "table" then usage("takes a table of options") end
   for k in pairs(opts) do
@@ -278,7 +281,7 @@ function M.client(opts)
   end
   local timeout = opts.timeout or 30
   if type(timeout) ~= "number" or not (timeout > 0) then usage("timeout must be a number > 0") end
-  local window = opts.watch_window or 5
+  local window = opts.watch_window or 300
   if type(window) ~= "number" or not (window > 0) then usage("watch_window must be a number > 0") end
   if opts.namespace ~= nil and (type(opts.namespace) ~= "string" or opts.namespace == "") then
     usage("namespace must be a non-empty string")
@@ -340,8 +343,10 @@ local function status_error(s, op, method, url, r)
   })
 end
 
---- c:request{op=, method=, path=, query=, body=, raw=, timeout=,
--- no_histogram=} -> decoded JSON (or the text with raw = true), response.
+--- c:request{op=, method=, path=, query=, body=, raw=, stream=, timeout=,
+-- no_histogram=} -> decoded JSON (or the text with raw = true, or with
+-- stream = true the open kb.http stream of a 2xx answer, which the caller
+-- reads and closes), response.
 -- argo-server only: path is under host= ("/api/v1/version"); op names the
 -- metrics (argo.<op>).
 function Client:request(req)
@@ -359,7 +364,8 @@ function Client:request(req)
     timeout = req.timeout or self.timeout }
   for k, v in pairs(s.tls) do o[k] = v end
   local t0 = kb.now()
-  local ok, r = pcall(s.send, o)
+  local ok, r = pcall(req.stream and s.stream or s.send, o)
+  if ok and req.stream and (r.status < 200 or r.status > 299) then ok, r = pcall(u.read_whole, r) end
   if not ok then
     if u.is_error(r) and not kb.is_cancelled(r) then
       r.op = op
@@ -383,6 +389,7 @@ function Client:request(req)
     count_error(op, err.class)
     error(err, 0)
   end
+  if req.stream then return r, r end
   if req.raw then
     if not req.no_histogram then metrics.histogram(op):record(elapsed) end
     return r.body, r
@@ -863,37 +870,63 @@ local function server_window(window)
   return string.format("%.3f", math.max(0.001, window / speed))
 end
 
--- One window of workflow-events: queues its events.
-local function window(w)
+-- Opens a window: a streamed workflow-events request whose lines are
+-- read as they arrive.
+local function open_window(w)
   local c = w.client
-  local text = c:request({ op = "watch", raw = true, no_histogram = true,
+  w.stream = c:request({ op = "watch", stream = true, no_histogram = true,
     path = "/api/v1/workflow-events/" .. esc(w.ns), timeout = w.window + c.timeout,
     query = { ["listOptions.labelSelector"] = w.labels, ["listOptions.fieldSelector"] = w.fields,
       ["listOptions.resourceVersion"] = w.resource_version,
       ["listOptions.timeoutSeconds"] = server_window(w.window) } })
+  w.lines, w.lines_state = w.stream:lines()
   metrics.counter("argo.watch.windows", {}):inc()
-  local now = kb.now()
-  for line in text:gmatch("[^\n]+") do
-    line = line:match("^data: (.*)$") or line
-    if line:find("%S") then
-      local ok, msg = pcall(json.decode, line)
-      if not ok or type(msg) ~= "table" then
-        u.raise("protocol", "kb.argo: watch: an event is not JSON: " .. u.trim(line, 120))
-      end
-      if type(msg.error) == "table" then
-        -- grpc OutOfRange / "too old resource version": re-list
-        if msg.error.code == 9 or msg.error.code == 11 or tostring(msg.error.message):find("too old") then
-          relist(w)
-          return
-        end
-        u.raise("watch", "kb.argo: watch: argo-server ended the stream: " .. tostring(msg.error.message))
-      end
-      local r = type(msg.result) == "table" and msg.result or {}
-      if type(r.type) == "string" and type(r.object) == "table" then
-        w.resource_version = rv_of(r.object) or w.resource_version
-        push(w, r.type, r.object, now)
-      end
+end
+
+local function close_window(w)
+  if w.stream then w.stream:close() end
+  w.stream, w.lines, w.lines_state = nil, nil, nil
+end
+
+-- One line of the stream: queues its event; true when it re-listed.
+local function event_line(w, line)
+  line = line:match("^data: (.*)$") or line
+  if not line:find("%S") then return false end
+  local ok, msg = pcall(json.decode, line)
+  if not ok or type(msg) ~= "table" then
+    u.raise("protocol", "kb.argo: watch: an event is not JSON: " .. u.trim(line, 120))
+  end
+  if type(msg.error) == "table" then
+    -- grpc OutOfRange / "too old resource version": re-list
+    if msg.error.code == 9 or msg.error.code == 11 or tostring(msg.error.message):find("too old") then
+      relist(w)
+      return true
     end
+    u.raise("watch", "kb.argo: watch: argo-server ended the stream: " .. tostring(msg.error.message))
+  end
+  local r = type(msg.result) == "table" and msg.result or {}
+  if type(r.type) == "string" and type(r.object) == "table" then
+    w.resource_version = rv_of(r.object) or w.resource_version
+    push(w, r.type, r.object, kb.now())
+  end
+  return false
+end
+
+-- Reads the open window (opening one if needed) until an event is queued
+-- or the window ends; true when it ended.
+local function window(w)
+  if not w.stream then open_window(w) end
+  while true do
+    local line = w.lines(w.lines_state)
+    if not line then
+      close_window(w)
+      return true
+    end
+    if event_line(w, line) then
+      close_window(w)
+      return true
+    end
+    if w.tail >= w.head then return false end
   end
 end
 
@@ -912,12 +945,17 @@ local function fill(w)
     return
   end
   local t0 = kb.now()
-  local ok, err = pcall(window, w)
+  local ok, err = pcall(window, w) -- err: whether the window ended, when ok
   if ok then
     w.failures = 0
     -- a server that ends windows at once must not turn this into a busy loop
-    if w.tail < w.head and kb.now() - t0 < w.window / 4 then kb.sleep(w.window / 4) end
-  elseif kb.is_cancelled(err) or not (u.is_error(err) and RETRY[err.class])
+    if err and w.tail < w.head and kb.now() - t0 < w.window / 4 then
+      kb.sleep(math.min(w.window / 4, 1))
+    end
+    return
+  end
+  close_window(w)
+  if kb.is_cancelled(err) or not (u.is_error(err) and RETRY[err.class])
       or w.failures >= w.max_retries then
     error(err, 0)
   else
@@ -988,6 +1026,7 @@ end
 --- w:stop(): ends the watch; queued events are still returned by next().
 function Watch:stop()
   self.stopped = true
+  close_window(self)
   if self.k8s_watch then self.k8s_watch:stop() end
 end
 

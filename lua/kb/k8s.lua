@@ -130,31 +130,6 @@ local function connection(opts)
   return cfg
 end
 
--- A whole response in the shape of a kb.http stream, for an opts.http
--- without stream() (a test double): its body comes at once, when the
--- request has ended, so its watch events come window by window.
-local function body_stream(r)
-  local body, pos = r.body, 1
-  local s = { status = r.status, headers = r.headers, version = r.version, time = r.time }
-  function s.read()
-    if not body or pos > #body then return nil end
-    local rest = body:sub(pos)
-    pos = #body + 1
-    return rest
-  end
-  function s.lines()
-    return function()
-      if not body or pos > #body then return nil end
-      local nl = body:find("\n", pos, true) or #body + 1
-      local line = body:sub(pos, nl - 1)
-      pos = nl + 1
-      return line
-    end
-  end
-  function s.close() body = nil end
-  return setmetatable(s, { __close = s.close })
-end
-
 --- k8s.client(opts) -> client. opts (all optional): kubeconfig (path, "a:b"
 -- or a list), context, namespace, in_cluster (true, or {root=, host=,
 -- port=} for tests), server (overrides the URL), token (a bearer token,
@@ -203,7 +178,7 @@ function M.client(opts)
     local hc = opts.http
     send = function(o) return hc:request(o) end
     stream = hc.stream and function(o) return hc:stream(o) end
-      or function(o) return body_stream(hc:request(o)) end
+      or function(o) return u.body_stream(hc:request(o)) end
   end
   local c = setmetatable({
     server = cfg.server, namespace = cfg.namespace, context = cfg.context,
@@ -316,22 +291,12 @@ local function transport_error(c, req, r)
   return r
 end
 
--- A streamed answer with an error status is read whole: its body (a
--- Status) explains the error, and the 401 path re-sends.
-local function read_whole(s)
-  local st <close> = s
-  local parts = {}
-  for chunk in st.read, st do parts[#parts + 1] = chunk end
-  return { status = st.status, headers = st.headers, version = st.version, time = st.time,
-    body = table.concat(parts) }
-end
-
 -- Sends one request: true, response (a stream with req.stream), or
 -- false, error; then the seconds it took.
 local function send(c, p, req, o)
   local t0 = kb.now()
   local ok, r = pcall(req.stream and p.stream or p.send, o)
-  if ok and req.stream and (r.status < 200 or r.status > 299) then ok, r = pcall(read_whole, r) end
+  if ok and req.stream and (r.status < 200 or r.status > 299) then ok, r = pcall(u.read_whole, r) end
   if ok then return true, r, r.time and r.time.total or (kb.now() - t0) end
   if u.is_error(r) and not kb.is_cancelled(r) then
     transport_error(c, req, r)

@@ -259,6 +259,20 @@ for path, make in pairs(PATHS) do
     c:delete(wf.name)
   end)
 
+  T.case(P .. "watch events arrive as they happen, not when the window ends", function()
+    local c = make()
+    local name = path .. "-live"
+    local w <close> = c:watch { name = name, window = 3000 }
+    local t0 = kb.now()
+    c:create(workflow(name, 1, "fixed:60"))
+    local ev = w:next()
+    T.eq(ev.workflow.name, name)
+    T.ok(ev.observed - t0 < 300, string.format("observed %.1f s after the create, within a 3000 s "
+      .. "window", ev.observed - t0))
+    w:stop()
+    c:delete(name)
+  end)
+
   T.case(P .. "watch sees Running then Succeeded", function()
     local c = make()
     local name = path .. "-watched"

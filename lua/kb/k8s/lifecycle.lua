@@ -21,8 +21,8 @@
 --   {source = "watch"}: from the object's creation as the scenario saw it
 --     (tracker:created(name, t), e.g. kb.now() just before c:create, else
 --     the first watch event showing it) to the watch event showing the
---     milestone, on the scenario clock. Watch events arrive in windows
---     (kb.k8s.watch), so this is quantized to the window (opts.window).
+--     milestone, on the scenario clock. Watch events are streamed
+--     (kb.k8s.watch): this is when the event's line arrived.
 -- Milestones that were passed between two observations are all recorded
 -- when the later one is seen.
 --

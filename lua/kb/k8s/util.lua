@@ -197,4 +197,40 @@ function M.trim(text, max)
   return text
 end
 
+--- A whole response in the shape of a kb.http stream, for an opts.http
+-- without stream() (a test double): its body comes at once, when the
+-- request has ended, so its watch events come window by window.
+function M.body_stream(r)
+  local body, pos = r.body, 1
+  local s = { status = r.status, headers = r.headers, version = r.version, time = r.time }
+  function s.read()
+    if not body or pos > #body then return nil end
+    local rest = body:sub(pos)
+    pos = #body + 1
+    return rest
+  end
+  function s.lines()
+    return function()
+      if not body or pos > #body then return nil end
+      local nl = body:find("\n", pos, true) or #body + 1
+      local line = body:sub(pos, nl - 1)
+      pos = nl + 1
+      return line
+    end
+  end
+  function s.close() body = nil end
+  return setmetatable(s, { __close = s.close })
+end
+
+--- u.read_whole(stream) -> a kb.http response {status, headers, version,
+-- time, body}: a streamed answer with an error status is read whole, so
+-- its body (a Status, an argo-server error) can explain the error.
+function M.read_whole(s)
+  local st <close> = s
+  local parts = {}
+  for chunk in st.read, st do parts[#parts + 1] = chunk end
+  return { status = st.status, headers = st.headers, version = st.version, time = st.time,
+    body = table.concat(parts) }
+end
+
 return M
