@@ -705,28 +705,55 @@ end
 
 -- ---- logs, version ---------------------------------------------------------------
 
---- c:logs(pod [, opts]) -> the log text. pod is a name or a Pod object.
--- opts: namespace, container, follow (the call returns the whole text
--- when the server ends the stream, i.e. when the pod has finished), tail_lines, since_seconds, timestamps, previous, timeout
--- (default the client's, or 24 h with follow).
-function Client:logs(pod, opts)
-  opts = check_opts(opts, { namespace = true, container = true, follow = true, tail_lines = true,
-    since_seconds = true, timestamps = true, previous = true, timeout = true }, "logs")
-  local name, ns = pod, opts.namespace
+local LOG_OPTS = { namespace = true, container = true, follow = true, tail_lines = true,
+  since_seconds = true, timestamps = true, previous = true, timeout = true }
+
+-- The pod's name and namespace (a name or a Pod object).
+local function pod_ref(pod, ns)
   if type(pod) == "table" then
     local m = type(pod.metadata) == "table" and pod.metadata or {}
-    name, ns = m.name, ns or m.namespace
+    return m.name, ns or m.namespace
   end
-  need_name(name, "logs")
+  return pod, ns
+end
+
+-- The request of a pod's log (c:logs, c:log_stream), options checked.
+local function log_request(c, name, ns, opts)
   local q = { container = opts.container, tailLines = opts.tail_lines,
     sinceSeconds = opts.since_seconds }
   if opts.follow then q.follow = "true" end
   if opts.timestamps then q.timestamps = "true" end
   if opts.previous then q.previous = "true" end
   local res = { prefix = "/api/v1", resource = "pods", namespaced = true }
-  return (self:request({ verb = "logs", resource = "pods", raw = true, accept = "*/*",
-    path = self:path(res, ns or self.namespace, name, "log"), query = q,
-    timeout = opts.timeout or (opts.follow and 86400 or nil) }))
+  return { verb = "logs", resource = "pods", raw = true, accept = "*/*",
+    path = c:path(res, ns or c.namespace, name, "log"), query = q,
+    timeout = opts.timeout or (opts.follow and 86400 or nil) }
+end
+
+--- c:logs(pod [, opts]) -> the log text. pod is a name or a Pod object.
+-- opts: namespace, container, follow (the call returns the whole text
+-- when the server ends the stream, i.e. when the pod has finished),
+-- tail_lines, since_seconds, timestamps, previous, timeout (default the
+-- client's, or 24 h with follow).
+function Client:logs(pod, opts)
+  opts = check_opts(opts, LOG_OPTS, "logs")
+  local name, ns = pod_ref(pod, opts.namespace)
+  need_name(name, "logs")
+  return (self:request(log_request(self, name, ns, opts)))
+end
+
+--- c:log_stream(pod [, opts]) -> an open kb.http stream of the pod's log,
+-- following it unless opts.follow = false: `for line in s:lines() do`
+-- gets each line as the container writes it, nil once the container has
+-- ended. Close it (or use <close>) to stop early. opts as c:logs.
+function Client:log_stream(pod, opts)
+  opts = check_opts(opts, LOG_OPTS, "log_stream")
+  local name, ns = pod_ref(pod, opts.namespace)
+  need_name(name, "log_stream")
+  local o = setmetatable({ follow = opts.follow ~= false }, { __index = opts })
+  local req = log_request(self, name, ns, o)
+  req.stream, req.no_histogram = true, true
+  return (self:request(req))
 end
 
 --- c:version() -> the server's /version document {major, minor, gitVersion, ...}.

@@ -377,10 +377,9 @@ static void mirror_pod(sim_glue *g, int id) {
     gp->state = OBJ_GONE; /* deleted through the API (or its owner) */
     return;
   }
-  cJSON *status = glue_pod_status(
-      g, &pi, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cur, "spec"), "containers"));
-  glue_put_status(g, g->r_pods, gp->ns, gp->name, status);
-  cJSON_Delete(status);
+  /* The log first, then the status: as on a node, a container's output is
+   * in its log before the pod shows it terminated, so `logs -f` (which
+   * ends when the pod does) gets the last line. */
   int started = !strcmp(pi.container_state, "running") ||
                 (!strcmp(pi.container_state, "terminated") && pi.started_at >= 0);
   if (started && !gp->started_logged) {
@@ -391,6 +390,10 @@ static void mirror_pod(sim_glue *g, int id) {
     gp->ended_logged = 1;
     glue_logs_ended(g, &pi, gp->ns, gp->name, gp->container);
   }
+  cJSON *status = glue_pod_status(
+      g, &pi, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cur, "spec"), "containers"));
+  glue_put_status(g, g->r_pods, gp->ns, gp->name, status);
+  cJSON_Delete(status);
   if (owned(r)) dirty_add(&g->d_runs, (uint32_t)pi.run);
 }
 

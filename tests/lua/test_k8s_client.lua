@@ -403,6 +403,31 @@ spec:
   c:delete("Job", "idx")
 end)
 
+T.case("log_stream: a running pod's log lines arrive as they are written", function()
+  local c = client()
+  c:apply(string.format(JOB:gsub("fixed:30", "fixed:120"), "streamer"))
+  local pod
+  for _ = 1, 100 do
+    local items = c:list("pods", { label_selector = { ["job-name"] = "streamer" } }).items
+    pod = items[1]
+    if pod and pod.status and pod.status.phase == "Running" then break end
+    kb.sleep(5)
+  end
+  T.eq(pod.status.phase, "Running")
+  local s <close> = c:log_stream(pod)
+  T.eq(s.status, 200)
+  local times, lines = {}, {}
+  for line in s:lines() do
+    lines[#lines + 1] = line
+    times[#times + 1] = kb.now()
+  end
+  T.ok(#lines >= 2, "several lines: " .. table.concat(lines, " | "))
+  T.ok(times[#times] - times[1] > 60, string.format("the first line came %.0f s before the last "
+    .. "(the container ran 120 s)", times[#times] - times[1]))
+  T.raises(function() c:log_stream(pod, { bogus = 1 }) end, "kb.k8s: log_stream: unknown option 'bogus'")
+  c:delete("Job", "streamer")
+end)
+
 T.case("lifecycle of a Job and its pods; logs", function()
   local c = client()
   local jobs = lifecycle.track(c, "Job", { field_selector = "metadata.name=life", window = 1 })
