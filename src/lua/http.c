@@ -56,21 +56,7 @@
  * protocol, too_many_redirects, resource (out of file descriptors), other.
  * A cancelled task's request is aborted and raises kb.cancelled.
  *
- * Streams. kb.http.stream(opts) takes the same options, suspends until the
- * head of the final response has arrived (or raises as above) and returns
- * a userdata: s.status, s.headers, s.version, s.redirects, s.url, s.state
- * ("open", "ended", "failed", "closed"), s.time (as a response's, with
- * total only once the body ended; the body's duration counts as scenario
- * time, being paced by the server's clock), s:read() (the bytes received
- * since the last read, suspending until some arrive; nil at the end; the
- * transfer's error once the bytes before it were read), s:lines() (lines
- * without "\n", the last unterminated one too), s:close() (aborts;
- * idempotent; also __close and __gc). Up to STREAM_BUFFER_MAX bytes wait
- * unread, then the transfer pauses until a read. A task cancelled in
- * stream() aborts the request; one cancelled in read()/lines() only stops
- * waiting (kb.timeout around read() polls). The callbacks of the C stream
- * run from loop callbacks and may resume the reading task at once, which
- * may close or drop the stream: they touch nothing after waking it. */
+ * Streams (kb.http.stream): src/lua/http_stream.c. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +68,7 @@
 #include "kb/lua_modules.h"
 #include "kb/lua_util.h"
 #include "kb/rt.h"
+#include "http_internal.h"
 
 #define CLIENT_META "kb.http.client"
 
@@ -190,17 +177,8 @@ static int l_client(lua_State *L) {
 /* Stack slots holding the table-valued options while the request is built. */
 enum { SLOT_HEADERS, SLOT_QUERY, SLOT_MULTIPART, SLOT_BODY, NSLOTS };
 
-typedef struct {
-  const char *method;
-  const char *url;
-  int slot;          /* stack index of SLOT_HEADERS */
-  int json_body;     /* the body slot holds JSON text encoded from a table */
-  int has_options;
-  double timeout, connect_timeout;
-  kb_http_options o;
-} spec;
 
-static int slot(const spec *s, int which) { return s->slot + which; }
+static int slot(const kb_lhttp_spec *s, int which) { return s->slot + which; }
 
 static int valid_name(const char *s, size_t n) {
   if (n == 0) return 0;
@@ -324,7 +302,7 @@ static void check_multipart(lua_State *L, int tbl) {
 }
 
 /* Replaces the table in the body slot by its JSON text (kb.json.encode). */
-static void encode_json_body(lua_State *L, spec *s) {
+static void encode_json_body(lua_State *L, kb_lhttp_spec *s) {
   lua_getglobal(L, "require");
   lua_pushliteral(L, "kb.json");
   lua_call(L, 1, 1);
@@ -357,7 +335,7 @@ static int check_bool(lua_State *L, const char *key) {
 
 /* One option (its value on top of the stack). Strings stay anchored by the
  * options table, which outlives the building of the request. */
-static void set_option(lua_State *L, spec *s, const char *k) {
+static void set_option(lua_State *L, kb_lhttp_spec *s, const char *k) {
   kb_http_options *o = &s->o;
   size_t n;
   if (!strcmp(k, "method")) s->method = check_string(L, k, NULL);
@@ -418,7 +396,7 @@ static uint64_t timeout_ms(kb_rt *rt, double seconds) {
   return ms < (uint64_t)floor_ms ? (uint64_t)floor_ms : ms;
 }
 
-static void build_spec(lua_State *L, spec *s, int opts, int body) {
+static void build_spec(lua_State *L, kb_lhttp_spec *s, int opts, int body) {
   lua_settop(L, lua_gettop(L) + NSLOTS);
   s->slot = lua_gettop(L) - NSLOTS + 1;
   if (body) lua_copy(L, body, slot(s, SLOT_BODY));
@@ -552,7 +530,7 @@ static int add_parts(lua_State *L, kb_http_request *r, int tbl) {
   return err;
 }
 
-static int build_request(lua_State *L, kb_http_request *r, const spec *s) {
+static int build_request(lua_State *L, kb_http_request *r, const kb_lhttp_spec *s) {
   int err = 0;
   if (!lua_isnil(L, slot(s, SLOT_QUERY))) err = add_query(L, r, slot(s, SLOT_QUERY));
   if (!err && !lua_isnil(L, slot(s, SLOT_HEADERS))) err = add_headers(L, r, slot(s, SLOT_HEADERS));
@@ -571,7 +549,7 @@ static int build_request(lua_State *L, kb_http_request *r, const spec *s) {
 
 /* ---- completion ----------------------------------------------------------------------- */
 
-static void push_headers(lua_State *L, const kb_http_response *resp) {
+void kb__lhttp_push_headers(lua_State *L, const kb_http_response *resp) {
   char small[64];
   lua_createtable(L, 0, 8);
   size_t pos = 0;
@@ -614,14 +592,14 @@ static void push_headers(lua_State *L, const kb_http_response *resp) {
   }
 }
 
-static void set_number(lua_State *L, const char *k, double v) {
+void kb__lhttp_set_number(lua_State *L, const char *k, double v) {
   lua_pushnumber(L, v);
   lua_setfield(L, -2, k);
 }
 
 /* Seconds the simulator's modelled latency held this response (its
  * "Server-Timing: kbrun-sim;dur=MS" header), or -1 without that header. */
-static double sim_hold_seconds(const kb_http_response *resp) {
+double kb__lhttp_sim_hold_seconds(const kb_http_response *resp) {
   size_t len;
   const char *v = kb_http_response_header(resp, "Server-Timing", &len);
   if (!v || len < 14 || strncmp(v, "kbrun-sim;dur=", 14) != 0) return -1;
@@ -638,7 +616,7 @@ static double sim_hold_seconds(const kb_http_response *resp) {
  * times faster; the rest (this machine's loopback, parsing, scheduling) is
  * real overhead and counts as real seconds, like network time to a real
  * cluster. Scaling it too would inflate every latency by overhead * speed. */
-static double to_scenario(kb_rt *rt, double real, double hold, int from_sim) {
+double kb__lhttp_to_scenario(kb_rt *rt, double real, double hold, int from_sim) {
   double speed = kb_rt_clock(rt)->speed;
   if (speed == 1.0) return real;
   if (!from_sim) return kb_rt_scenario_seconds(rt, real);
@@ -647,7 +625,7 @@ static double to_scenario(kb_rt *rt, double real, double hold, int from_sim) {
   return hold * speed + (real > hold ? real - hold : 0);
 }
 
-static void push_version(lua_State *L, int version) {
+void kb__lhttp_push_version(lua_State *L, int version) {
   switch (version) {
   case 10: lua_pushliteral(L, "1.0"); break;
   case 20: lua_pushliteral(L, "2"); break;
@@ -660,20 +638,20 @@ static void push_response(lua_State *L, kb_rt *rt, const kb_http_response *resp)
   lua_createtable(L, 0, 6);
   lua_pushinteger(L, resp->status);
   lua_setfield(L, -2, "status");
-  push_headers(L, resp);
+  kb__lhttp_push_headers(L, resp);
   lua_setfield(L, -2, "headers");
   lua_pushlstring(L, resp->body, resp->body_len);
   lua_setfield(L, -2, "body");
-  push_version(L, resp->http_version);
+  kb__lhttp_push_version(L, resp->http_version);
   lua_setfield(L, -2, "version");
   lua_createtable(L, 0, 5);
-  double hold = sim_hold_seconds(resp);
+  double hold = kb__lhttp_sim_hold_seconds(resp);
   int sim = hold >= 0;
-  set_number(L, "dns", to_scenario(rt, resp->time.dns, 0, sim));
-  set_number(L, "connect", to_scenario(rt, resp->time.connect, 0, sim));
-  set_number(L, "tls", to_scenario(rt, resp->time.tls, 0, sim));
-  set_number(L, "ttfb", to_scenario(rt, resp->time.ttfb, hold, sim));
-  set_number(L, "total", to_scenario(rt, resp->time.total, hold, sim));
+  kb__lhttp_set_number(L, "dns", kb__lhttp_to_scenario(rt, resp->time.dns, 0, sim));
+  kb__lhttp_set_number(L, "connect", kb__lhttp_to_scenario(rt, resp->time.connect, 0, sim));
+  kb__lhttp_set_number(L, "tls", kb__lhttp_to_scenario(rt, resp->time.tls, 0, sim));
+  kb__lhttp_set_number(L, "ttfb", kb__lhttp_to_scenario(rt, resp->time.ttfb, hold, sim));
+  kb__lhttp_set_number(L, "total", kb__lhttp_to_scenario(rt, resp->time.total, hold, sim));
   lua_setfield(L, -2, "time");
   if (resp->redirects > 0) {
     lua_pushinteger(L, resp->redirects);
@@ -683,14 +661,8 @@ static void push_response(lua_State *L, kb_rt *rt, const kb_http_response *resp)
   }
 }
 
-/* What an error object says, apart from its class: for a response's
- * error, or for one a stream kept until read() raises it. */
-typedef struct err_text {
-  const char *message, *url, *detail, *hint, *method;
-  int curl_code;
-} err_text;
 
-static void push_error_text(lua_State *L, const char *cls, const err_text *e) {
+void kb__lhttp_push_error_text(lua_State *L, const char *cls, const kb_lhttp_err_text *e) {
   kb_error_new(L, cls, "%s", e->message);
   lua_pushstring(L, e->url);
   lua_setfield(L, -2, "url");
@@ -704,10 +676,10 @@ static void push_error_text(lua_State *L, const char *cls, const err_text *e) {
   lua_setfield(L, -2, "method");
 }
 
-static void push_error(lua_State *L, const kb_http_response *resp) {
-  err_text e = {resp->message, resp->safe_url, resp->detail, resp->hint, resp->method,
+void kb__lhttp_push_error(lua_State *L, const kb_http_response *resp) {
+  kb_lhttp_err_text e = {resp->message, resp->safe_url, resp->detail, resp->hint, resp->method,
                 resp->curl_code};
-  push_error_text(L, kb_http_error_name(resp->error), &e);
+  kb__lhttp_push_error_text(L, kb_http_error_name(resp->error), &e);
 }
 
 static void on_done(kb_http_request *r, const kb_http_response *resp, void *ud) {
@@ -715,7 +687,7 @@ static void on_done(kb_http_request *r, const kb_http_response *resp, void *ud) 
   lua_State *co = kb_task_thread(t);
   lua_checkstack(co, 8);
   if (resp->error) {
-    push_error(co, resp);
+    kb__lhttp_push_error(co, resp);
     kb_http_request_free(r);
     kb_task_fail(t);
   } else {
@@ -731,7 +703,7 @@ static void on_cancel(void *op) { kb_http_request_cancel(op); }
 
 /* Reads the arguments of a call into s (raises on a bad one). The
  * options come last; their slots go above them. */
-static void read_call(lua_State *L, spec *s, int url, int body, int opts) {
+void kb__lhttp_read_call(lua_State *L, kb_lhttp_spec *s, int url, int body, int opts) {
   lua_settop(L, opts);
   if (url) s->url = luaL_checkstring(L, url);
   if (lua_isnil(L, opts)) opts = 0;
@@ -739,7 +711,7 @@ static void read_call(lua_State *L, spec *s, int url, int body, int opts) {
   build_spec(L, s, opts, body);
 }
 
-static int raise_start_error(lua_State *L, int err, const char *method) {
+int kb__lhttp_raise_start_error(lua_State *L, int err, const char *method) {
   if (err == -ENOTSUP)
     return kb_error_raise(L, "other", "kb.http: an option of this %s request is not "
                           "supported by the libcurl kbrun runs with", method);
@@ -748,13 +720,13 @@ static int raise_start_error(lua_State *L, int err, const char *method) {
 }
 
 /* The request s describes, not started; raises when it cannot be built. */
-static kb_http_request *new_request(lua_State *L, kb_http_client *c, const spec *s) {
+kb_http_request *kb__lhttp_new_request(lua_State *L, kb_http_client *c, const kb_lhttp_spec *s) {
   kb_http_request *r = kb_http_request_new(c, s->method, s->url);
   if (!r) kb_error_raise(L, "resource", "kb.http: out of memory building a request");
   int err = build_request(L, r, s);
   if (err != 0) {
     kb_http_request_free(r);
-    raise_start_error(L, err, s->method);
+    kb__lhttp_raise_start_error(L, err, s->method);
   }
   return r;
 }
@@ -762,447 +734,15 @@ static kb_http_request *new_request(lua_State *L, kb_http_client *c, const spec 
 static int do_request(lua_State *L, kb_http_client *c, const char *method, int url, int body,
                       int opts) {
   kb_task *t = kb_task_running(L);
-  spec s = {.method = method, .o = KB_HTTP_OPTIONS_INIT};
-  read_call(L, &s, url, body, opts);
-  kb_http_request *r = new_request(L, c, &s);
+  kb_lhttp_spec s = {.method = method, .o = KB_HTTP_OPTIONS_INIT};
+  kb__lhttp_read_call(L, &s, url, body, opts);
+  kb_http_request *r = kb__lhttp_new_request(L, c, &s);
   int err = kb_http_request_start(r, on_done, t);
   if (err != 0) {
     kb_http_request_free(r);
-    return raise_start_error(L, err, s.method);
+    return kb__lhttp_raise_start_error(L, err, s.method);
   }
   return kb_task_await(L, t, on_cancel, r);
-}
-
-/* ---- streams ----------------------------------------------------------------------------- */
-
-#define STREAM_META "kb.http.stream"
-/* Body bytes buffered for read()/lines() before the transfer pauses: the
- * server then waits on TCP flow control instead of our memory growing. */
-#define STREAM_BUFFER_MAX (1024 * 1024)
-
-enum { WAIT_NONE, WAIT_HEAD, WAIT_CHUNK, WAIT_LINE };
-enum { ST_OPENING, ST_OPEN, ST_ENDED, ST_FAILED, ST_CLOSED };
-
-/* A full userdata; user value 1 is the table of the head's fields
- * (headers, url, redirects), 2 the client's userdata, so the client
- * outlives a stream that uses it. */
-typedef struct lstream {
-  kb_http_request *r; /* while the transfer runs */
-  kb_rt *rt;
-  kb_task *waiter;    /* suspended in stream(), read() or lines() */
-  int wait;           /* WAIT_* of the waiter */
-  int state;          /* ST_* */
-  int held;           /* the transfer is paused for our buffer */
-  char *buf;          /* received, not read yet: buf[off..len) */
-  size_t off, len, cap;
-  long status;
-  int version;
-  double hold;        /* the simulator's modelled hold, or -1 */
-  kb_http_timings head_time;
-  double total;       /* real seconds of the whole transfer, once ended */
-  kb_http_error error; /* of a failed transfer, raised by read() */
-  err_text err;       /* its texts, in err_buf; err_buf NULL: out of memory */
-  char *err_buf;
-} lstream;
-
-static size_t buffered(const lstream *st) { return st->len - st->off; }
-
-static int buf_append(lstream *st, const char *p, size_t n) {
-  if (st->len + n > st->cap && st->off > 0) {
-    memmove(st->buf, st->buf + st->off, st->len - st->off);
-    st->len -= st->off;
-    st->off = 0;
-  }
-  if (st->len + n > st->cap) {
-    size_t cap = st->cap ? st->cap : 4096;
-    while (cap < st->len + n) cap *= 2;
-    char *b = realloc(st->buf, cap);
-    if (!b) return -1;
-    st->buf = b;
-    st->cap = cap;
-  }
-  memcpy(st->buf + st->len, p, n);
-  st->len += n;
-  return 0;
-}
-
-static void buf_consume(lstream *st, size_t n) {
-  st->off += n;
-  if (st->off < st->len) return;
-  st->off = st->len = 0;
-  if (st->cap > 2 * STREAM_BUFFER_MAX) { /* after an unusually long line */
-    free(st->buf);
-    st->buf = NULL;
-    st->cap = 0;
-  }
-}
-
-/* Pushes everything buffered as one string. */
-static void push_all(lua_State *L, lstream *st) {
-  lua_pushlstring(L, st->buf + st->off, buffered(st));
-  buf_consume(st, buffered(st));
-}
-
-/* Pushes the next complete line (without its "\n") if there is one; the
- * search starts at `from` (bytes before it hold no "\n"). */
-static int push_line(lua_State *L, lstream *st, size_t from) {
-  const char *nl = from < st->len ? memchr(st->buf + from, '\n', st->len - from) : NULL;
-  if (!nl) return 0;
-  size_t n = (size_t)(nl - (st->buf + st->off));
-  lua_pushlstring(L, st->buf + st->off, n);
-  buf_consume(st, n + 1);
-  return 1;
-}
-
-/* Reading made room: let the transfer go on. */
-static void maybe_resume(lstream *st) {
-  if (st->held && st->r && buffered(st) < STREAM_BUFFER_MAX) {
-    st->held = 0;
-    kb_http_request_resume(st->r);
-  }
-}
-
-/* Keeps a failed transfer's error for read(); without memory for its
- * texts, read() raises an out-of-memory error instead. */
-static void err_save(lstream *st, kb_http_error error, const err_text *e) {
-  const char *parts[5] = {e->message, e->url, e->detail, e->hint, e->method};
-  size_t len[5], total = 0;
-  for (int i = 0; i < 5; i++) total += (len[i] = strlen(parts[i])) + 1;
-  st->error = error;
-  st->err.curl_code = e->curl_code;
-  if (!(st->err_buf = malloc(total))) return;
-  const char **out[5] = {&st->err.message, &st->err.url, &st->err.detail, &st->err.hint,
-                         &st->err.method};
-  char *w = st->err_buf;
-  for (int i = 0; i < 5; i++) {
-    memcpy(w, parts[i], len[i] + 1);
-    *out[i] = w;
-    w += len[i] + 1;
-  }
-}
-
-static void push_saved_error(lua_State *L, const lstream *st) {
-  if (st->err_buf) push_error_text(L, kb_http_error_name(st->error), &st->err);
-  else kb_error_new(L, "resource", "kb.http: out of memory in a streamed response");
-}
-
-/* Hands the waiter its results (on its stack already) and forgets it. The
- * task may run at once, inside this call, and close or drop the stream:
- * callers touch nothing of st afterwards. */
-static void stream_wake(lstream *st, int nresults, int failed) {
-  kb_task *t = st->waiter;
-  st->waiter = NULL;
-  st->wait = WAIT_NONE;
-  if (failed) kb_task_fail(t);
-  else kb_task_wake(t, nresults);
-}
-
-static void on_stream_head(kb_http_request *r, const kb_http_response *head, void *ud) {
-  lstream *st = ud;
-  lua_State *co = kb_task_thread(st->waiter);
-  st->state = ST_OPEN;
-  st->status = head->status;
-  st->version = head->http_version;
-  st->head_time = head->time;
-  st->hold = sim_hold_seconds(head);
-  lua_checkstack(co, 8);
-  /* stream() pushed the userdata last before it suspended: it is the top
-   * of the task's stack, and becomes stream()'s result. */
-  lua_createtable(co, 0, 3);
-  push_headers(co, head);
-  lua_setfield(co, -2, "headers");
-  if (head->redirects > 0) {
-    lua_pushinteger(co, head->redirects);
-    lua_setfield(co, -2, "redirects");
-    lua_pushstring(co, head->url);
-    lua_setfield(co, -2, "url");
-  }
-  lua_setiuservalue(co, -2, 1);
-  lua_pushvalue(co, -1);
-  stream_wake(st, 1, 0);
-}
-
-/* The transfer's memory error: it stops, read() raises. */
-static void stream_oom(lstream *st) {
-  kb_http_request_cancel(st->r); /* allowed from inside on_data */
-  st->r = NULL;
-  st->state = ST_FAILED;
-  st->error = KB_HTTP_ERR_RESOURCE;
-  if (st->waiter) {
-    push_saved_error(kb_task_thread(st->waiter), st);
-    stream_wake(st, 1, 1);
-  }
-}
-
-static int on_stream_data(kb_http_request *r, const char *data, size_t len, void *ud) {
-  lstream *st = ud;
-  lua_State *co = st->waiter ? kb_task_thread(st->waiter) : NULL;
-  if (st->wait == WAIT_CHUNK && buffered(st) == 0) { /* the common case: no copy */
-    lua_pushlstring(co, data, len);
-    stream_wake(st, 1, 0);
-    return 0;
-  }
-  size_t from = st->len;
-  if (buf_append(st, data, len) != 0) {
-    stream_oom(st);
-    return 0;
-  }
-  if (st->wait == WAIT_CHUNK) {
-    push_all(co, st);
-    stream_wake(st, 1, 0);
-    return 0;
-  }
-  if (st->wait == WAIT_LINE && push_line(co, st, from)) {
-    stream_wake(st, 1, 0);
-    return 0;
-  }
-  /* A waiter for a line keeps reading however long the line gets. */
-  if (!st->waiter && buffered(st) >= STREAM_BUFFER_MAX) {
-    st->held = 1;
-    return KB_HTTP_STREAM_PAUSE;
-  }
-  return 0;
-}
-
-/* The end (or the failure) reaches a task waiting in read() or lines():
- * the last unterminated line, nil, or the error. */
-static void wake_at_end(lstream *st) {
-  lua_State *co = kb_task_thread(st->waiter);
-  lua_checkstack(co, 4);
-  if (st->state == ST_FAILED) {
-    push_saved_error(co, st);
-    stream_wake(st, 1, 1);
-    return;
-  }
-  if (buffered(st) > 0) push_all(co, st);
-  else lua_pushnil(co);
-  stream_wake(st, 1, 0);
-}
-
-static void on_stream_done(kb_http_request *r, const kb_http_response *resp, void *ud) {
-  lstream *st = ud;
-  if (st->state == ST_OPENING) { /* failed before the head: stream() raises */
-    lua_State *co = kb_task_thread(st->waiter);
-    lua_checkstack(co, 8);
-    push_error(co, resp);
-    kb_http_request_free(r);
-    st->r = NULL;
-    st->state = ST_CLOSED;
-    stream_wake(st, 1, 1);
-    return;
-  }
-  st->total = resp->time.total;
-  if (resp->error) {
-    err_text e = {resp->message, resp->safe_url, resp->detail, resp->hint, resp->method,
-                  resp->curl_code};
-    err_save(st, resp->error, &e);
-    st->state = ST_FAILED;
-  } else {
-    st->state = ST_ENDED;
-  }
-  kb_http_request_free(r);
-  st->r = NULL;
-  st->held = 0;
-  if (st->waiter) wake_at_end(st);
-}
-
-/* A task cancelled in stream(): nobody will get the stream, abort it. */
-static void cancel_open(void *op) {
-  lstream *st = op;
-  st->waiter = NULL;
-  st->wait = WAIT_NONE;
-  kb_http_request_cancel(st->r);
-  st->r = NULL;
-  st->state = ST_CLOSED;
-}
-
-/* A task cancelled in read()/lines() stops waiting; the stream and what
- * it buffers stay for the next read (kb.timeout around read() polls). */
-static void cancel_read(void *op) {
-  lstream *st = op;
-  st->waiter = NULL;
-  st->wait = WAIT_NONE;
-}
-
-static void stream_close(lstream *st) {
-  if (st->r) kb_http_request_cancel(st->r);
-  st->r = NULL;
-  free(st->buf);
-  st->buf = NULL;
-  st->off = st->len = st->cap = 0;
-  free(st->err_buf);
-  st->err_buf = NULL;
-  st->state = ST_CLOSED;
-}
-
-static lstream *check_stream(lua_State *L, int idx) {
-  return luaL_checkudata(L, idx, STREAM_META);
-}
-
-/* Suspends until there is something for `mode`, or returns what the end
- * of the stream gives at once. */
-static int stream_wait(lua_State *L, lstream *st, int mode) {
-  if (st->state == ST_FAILED) {
-    push_saved_error(L, st);
-    return lua_error(L);
-  }
-  if (st->state != ST_OPEN) {
-    if (mode == WAIT_LINE && buffered(st) > 0) push_all(L, st); /* the last line */
-    else lua_pushnil(L);
-    return 1;
-  }
-  if (st->waiter) return luaL_error(L, "kb.http: another task is reading this stream");
-  kb_task *t = kb_task_running(L);
-  st->waiter = t;
-  st->wait = mode;
-  if (st->held) { /* a waiter wants more than the full buffer holds */
-    st->held = 0;
-    kb_http_request_resume(st->r);
-  }
-  return kb_task_await(L, t, cancel_read, st);
-}
-
-/* s:read() -> the bytes received since the last read, or nil at the end */
-static int stream_read(lua_State *L) {
-  lstream *st = check_stream(L, 1);
-  if (buffered(st) > 0) {
-    push_all(L, st);
-    maybe_resume(st);
-    return 1;
-  }
-  return stream_wait(L, st, WAIT_CHUNK);
-}
-
-static int lines_next(lua_State *L) {
-  lstream *st = check_stream(L, 1);
-  if (push_line(L, st, st->off)) {
-    maybe_resume(st);
-    return 1;
-  }
-  return stream_wait(L, st, WAIT_LINE);
-}
-
-/* s:lines() -> iterator for `for line in s:lines() do ... end` */
-static int stream_lines(lua_State *L) {
-  check_stream(L, 1);
-  lua_pushcfunction(L, lines_next);
-  lua_pushvalue(L, 1);
-  return 2;
-}
-
-/* s:close(): aborts the transfer; a task waiting in read() gets nil. */
-static int stream_close_m(lua_State *L) {
-  lstream *st = check_stream(L, 1);
-  kb_task *w = st->waiter;
-  stream_close(st);
-  if (w) {
-    lua_pushnil(kb_task_thread(w));
-    stream_wake(st, 1, 0); /* deferred: Lua is running */
-  }
-  return 0;
-}
-
-static int stream_gc(lua_State *L) {
-  stream_close(check_stream(L, 1));
-  return 0;
-}
-
-/* Times as in a response; total only once the body has ended. The body of
- * a stream is paced by the server's clock (a watch's events, a log's
- * lines), which for the simulator is the virtual clock: that part is
- * scaled like scenario time, the head like a normal response. */
-static void push_stream_time(lua_State *L, const lstream *st) {
-  kb_rt *rt = st->rt;
-  int sim = st->hold >= 0;
-  const kb_http_timings *h = &st->head_time;
-  double ttfb = to_scenario(rt, h->ttfb, st->hold, sim);
-  lua_createtable(L, 0, 5);
-  set_number(L, "dns", to_scenario(rt, h->dns, 0, sim));
-  set_number(L, "connect", to_scenario(rt, h->connect, 0, sim));
-  set_number(L, "tls", to_scenario(rt, h->tls, 0, sim));
-  set_number(L, "ttfb", ttfb);
-  if (st->state == ST_ENDED || (st->state == ST_FAILED && st->total > 0)) {
-    double body = st->total - h->ttfb;
-    set_number(L, "total", ttfb + kb_rt_scenario_seconds(rt, body > 0 ? body : 0));
-  }
-}
-
-static const char *const STATE_NAMES[] = {"opening", "open", "ended", "failed", "closed"};
-
-/* Fields (status, version, time, state, then the head's table), methods
- * (upvalue 1). */
-static int stream_index(lua_State *L) {
-  lstream *st = check_stream(L, 1);
-  const char *k = luaL_checkstring(L, 2);
-  if (!strcmp(k, "status")) lua_pushinteger(L, st->status);
-  else if (!strcmp(k, "version")) push_version(L, st->version);
-  else if (!strcmp(k, "time")) push_stream_time(L, st);
-  else if (!strcmp(k, "state")) lua_pushstring(L, STATE_NAMES[st->state]);
-  else if (lua_getfield(L, lua_upvalueindex(1), k) == LUA_TNIL) {
-    if (lua_getiuservalue(L, 1, 1) != LUA_TTABLE) return 1;
-    lua_getfield(L, -1, k);
-  }
-  return 1;
-}
-
-static int stream_tostring(lua_State *L) {
-  lstream *st = check_stream(L, 1);
-  lua_pushfstring(L, "kb.http.stream %d (%s)", (int)st->status, STATE_NAMES[st->state]);
-  return 1;
-}
-
-static const luaL_Reg stream_methods[] = {
-  {"read", stream_read},
-  {"lines", stream_lines},
-  {"close", stream_close_m},
-  {NULL, NULL}
-};
-
-static const luaL_Reg stream_meta[] = {
-  {"__gc", stream_gc},
-  {"__close", stream_close_m}, /* wakes a reader in another task */
-  {"__tostring", stream_tostring},
-  {NULL, NULL}
-};
-
-static void register_stream(lua_State *L) {
-  luaL_newmetatable(L, STREAM_META);
-  luaL_setfuncs(L, stream_meta, 0);
-  luaL_newlib(L, stream_methods);
-  lua_pushcclosure(L, stream_index, 1);
-  lua_setfield(L, -2, "__index");
-  lua_pop(L, 1);
-}
-
-/* Pushes a new stream userdata holding the client at index `client`. */
-static lstream *push_stream(lua_State *L, int client) {
-  lstream *st = lua_newuserdatauv(L, sizeof *st, 2);
-  memset(st, 0, sizeof *st);
-  st->rt = kb_rt_from_lua(L);
-  st->hold = -1;
-  luaL_setmetatable(L, STREAM_META);
-  lua_pushvalue(L, client);
-  lua_setiuservalue(L, -2, 2);
-  return st;
-}
-
-static int do_stream(lua_State *L, kb_http_client *c, int client, int opts) {
-  kb_task *t = kb_task_running(L);
-  spec s = {.method = "GET", .o = KB_HTTP_OPTIONS_INIT};
-  luaL_checktype(L, opts, LUA_TTABLE);
-  read_call(L, &s, 0, 0, opts);
-  lstream *st = push_stream(L, client);
-  kb_http_request *r = new_request(L, c, &s);
-  int err = kb_http_request_set_stream(r, on_stream_head, on_stream_data, st);
-  if (err == 0) err = kb_http_request_start(r, on_stream_done, st);
-  if (err != 0) {
-    kb_http_request_free(r);
-    return raise_start_error(L, err, s.method);
-  }
-  st->r = r;
-  st->waiter = t;
-  st->wait = WAIT_HEAD;
-  return kb_task_await(L, t, cancel_open, st); /* the userdata is on top */
 }
 
 /* kb.http.stream(opts) -> stream, once the response head has arrived */
@@ -1211,11 +751,11 @@ static int l_stream(lua_State *L) {
   kb_http_client *c = default_client(L);
   lua_rawgetp(L, LUA_REGISTRYINDEX, &DEFAULT_KEY);
   lua_insert(L, 1); /* the client, then the options */
-  return do_stream(L, c, 1, 2);
+  return kb__lhttp_stream_open(L, c, 1, 2);
 }
 
 static int c_stream(lua_State *L) {
-  return do_stream(L, check_client(L, 1), 1, 2);
+  return kb__lhttp_stream_open(L, check_client(L, 1), 1, 2);
 }
 
 /* Module functions use the shared client; client methods their own. The
@@ -1284,7 +824,7 @@ static const luaL_Reg http_functions[] = {
 
 int luaopen_kb_http(lua_State *L) {
   kb_new_class(L, CLIENT_META, client_methods, client_meta);
-  register_stream(L);
+  kb__lhttp_stream_register(L);
   luaL_newlib(L, http_functions);
   return 1;
 }

@@ -1,0 +1,52 @@
+/* Shared by the two files of kb.http: http.c (clients, requests, the
+ * module) and http_stream.c (streams). Not a public header. */
+#ifndef KB_LUA_HTTP_INTERNAL_H
+#define KB_LUA_HTTP_INTERNAL_H
+
+#include <lua.h>
+
+#include "kb/http_client.h"
+#include "kb/rt.h"
+
+/* A call's checked arguments (kb__lhttp_read_call). */
+typedef struct {
+  const char *method;
+  const char *url;
+  int slot;          /* stack index of SLOT_HEADERS */
+  int json_body;     /* the body slot holds JSON text encoded from a table */
+  int has_options;
+  double timeout, connect_timeout;
+  kb_http_options o;
+} kb_lhttp_spec;
+
+/* What an error object says, apart from its class: for a response's
+ * error, or for one a stream kept until read() raises it. */
+typedef struct kb_lhttp_err_text {
+  const char *message, *url, *detail, *hint, *method;
+  int curl_code;
+} kb_lhttp_err_text;
+
+/* Reads the arguments of a call into s (raises on a bad one); the options
+ * come last, their slots go above them. */
+void kb__lhttp_read_call(lua_State *L, kb_lhttp_spec *s, int url, int body, int opts);
+/* The request s describes, not started; raises when it cannot be built. */
+kb_http_request *kb__lhttp_new_request(lua_State *L, kb_http_client *c, const kb_lhttp_spec *s);
+int kb__lhttp_raise_start_error(lua_State *L, int err, const char *method);
+
+/* Response fields and errors, as kb.http.request pushes them. */
+void kb__lhttp_push_headers(lua_State *L, const kb_http_response *resp);
+void kb__lhttp_push_version(lua_State *L, int version);
+void kb__lhttp_set_number(lua_State *L, const char *k, double v);
+void kb__lhttp_push_error(lua_State *L, const kb_http_response *resp);
+void kb__lhttp_push_error_text(lua_State *L, const char *cls, const kb_lhttp_err_text *e);
+/* The simulator's modelled hold (Server-Timing), or -1; real seconds as
+ * scenario seconds, with the hold counted in virtual time. */
+double kb__lhttp_sim_hold_seconds(const kb_http_response *resp);
+double kb__lhttp_to_scenario(kb_rt *rt, double real, double hold, int from_sim);
+
+/* http_stream.c: the stream type, and kb.http.stream / client:stream with
+ * the client's userdata at index `client` and the options at `opts`. */
+void kb__lhttp_stream_register(lua_State *L);
+int kb__lhttp_stream_open(lua_State *L, kb_http_client *c, int client, int opts);
+
+#endif

@@ -1,0 +1,458 @@
+/* kb.http streams: response bodies delivered to Lua as they arrive.
+ *
+ * kb.http.stream(opts) takes kb.http.request's options (src/lua/http.c),
+ * suspends until the head of the final response has arrived (or raises
+ * as kb.http.request does) and returns
+ * a userdata: s.status, s.headers, s.version, s.redirects, s.url, s.state
+ * ("open", "ended", "failed", "closed"), s.time (as a response's, with
+ * total only once the body ended; the body's duration counts as scenario
+ * time, being paced by the server's clock), s:read() (the bytes received
+ * since the last read, suspending until some arrive; nil at the end; the
+ * transfer's error once the bytes before it were read), s:lines() (lines
+ * without "\n", the last unterminated one too), s:close() (aborts;
+ * idempotent; also __close and __gc). Up to STREAM_BUFFER_MAX bytes wait
+ * unread, then the transfer pauses until a read. A task cancelled in
+ * stream() aborts the request; one cancelled in read()/lines() only stops
+ * waiting (kb.timeout around read() polls). The callbacks of the C stream
+ * run from loop callbacks and may resume the reading task at once, which
+ * may close or drop the stream: they touch nothing after waking it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "kb/http_client.h"
+#include "kb/lua_util.h"
+#include "kb/rt.h"
+#include "http_internal.h"
+
+#define STREAM_META "kb.http.stream"
+/* Body bytes buffered for read()/lines() before the transfer pauses: the
+ * server then waits on TCP flow control instead of our memory growing. */
+#define STREAM_BUFFER_MAX (1024 * 1024)
+
+enum { WAIT_NONE, WAIT_HEAD, WAIT_CHUNK, WAIT_LINE };
+enum { ST_OPENING, ST_OPEN, ST_ENDED, ST_FAILED, ST_CLOSED };
+
+/* A full userdata; user value 1 is the table of the head's fields
+ * (headers, url, redirects), 2 the client's userdata, so the client
+ * outlives a stream that uses it. */
+typedef struct lstream {
+  kb_http_request *r; /* while the transfer runs */
+  kb_rt *rt;
+  kb_task *waiter;    /* suspended in stream(), read() or lines() */
+  int wait;           /* WAIT_* of the waiter */
+  int state;          /* ST_* */
+  int held;           /* the transfer is paused for our buffer */
+  char *buf;          /* received, not read yet: buf[off..len) */
+  size_t off, len, cap;
+  long status;
+  int version;
+  double hold;        /* the simulator's modelled hold, or -1 */
+  kb_http_timings head_time;
+  double total;       /* real seconds of the whole transfer, once ended */
+  kb_http_error error; /* of a failed transfer, raised by read() */
+  kb_lhttp_err_text err;       /* its texts, in err_buf; err_buf NULL: out of memory */
+  char *err_buf;
+} lstream;
+
+static size_t buffered(const lstream *st) { return st->len - st->off; }
+
+static int buf_append(lstream *st, const char *p, size_t n) {
+  if (st->len + n > st->cap && st->off > 0) {
+    memmove(st->buf, st->buf + st->off, st->len - st->off);
+    st->len -= st->off;
+    st->off = 0;
+  }
+  if (st->len + n > st->cap) {
+    size_t cap = st->cap ? st->cap : 4096;
+    while (cap < st->len + n) cap *= 2;
+    char *b = realloc(st->buf, cap);
+    if (!b) return -1;
+    st->buf = b;
+    st->cap = cap;
+  }
+  memcpy(st->buf + st->len, p, n);
+  st->len += n;
+  return 0;
+}
+
+static void buf_consume(lstream *st, size_t n) {
+  st->off += n;
+  if (st->off < st->len) return;
+  st->off = st->len = 0;
+  if (st->cap > 2 * STREAM_BUFFER_MAX) { /* after an unusually long line */
+    free(st->buf);
+    st->buf = NULL;
+    st->cap = 0;
+  }
+}
+
+/* Pushes everything buffered as one string. */
+static void push_all(lua_State *L, lstream *st) {
+  lua_pushlstring(L, st->buf + st->off, buffered(st));
+  buf_consume(st, buffered(st));
+}
+
+/* Pushes the next complete line (without its "\n") if there is one; the
+ * search starts at `from` (bytes before it hold no "\n"). */
+static int push_line(lua_State *L, lstream *st, size_t from) {
+  const char *nl = from < st->len ? memchr(st->buf + from, '\n', st->len - from) : NULL;
+  if (!nl) return 0;
+  size_t n = (size_t)(nl - (st->buf + st->off));
+  lua_pushlstring(L, st->buf + st->off, n);
+  buf_consume(st, n + 1);
+  return 1;
+}
+
+/* Reading made room: let the transfer go on. */
+static void maybe_resume(lstream *st) {
+  if (st->held && st->r && buffered(st) < STREAM_BUFFER_MAX) {
+    st->held = 0;
+    kb_http_request_resume(st->r);
+  }
+}
+
+/* Keeps a failed transfer's error for read(); without memory for its
+ * texts, read() raises an out-of-memory error instead. */
+static void err_save(lstream *st, kb_http_error error, const kb_lhttp_err_text *e) {
+  const char *parts[5] = {e->message, e->url, e->detail, e->hint, e->method};
+  size_t len[5], total = 0;
+  for (int i = 0; i < 5; i++) total += (len[i] = strlen(parts[i])) + 1;
+  st->error = error;
+  st->err.curl_code = e->curl_code;
+  if (!(st->err_buf = malloc(total))) return;
+  const char **out[5] = {&st->err.message, &st->err.url, &st->err.detail, &st->err.hint,
+                         &st->err.method};
+  char *w = st->err_buf;
+  for (int i = 0; i < 5; i++) {
+    memcpy(w, parts[i], len[i] + 1);
+    *out[i] = w;
+    w += len[i] + 1;
+  }
+}
+
+static void push_saved_error(lua_State *L, const lstream *st) {
+  if (st->err_buf) kb__lhttp_push_error_text(L, kb_http_error_name(st->error), &st->err);
+  else kb_error_new(L, "resource", "kb.http: out of memory in a streamed response");
+}
+
+/* Hands the waiter its results (on its stack already) and forgets it. The
+ * task may run at once, inside this call, and close or drop the stream:
+ * callers touch nothing of st afterwards. */
+static void stream_wake(lstream *st, int nresults, int failed) {
+  kb_task *t = st->waiter;
+  st->waiter = NULL;
+  st->wait = WAIT_NONE;
+  if (failed) kb_task_fail(t);
+  else kb_task_wake(t, nresults);
+}
+
+static void on_stream_head(kb_http_request *r, const kb_http_response *head, void *ud) {
+  lstream *st = ud;
+  lua_State *co = kb_task_thread(st->waiter);
+  st->state = ST_OPEN;
+  st->status = head->status;
+  st->version = head->http_version;
+  st->head_time = head->time;
+  st->hold = kb__lhttp_sim_hold_seconds(head);
+  lua_checkstack(co, 8);
+  /* stream() pushed the userdata last before it suspended: it is the top
+   * of the task's stack, and becomes stream()'s result. */
+  lua_createtable(co, 0, 3);
+  kb__lhttp_push_headers(co, head);
+  lua_setfield(co, -2, "headers");
+  if (head->redirects > 0) {
+    lua_pushinteger(co, head->redirects);
+    lua_setfield(co, -2, "redirects");
+    lua_pushstring(co, head->url);
+    lua_setfield(co, -2, "url");
+  }
+  lua_setiuservalue(co, -2, 1);
+  lua_pushvalue(co, -1);
+  stream_wake(st, 1, 0);
+}
+
+/* The transfer's memory error: it stops, read() raises. */
+static void stream_oom(lstream *st) {
+  kb_http_request_cancel(st->r); /* allowed from inside on_data */
+  st->r = NULL;
+  st->state = ST_FAILED;
+  st->error = KB_HTTP_ERR_RESOURCE;
+  if (st->waiter) {
+    push_saved_error(kb_task_thread(st->waiter), st);
+    stream_wake(st, 1, 1);
+  }
+}
+
+static int on_stream_data(kb_http_request *r, const char *data, size_t len, void *ud) {
+  lstream *st = ud;
+  lua_State *co = st->waiter ? kb_task_thread(st->waiter) : NULL;
+  if (st->wait == WAIT_CHUNK && buffered(st) == 0) { /* the common case: no copy */
+    lua_pushlstring(co, data, len);
+    stream_wake(st, 1, 0);
+    return 0;
+  }
+  size_t from = st->len;
+  if (buf_append(st, data, len) != 0) {
+    stream_oom(st);
+    return 0;
+  }
+  if (st->wait == WAIT_CHUNK) {
+    push_all(co, st);
+    stream_wake(st, 1, 0);
+    return 0;
+  }
+  if (st->wait == WAIT_LINE && push_line(co, st, from)) {
+    stream_wake(st, 1, 0);
+    return 0;
+  }
+  /* A waiter for a line keeps reading however long the line gets. */
+  if (!st->waiter && buffered(st) >= STREAM_BUFFER_MAX) {
+    st->held = 1;
+    return KB_HTTP_STREAM_PAUSE;
+  }
+  return 0;
+}
+
+/* The end (or the failure) reaches a task waiting in read() or lines():
+ * the last unterminated line, nil, or the error. */
+static void wake_at_end(lstream *st) {
+  lua_State *co = kb_task_thread(st->waiter);
+  lua_checkstack(co, 4);
+  if (st->state == ST_FAILED) {
+    push_saved_error(co, st);
+    stream_wake(st, 1, 1);
+    return;
+  }
+  if (buffered(st) > 0) push_all(co, st);
+  else lua_pushnil(co);
+  stream_wake(st, 1, 0);
+}
+
+static void on_stream_done(kb_http_request *r, const kb_http_response *resp, void *ud) {
+  lstream *st = ud;
+  if (st->state == ST_OPENING) { /* failed before the head: stream() raises */
+    lua_State *co = kb_task_thread(st->waiter);
+    lua_checkstack(co, 8);
+    kb__lhttp_push_error(co, resp);
+    kb_http_request_free(r);
+    st->r = NULL;
+    st->state = ST_CLOSED;
+    stream_wake(st, 1, 1);
+    return;
+  }
+  st->total = resp->time.total;
+  if (resp->error) {
+    kb_lhttp_err_text e = {resp->message, resp->safe_url, resp->detail, resp->hint, resp->method,
+                  resp->curl_code};
+    err_save(st, resp->error, &e);
+    st->state = ST_FAILED;
+  } else {
+    st->state = ST_ENDED;
+  }
+  kb_http_request_free(r);
+  st->r = NULL;
+  st->held = 0;
+  if (st->waiter) wake_at_end(st);
+}
+
+/* A task cancelled in stream(): nobody will get the stream, abort it. */
+static void cancel_open(void *op) {
+  lstream *st = op;
+  st->waiter = NULL;
+  st->wait = WAIT_NONE;
+  kb_http_request_cancel(st->r);
+  st->r = NULL;
+  st->state = ST_CLOSED;
+}
+
+/* A task cancelled in read()/lines() stops waiting; the stream and what
+ * it buffers stay for the next read (kb.timeout around read() polls). */
+static void cancel_read(void *op) {
+  lstream *st = op;
+  st->waiter = NULL;
+  st->wait = WAIT_NONE;
+}
+
+static void stream_close(lstream *st) {
+  if (st->r) kb_http_request_cancel(st->r);
+  st->r = NULL;
+  free(st->buf);
+  st->buf = NULL;
+  st->off = st->len = st->cap = 0;
+  free(st->err_buf);
+  st->err_buf = NULL;
+  st->state = ST_CLOSED;
+}
+
+static lstream *check_stream(lua_State *L, int idx) {
+  return luaL_checkudata(L, idx, STREAM_META);
+}
+
+/* Suspends until there is something for `mode`, or returns what the end
+ * of the stream gives at once. */
+static int stream_wait(lua_State *L, lstream *st, int mode) {
+  if (st->state == ST_FAILED) {
+    push_saved_error(L, st);
+    return lua_error(L);
+  }
+  if (st->state != ST_OPEN) {
+    if (mode == WAIT_LINE && buffered(st) > 0) push_all(L, st); /* the last line */
+    else lua_pushnil(L);
+    return 1;
+  }
+  if (st->waiter) return luaL_error(L, "kb.http: another task is reading this stream");
+  kb_task *t = kb_task_running(L);
+  st->waiter = t;
+  st->wait = mode;
+  if (st->held) { /* a waiter wants more than the full buffer holds */
+    st->held = 0;
+    kb_http_request_resume(st->r);
+  }
+  return kb_task_await(L, t, cancel_read, st);
+}
+
+/* s:read() -> the bytes received since the last read, or nil at the end */
+static int stream_read(lua_State *L) {
+  lstream *st = check_stream(L, 1);
+  if (buffered(st) > 0) {
+    push_all(L, st);
+    maybe_resume(st);
+    return 1;
+  }
+  return stream_wait(L, st, WAIT_CHUNK);
+}
+
+static int lines_next(lua_State *L) {
+  lstream *st = check_stream(L, 1);
+  if (push_line(L, st, st->off)) {
+    maybe_resume(st);
+    return 1;
+  }
+  return stream_wait(L, st, WAIT_LINE);
+}
+
+/* s:lines() -> iterator for `for line in s:lines() do ... end` */
+static int stream_lines(lua_State *L) {
+  check_stream(L, 1);
+  lua_pushcfunction(L, lines_next);
+  lua_pushvalue(L, 1);
+  return 2;
+}
+
+/* s:close(): aborts the transfer; a task waiting in read() gets nil. */
+static int stream_close_m(lua_State *L) {
+  lstream *st = check_stream(L, 1);
+  kb_task *w = st->waiter;
+  stream_close(st);
+  if (w) {
+    lua_pushnil(kb_task_thread(w));
+    stream_wake(st, 1, 0); /* deferred: Lua is running */
+  }
+  return 0;
+}
+
+static int stream_gc(lua_State *L) {
+  stream_close(check_stream(L, 1));
+  return 0;
+}
+
+/* Times as in a response; total only once the body has ended. The body of
+ * a stream is paced by the server's clock (a watch's events, a log's
+ * lines), which for the simulator is the virtual clock: that part is
+ * scaled like scenario time, the head like a normal response. */
+static void push_stream_time(lua_State *L, const lstream *st) {
+  kb_rt *rt = st->rt;
+  int sim = st->hold >= 0;
+  const kb_http_timings *h = &st->head_time;
+  double ttfb = kb__lhttp_to_scenario(rt, h->ttfb, st->hold, sim);
+  lua_createtable(L, 0, 5);
+  kb__lhttp_set_number(L, "dns", kb__lhttp_to_scenario(rt, h->dns, 0, sim));
+  kb__lhttp_set_number(L, "connect", kb__lhttp_to_scenario(rt, h->connect, 0, sim));
+  kb__lhttp_set_number(L, "tls", kb__lhttp_to_scenario(rt, h->tls, 0, sim));
+  kb__lhttp_set_number(L, "ttfb", ttfb);
+  if (st->state == ST_ENDED || (st->state == ST_FAILED && st->total > 0)) {
+    double body = st->total - h->ttfb;
+    kb__lhttp_set_number(L, "total", ttfb + kb_rt_scenario_seconds(rt, body > 0 ? body : 0));
+  }
+}
+
+static const char *const STATE_NAMES[] = {"opening", "open", "ended", "failed", "closed"};
+
+/* Fields (status, version, time, state, then the head's table), methods
+ * (upvalue 1). */
+static int stream_index(lua_State *L) {
+  lstream *st = check_stream(L, 1);
+  const char *k = luaL_checkstring(L, 2);
+  if (!strcmp(k, "status")) lua_pushinteger(L, st->status);
+  else if (!strcmp(k, "version")) kb__lhttp_push_version(L, st->version);
+  else if (!strcmp(k, "time")) push_stream_time(L, st);
+  else if (!strcmp(k, "state")) lua_pushstring(L, STATE_NAMES[st->state]);
+  else if (lua_getfield(L, lua_upvalueindex(1), k) == LUA_TNIL) {
+    if (lua_getiuservalue(L, 1, 1) != LUA_TTABLE) return 1;
+    lua_getfield(L, -1, k);
+  }
+  return 1;
+}
+
+static int stream_tostring(lua_State *L) {
+  lstream *st = check_stream(L, 1);
+  lua_pushfstring(L, "kb.http.stream %d (%s)", (int)st->status, STATE_NAMES[st->state]);
+  return 1;
+}
+
+static const luaL_Reg stream_methods[] = {
+  {"read", stream_read},
+  {"lines", stream_lines},
+  {"close", stream_close_m},
+  {NULL, NULL}
+};
+
+static const luaL_Reg stream_meta[] = {
+  {"__gc", stream_gc},
+  {"__close", stream_close_m}, /* wakes a reader in another task */
+  {"__tostring", stream_tostring},
+  {NULL, NULL}
+};
+
+void kb__lhttp_stream_register(lua_State *L) {
+  luaL_newmetatable(L, STREAM_META);
+  luaL_setfuncs(L, stream_meta, 0);
+  luaL_newlib(L, stream_methods);
+  lua_pushcclosure(L, stream_index, 1);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+}
+
+/* Pushes a new stream userdata holding the client at index `client`. */
+static lstream *push_stream(lua_State *L, int client) {
+  lstream *st = lua_newuserdatauv(L, sizeof *st, 2);
+  memset(st, 0, sizeof *st);
+  st->rt = kb_rt_from_lua(L);
+  st->hold = -1;
+  luaL_setmetatable(L, STREAM_META);
+  lua_pushvalue(L, client);
+  lua_setiuservalue(L, -2, 2);
+  return st;
+}
+
+int kb__lhttp_stream_open(lua_State *L, kb_http_client *c, int client, int opts) {
+  kb_task *t = kb_task_running(L);
+  kb_lhttp_spec s = {.method = "GET", .o = KB_HTTP_OPTIONS_INIT};
+  luaL_checktype(L, opts, LUA_TTABLE);
+  kb__lhttp_read_call(L, &s, 0, 0, opts);
+  lstream *st = push_stream(L, client);
+  kb_http_request *r = kb__lhttp_new_request(L, c, &s);
+  int err = kb_http_request_set_stream(r, on_stream_head, on_stream_data, st);
+  if (err == 0) err = kb_http_request_start(r, on_stream_done, st);
+  if (err != 0) {
+    kb_http_request_free(r);
+    return kb__lhttp_raise_start_error(L, err, s.method);
+  }
+  st->r = r;
+  st->waiter = t;
+  st->wait = WAIT_HEAD;
+  return kb_task_await(L, t, cancel_open, st); /* the userdata is on top */
+}
+
