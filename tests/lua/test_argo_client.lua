@@ -10,9 +10,8 @@ local k8s = require "kb.k8s"
 local json = require "kb.json"
 local metrics = require "kb.metrics"
 
-local sim = kb.sim.start { profile = "fast" }
-local dir = kb.fs.tmpdir("argo-client")
-local KUBECONFIG = sim:write_kubeconfig(kb.fs.join(dir, "kubeconfig"))
+local fx = require("k8s_sim").start("argo-client")
+local sim, dir, KUBECONFIG = fx.sim, fx.dir, fx.kubeconfig
 
 local PATHS = {
   server = function() return argo.client { host = sim.url, watch_window = 2 } end,

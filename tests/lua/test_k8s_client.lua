@@ -8,15 +8,8 @@ local k8s = require "kb.k8s"
 local lifecycle = require "kb.k8s.lifecycle"
 local metrics = require "kb.metrics"
 
-local sim = kb.sim.start { profile = "fast" }
-local dir = kb.fs.tmpdir("k8s-client")
-local KUBECONFIG = sim:write_kubeconfig(kb.fs.join(dir, "kubeconfig"))
-
-local function client(opts)
-  local o = { kubeconfig = KUBECONFIG }
-  for k, v in pairs(opts or {}) do o[k] = v end
-  return k8s.client(o)
-end
+local fx = require("k8s_sim").start("k8s-client")
+local sim, dir, KUBECONFIG, client = fx.sim, fx.dir, fx.kubeconfig, fx.client
 
 local function cm(name, data, labels)
   return { apiVersion = "v1", kind = "ConfigMap",

@@ -9,15 +9,8 @@ local T = require "kb.testing"
 local k8s = require "kb.k8s"
 local metrics = require "kb.metrics"
 
-local sim = kb.sim.start { profile = "fast" }
-local dir = kb.fs.tmpdir("k8s-watch")
-local KUBECONFIG = sim:write_kubeconfig(kb.fs.join(dir, "kubeconfig"))
-
-local function client(opts)
-  local o = { kubeconfig = KUBECONFIG }
-  for k, v in pairs(opts or {}) do o[k] = v end
-  return k8s.client(o)
-end
+local fx = require("k8s_sim").start("k8s-watch")
+local sim, client = fx.sim, fx.client
 
 local function cm(name, labels)
   return { apiVersion = "v1", kind = "ConfigMap", metadata = { name = name, labels = labels },

@@ -9,8 +9,8 @@ local kfp = require "kb.kfp"
 local k8s = require "kb.k8s"
 local metrics = require "kb.metrics"
 
-local sim = kb.sim.start { profile = "fast" }
-local KUBECONFIG = sim:write_kubeconfig(kb.fs.join(kb.fs.tmpdir("retry"), "kubeconfig"))
+local fx = require("k8s_sim").start("retry")
+local sim, KUBECONFIG = fx.sim, fx.kubeconfig
 
 local ErrorMeta = getmetatable(kb.cancelled)
 local function transport_error(class)
