@@ -5,7 +5,8 @@
 # result/result.json) and one new row in report.csv; a main job the
 # simulator fails (annotation sim.kbrun.io/fail) must exit 1 with a
 # "failed" row; pytorch and mpi must pass; argo_storm must account for
-# every workflow; kbrun render must create nothing.
+# every workflow, job_storm for every Job (and its failures); kbrun render
+# must create nothing.
 set -u
 KBRUN=${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}
 SRC=${KBRUN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -97,6 +98,26 @@ expect_code $? 0
 RES=$(ls -d "$WORK"/storm/*/ | head -1)result/result.json
 expect_in "$RES" '"submitted": 20'
 expect_in "$RES" '"Succeeded": 20'
+end
+
+begin "job_storm: every Job completes, pod startup measured from watches"
+run "$WORK/jobs" scenarios/job_storm.lua jobs=20 concurrency=5
+expect_code $? 0
+RES=$(ls -d "$WORK"/jobs/*/ | head -1)result/result.json
+expect_in "$RES" '"created": 20'
+expect_in "$RES" '"complete": 20'
+expect_in "$RES" '"completed_rate": 1'
+expect_in "$RES" '"name": "lifecycle.pod.running"'
+expect_in "$RES" '"name": "lifecycle.job.complete"'
+end
+
+begin "job_storm: failing pods are reported, the threshold fails"
+run "$WORK/jobsfail" scenarios/job_storm.lua jobs=5 concurrency=5 duration=fixed:10 \
+  fail_probability=1
+expect_code $? 1
+RES=$(ls -d "$WORK"/jobsfail/*/ | head -1)result/result.json
+expect_in "$RES" '"failed": 5'
+expect_in "$RES" '"completed_rate": 0'
 end
 
 echo "kubebench e2e: $passed passed, $failed failed"

@@ -1,0 +1,128 @@
+--- job_storm: how fast a cluster starts and finishes pods. Creates N
+-- batch/v1 Jobs (one pod each) through the Kubernetes API, at most
+-- `concurrency` creates in flight, and follows every Job and pod with
+-- streamed watches (kb.k8s.lifecycle), as clusterloader2's pod-startup
+-- measurement does. Per object it records, from creation:
+--   lifecycle.pod.scheduled / running / succeeded
+--   lifecycle.job.started / complete
+-- each twice: {source = "watch"} (when this client saw it, from just before
+-- the create) and {source = "server"} (the objects' own timestamps, 1 s
+-- resolution); kb.k8s times the creates themselves (k8s.create.jobs).
+-- Against the embedded simulator by default; kubeconfig= (and context=)
+-- for a real cluster. Every Job carries the label kbrun.io/storm=<run id>;
+-- cleanup deletes them with their pods.
+--
+--   kbrun scenarios/job_storm.lua jobs=200 concurrency=20
+--   kbrun scenarios/job_storm.lua kubeconfig=$HOME/.kube/config namespace=bench
+local kb = require "kb"
+local k8s = require "kb.k8s"
+local lifecycle = require "kb.k8s.lifecycle"
+
+local function job(name, label, p)
+  local ann = { ["sim.kbrun.io/duration"] = p.duration }
+  if p.fail_probability > 0 then ann["sim.kbrun.io/fail-probability"] = tostring(p.fail_probability) end
+  return {
+    apiVersion = "batch/v1",
+    kind = "Job",
+    metadata = { name = name, labels = { ["kbrun.io/storm"] = label } },
+    spec = {
+      backoffLimit = 0,
+      template = {
+        metadata = {
+          labels = { ["kbrun.io/storm"] = label },
+          annotations = ann,
+        },
+        spec = {
+          restartPolicy = "Never",
+          containers = { {
+            name = "main", image = p.image, command = { "sh", "-c", p.command },
+            resources = { requests = { cpu = p.cpu, memory = p.memory } },
+          } },
+        },
+      },
+    },
+  }
+end
+
+local function client(p)
+  if p.kubeconfig ~= "" then
+    return k8s.client { kubeconfig = p.kubeconfig, context = p.context ~= "" and p.context or nil,
+      namespace = p.namespace }
+  end
+  return k8s.client { server = require("kb.target").resolve(p.host), namespace = p.namespace }
+end
+
+local state = {}
+
+return {
+  name = "job_storm",
+  params = {
+    host = "sim",          -- "sim": the embedded simulator, else the API server's URL
+    kubeconfig = "",       -- a real cluster (wins over host)
+    context = "",
+    namespace = "default",
+    jobs = 50,             -- how many Jobs (one pod each)
+    concurrency = 10,      -- creates in flight
+    image = "busybox:1.36",
+    command = "sleep 20",  -- what the pod runs on a real cluster
+    duration = "lognormal:20,40", -- the simulator's duration model of the pod
+    fail_probability = 0,  -- the simulator fails a pod with this probability
+    cpu = "100m",
+    memory = "64Mi",
+    timeout = 3600,        -- seconds for every Job to finish
+  },
+  thresholds = { completed_rate = 1.0 },
+
+  run = function(p)
+    local c = client(p)
+    local label = kb.exp and kb.exp.id or ("storm-" .. os.time())
+    state.client, state.label = c, label
+    local selector = { label_selector = { ["kbrun.io/storm"] = label } }
+    local jobs = lifecycle.track(c, "Job", selector)
+    local pods = lifecycle.track(c, "Pod", selector)
+    state.trackers = { jobs, pods }
+
+    local created, failed_create = 0, 0
+    local pool = kb.pool(p.concurrency)
+    for i = 1, p.jobs do
+      pool:spawn(function()
+        local name = string.format("%s-%04d", label, i):sub(-63):gsub("^%-+", "")
+        jobs:created(name)
+        local ok, err = pcall(c.create, c, job(name, label, p))
+        if ok then
+          created = created + 1
+        else
+          failed_create = failed_create + 1
+          kb.log.warn("create %s: %s", name, tostring(err))
+        end
+      end)
+    end
+    pool:wait()
+
+    local ok, err = pcall(jobs.wait, jobs, { count = created, timeout = p.timeout })
+    if not ok then kb.log.error("not every Job finished: %s", tostring(err)) end
+    local outcomes = {}
+    for _, r in ipairs(jobs:results()) do
+      local o = r.outcome or "unfinished"
+      outcomes[o] = (outcomes[o] or 0) + 1
+    end
+    return {
+      jobs = p.jobs, created = created, failed_create = failed_create,
+      outcomes = outcomes,
+      completed_rate = (outcomes.complete or 0) / p.jobs,
+    }
+  end,
+
+  cleanup = function()
+    for _, t in ipairs(state.trackers or {}) do t:stop() end
+    local c = state.client
+    if not c then return end
+    local ok, err = pcall(function()
+      local list = c:list("jobs", { label_selector = { ["kbrun.io/storm"] = state.label } })
+      for _, j in ipairs(list.items) do
+        c:delete("Job", j.metadata.name, { propagation_policy = "Background", ignore_not_found = true })
+      end
+    end)
+    if not ok then kb.log.warn("cleanup: %s", tostring(err)) end
+  end,
+}
