@@ -66,23 +66,13 @@ static job_pod *pod_of(job_rec *j, int run) {
 
 /* ---- the pods ---- */
 
-static void set_field(cJSON *obj, const char *key, const char *value) {
-  cJSON_DeleteItemFromObjectCaseSensitive(obj, key);
-  cJSON_AddStringToObject(obj, key, value);
-}
-
-static cJSON *object_field(cJSON *obj, const char *key) {
-  cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-  return cJSON_IsObject(v) ? v : cJSON_AddObjectToObject(obj, key);
-}
-
 /* What the Job controller adds to the pod of an index. */
 static void set_index(const job_rec *j, cJSON *md, cJSON *spec, int index) {
   char idx[16], host[80];
   snprintf(idx, sizeof idx, "%d", index);
   snprintf(host, sizeof host, "%.56s-%d", j->name, index);
-  set_field(object_field(md, "annotations"), INDEX_KEY, idx);
-  set_field(object_field(md, "labels"), INDEX_KEY, idx);
+  glue_set_meta(md, "annotations", INDEX_KEY, idx);
+  glue_set_meta(md, "labels", INDEX_KEY, idx);
   if (!cJSON_GetObjectItemCaseSensitive(spec, "hostname")) cJSON_AddStringToObject(spec, "hostname", host);
   const char *kinds[] = {"initContainers", "containers"};
   for (int k = 0; k < 2; k++) {

@@ -206,15 +206,21 @@ static void observer(void *ud, kb_sim_kind kind, uint32_t index, uint64_t rv) {
 
 /* ---- owners ---- */
 
+/* The record no longer names a Workflow object (it is gone). */
+static void workflow_forget(glue_run *r) {
+  free(r->wf_ns), free(r->wf_name);
+  r->wf_ns = r->wf_name = NULL;
+  r->wf_state = OBJ_GONE;
+}
+
+/* Deletes the Workflow object the record names, if any. */
 static void workflow_gone(sim_glue *g, glue_run *r) {
   if (r->wf_state == OBJ_LIVE && r->wf_name) {
     glue_write_begin(g);
     kb_k8s_delete(g->st, g->r_workflows, r->wf_ns, r->wf_name, NULL, NULL, NULL);
     glue_write_end(g);
   }
-  free(r->wf_ns), free(r->wf_name);
-  r->wf_ns = r->wf_name = NULL;
-  r->wf_state = OBJ_GONE;
+  workflow_forget(r);
 }
 
 /* The record of run id `run` as of the model's generation `gen`. */
@@ -560,16 +566,6 @@ static void mirror_events(sim_glue *g) {
 
 /* ---- runs: KFP workflows ---- */
 
-static void set_label(cJSON *md, const char *key, const char *value) {
-  cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels");
-  if (!cJSON_IsObject(labels)) {
-    cJSON_DeleteItemFromObjectCaseSensitive(md, "labels");
-    labels = cJSON_AddObjectToObject(md, "labels");
-  }
-  cJSON_DeleteItemFromObjectCaseSensitive(labels, key);
-  cJSON_AddStringToObject(labels, key, value);
-}
-
 void glue_workflow_status(sim_glue *g, int run, const char *ns, const char *name) {
   const cJSON *cur = kb_k8s_peek(g->st, g->r_workflows, ns, name);
   cJSON *status = cur ? kb_sim_run_workflow_status(g->sim, run) : NULL;
@@ -579,10 +575,10 @@ void glue_workflow_status(sim_glue *g, int run, const char *ns, const char *name
   cJSON *ph = cJSON_GetObjectItemCaseSensitive(status, "phase");
   if (cJSON_IsString(ph) && !ph->valuestring[0]) cJSON_SetValuestring(ph, "Pending");
   const char *phase = cJSON_GetStringValue(ph);
-  if (phase && *phase) set_label(md, "workflows.argoproj.io/phase", phase);
+  if (phase && *phase) glue_set_meta(md, "labels", "workflows.argoproj.io/phase", phase);
   const char *done = phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed") ||
                                !strcmp(phase, "Error")) ? "true" : "false";
-  set_label(md, "workflows.argoproj.io/completed", done);
+  glue_set_meta(md, "labels", "workflows.argoproj.io/completed", done);
   cJSON_DeleteItemFromObjectCaseSensitive(o, "status");
   cJSON_AddItemToObject(o, "status", status);
   glue_write_begin(g);
@@ -635,9 +631,7 @@ void glue_kfp_workflow(sim_glue *g, int run) {
   if (!kb_k8s_peek(g->st, g->r_workflows, ri.namespace_, ri.workflow)) {
     /* Deleted through the API: its pods stop. A KFP run stays in KFP (the
      * API server still holds the id), so it is stopped, not freed. */
-    r->wf_state = OBJ_GONE;
-    free(r->wf_ns), free(r->wf_name);
-    r->wf_ns = r->wf_name = NULL;
+    workflow_forget(r);
     if (g->kfp && kb_sim_kfp_run_id_of(g->kfp, run)) kb_sim_run_terminate(g->sim, run, NULL);
     else kb_sim_run_delete(g->sim, run, NULL);
     return;

@@ -384,6 +384,16 @@ const char *glue_annotation(const cJSON *obj, const char *key) {
       cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(md, "annotations"), key));
 }
 
+void glue_set_meta(cJSON *md, const char *map, const char *key, const char *value) {
+  cJSON *m = cJSON_GetObjectItemCaseSensitive(md, map);
+  if (!cJSON_IsObject(m)) {
+    cJSON_DeleteItemFromObjectCaseSensitive(md, map);
+    m = cJSON_AddObjectToObject(md, map);
+  }
+  cJSON_DeleteItemFromObjectCaseSensitive(m, key);
+  cJSON_AddStringToObject(m, key, value);
+}
+
 cJSON *glue_template_from_pod(const char *name, const cJSON *pod_template,
                               const cJSON *annotations) {
   const cJSON *spec = cJSON_GetObjectItemCaseSensitive(pod_template, "spec");

@@ -156,5 +156,8 @@ cJSON *glue_owner_ref(const char *api_version, const char *kind, const char *nam
                       const char *uid);
 /* An object's annotation, or NULL. */
 const char *glue_annotation(const cJSON *obj, const char *key);
+/* Sets md[map][key] = value (map: "labels", "annotations"), creating the
+ * map, or replacing what is there that is not an object. */
+void glue_set_meta(cJSON *md, const char *map, const char *key, const char *value);
 
 #endif
