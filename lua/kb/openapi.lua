@@ -1274,9 +1274,11 @@ end
 -- Shared specs
 ------------------------------------------------------------------------
 
---- The folder of the shared API specs: $KBRUN_SPECS_DIR, else
--- $KBRUN_SOURCE_DIR/../shared/specs, else ../../../shared/specs from this
--- file. Raises a kb "openapi" error naming every place it looked.
+--- The folder of the API specs kbrun carries (`specs/` of the source tree,
+-- installed as share/kbrun/specs): $KBRUN_SPECS_DIR, else
+-- $KBRUN_SOURCE_DIR/specs, else ../../specs from this file (the source tree
+-- and the installed layout both put it there). Raises a kb "openapi" error
+-- naming every place it looked.
 function M.specs_dir()
   local tried = {}
   local env = os.getenv("KBRUN_SPECS_DIR")
@@ -1286,17 +1288,17 @@ function M.specs_dir()
   end
   local src = os.getenv("KBRUN_SOURCE_DIR")
   if src and src ~= "" then
-    local p = fs.join(src, "..", "shared", "specs")
+    local p = fs.join(src, "specs")
     if fs.exists(p) then return p end
     tried[#tried + 1] = p
   end
   local here = package.searchpath("kb.openapi", package.path)
   if here then
-    local p = fs.join(fs.dirname(fs.abspath(here)), "..", "..", "..", "shared", "specs")
+    local p = fs.join(fs.dirname(fs.abspath(here)), "..", "..", "specs")
     if fs.exists(p) then return p end
     tried[#tried + 1] = p
   end
-  fail("API specs not found (set KBRUN_SPECS_DIR, or KBRUN_SOURCE_DIR to a checkout with ../shared/specs); looked in: %s",
+  fail("API specs not found (set KBRUN_SPECS_DIR, or KBRUN_SOURCE_DIR to a kbrun checkout); looked in: %s",
     #tried > 0 and concat(tried, ", ") or "nowhere")
 end
 
@@ -1361,7 +1363,7 @@ local function k8s_facts(spec, opts_error_schema)
   return spec
 end
 
---- The Argo Server API (shared/specs/argo/swagger.json). IntOrString and
+--- The Argo Server API (specs/argo/swagger.json). IntOrString and
 -- Quantity take what Kubernetes takes; request bodies are strict.
 function M.argo(opts)
   local spec = M.load(spec_file("argo", "swagger.json"), with_defaults(opts, { strict_request = true }))

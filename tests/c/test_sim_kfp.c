@@ -12,7 +12,7 @@
 
 #define SPEED 6000.0
 #define TAXI "../scenarios/pipelines/taxi_updated_pool.yaml"
-#define HELLO "../../shared/specs/kfp/pipelines/v2ir_hello_world.yaml"
+#define HELLO "../specs/kfp/pipelines/v2ir_hello_world.yaml"
 
 /* internals of src/sim/kfp_*.c */
 double kfp_cron_next(const char *expr, double after);

@@ -17,7 +17,7 @@
 #include "kb/sim_server.h"
 #include "kbtest.h"
 
-#define HELLO "../../shared/specs/kfp/pipelines/v2ir_hello_world.yaml"
+#define HELLO "../specs/kfp/pipelines/v2ir_hello_world.yaml"
 #define POLLS 1500 /* x 10 ms: bounded waits */
 
 static kb_sim_server *srv;

@@ -729,20 +729,20 @@ static void test_k8s_round_trip(void) {
   cJSON_Delete(docs);
 }
 
-/* ---- the shared spec corpus ---------------------------------------------------------- */
+/* ---- the carried spec corpus (specs/) ------------------------------------------------------ */
 
 static int is_dir(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* <repo>/../shared/specs: from KBRUN_SOURCE_DIR, else from __FILE__
+/* <repo>/specs: from KBRUN_SOURCE_DIR, else from __FILE__
  * (<repo>/tests/c/test_yaml.c, absolute in CMake builds), else relative to
  * the tests/ working directory ctest uses. */
 static void specs_dir(char *buf, size_t n) {
   const char *src = getenv("KBRUN_SOURCE_DIR");
   if (src && *src) {
-    snprintf(buf, n, "%s/../shared/specs", src);
+    snprintf(buf, n, "%s/specs", src);
     if (is_dir(buf)) return;
   }
   snprintf(buf, n, "%s", __FILE__);
@@ -751,9 +751,9 @@ static void specs_dir(char *buf, size_t n) {
     if (slash) *slash = '\0';
   }
   size_t len = strlen(buf);
-  snprintf(buf + len, n - len, "/../shared/specs");
+  snprintf(buf + len, n - len, "/specs");
   if (buf[0] == '/' && is_dir(buf)) return;
-  snprintf(buf, n, "../../shared/specs");
+  snprintf(buf, n, "../specs");
 }
 
 static char *read_file(const char *path, size_t *len) {

@@ -1,7 +1,7 @@
 -- API fidelity of the embedded simulator: every KFP (v2beta1, v1beta1) and
 -- Argo Server endpoint it implements is driven over raw HTTP, successes and
 -- errors (400 unknown field, 404, 409, ...), and every response is checked
--- against the swagger in ../shared/specs/ by kb.openapi in strict mode (a
+-- against the swagger in specs/ by kb.openapi in strict mode (a
 -- field the real API lacks is a violation). A few Kubernetes objects the
 -- mirror writes (a KFP run's pods, nodes, a Job, events) are checked
 -- against the Kubernetes 1.32 swagger. The coverage assertions name every
@@ -70,7 +70,7 @@ for k, r in pairs(rec) do api[k] = X.new(BASE, r) end
 -- Go writes a zero metav1.Time as null, and WorkflowStatus's startedAt and
 -- finishedAt are structs (omitempty has no effect on them), so a Workflow
 -- not started yet reads "status":{"startedAt":null,"finishedAt":null}: see
--- the status of shared/specs/kfp/pipelines/v2_backend_compiled_argo_hello_world.yaml,
+-- the status of specs/kfp/pipelines/v2_backend_compiled_argo_hello_world.yaml,
 -- written by KFP's Go compiler.
 rec.argo.spec:set_definition("io.k8s.apimachinery.pkg.apis.meta.v1.Time",
   { type = "string", format = "date-time", ["x-nullable"] = true })

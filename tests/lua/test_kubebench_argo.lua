@@ -1,5 +1,5 @@
 -- The Argo Workflow emitted for a Kubebench experiment, against the Argo
--- schema (shared/specs/argo), its submission, and `kbrun render`.
+-- schema (specs/argo), its submission, and `kbrun render`.
 local T = require "kb.testing"
 local kb = require "kb"
 local fs = kb.fs

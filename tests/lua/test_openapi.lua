@@ -1,5 +1,5 @@
 -- kb.openapi (lua/kb/openapi.lua): path matching, request and response
--- validation against the shared KFP, Argo and Kubernetes specs, schema
+-- validation against the KFP, Argo and Kubernetes specs kbrun carries (specs/), schema
 -- keywords, every error message, the recorder and its coverage.
 local T = require "kb.testing"
 local fs = require "kb.fs"
@@ -33,7 +33,7 @@ end
 -- Loading
 ------------------------------------------------------------------------
 
-T.case("load: shared specs are found, cached and versioned", function()
+T.case("load: the carried specs are found, cached and versioned", function()
   T.eq(v2.version, 2)
   T.contains(v2.source, "kfp/v2beta1/kfp_api_single_file.swagger.json")
   local again = openapi.kfp("v2beta1")
@@ -88,10 +88,11 @@ T.case("load: invalid JSON and YAML documents", function()
   fs.remove(dir, { recursive = true })
 end)
 
-T.case("specs_dir: KBRUN_SOURCE_DIR locates ../shared/specs", function()
+T.case("specs_dir: KBRUN_SOURCE_DIR locates the checkout's specs/", function()
   T.ok(os.getenv("KBRUN_SOURCE_DIR"), "ctest sets KBRUN_SOURCE_DIR")
   local dir = openapi.specs_dir()
   T.ok(fs.exists(fs.join(dir, "kfp", "v2beta1", "kfp_api_single_file.swagger.json")), dir)
+  T.eq(dir, fs.join(os.getenv("KBRUN_SOURCE_DIR"), "specs"))
 end)
 
 -- Runs a snippet in a child kbrun with extra environment; returns its output.
@@ -121,10 +122,10 @@ T.case("specs_dir: environment and fallbacks", function()
   out = child_kbrun("KBRUN_SPECS_DIR=" .. empty, probe)
   T.contains(out, "ERR openapi: spec file " .. empty .. "/kfp/v2beta1/kfp_api_single_file.swagger.json is missing")
   fs.remove(empty, { recursive = true })
-  -- without KBRUN_SOURCE_DIR the module's own location leads to ../shared/specs
+  -- without KBRUN_SOURCE_DIR the module's own location leads to <tree>/specs
   out = child_kbrun("-u KBRUN_SOURCE_DIR -u KBRUN_SPECS_DIR", probe)
   T.contains(out, "OK ")
-  T.contains(out, "shared/specs")
+  T.ok(out:find("/specs\n", 1, true) and not out:find("shared", 1, true), out)
 end)
 
 ------------------------------------------------------------------------

@@ -382,9 +382,9 @@ spec:
   T.contains(text, '      value: "1.5"\n')
 end)
 
-T.case("the shared KFP and Kubebench specs decode", function()
+T.case("the carried KFP and Kubebench specs decode", function()
   local src = os.getenv("KBRUN_SOURCE_DIR") or ".."
-  local specs = src .. "/../shared/specs"
+  local specs = src .. "/specs"
   local p = io.popen('find "' .. specs .. '/kfp/pipelines" "' .. specs
     .. '/kubebench" -name "*.yaml" | sort')
   local files = {}
