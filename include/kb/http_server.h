@@ -67,7 +67,8 @@ typedef struct kb_httpd_config {
   int no_date;              /* 1: do not add a Date header */
   const char *server_timing; /* metric name: add "Server-Timing: NAME;dur=MS",
                                 the real time from handing the request to the
-                                handler until the response head [none] */
+                                handler until the response head, or the one
+                                set with kb_httpd_req_set_timing [none] */
   /* Called as each response head is sent (kb_httpd_respond or
    * kb_httpd_stream_begin) with its status and the Server-Timing duration
    * in ms (the one set with kb_httpd_req_set_timing, else measured): for
@@ -134,9 +135,11 @@ const char *kb_httpd_req_remote(const kb_httpd_req *req);
 /* 1 once the client went away. */
 int kb_httpd_req_gone(const kb_httpd_req *req);
 /* The Server-Timing duration (ms) to report instead of the measured one:
- * the simulator reports the latency it modelled, exact even where a uv
- * timer cannot hold a response for less than a millisecond. */
-void kb_httpd_req_set_timing(kb_httpd_req *req, double ms);
+ * the simulator reports the real time its latency model holds the
+ * response, exact even where a uv timer cannot hold it for less than a
+ * millisecond. `modelled_ms` >= 0 adds ";sim=MS": the same latency in the
+ * simulator's own (virtual) time, so a client on any clock can report it. */
+void kb_httpd_req_set_timing(kb_httpd_req *req, double ms, double modelled_ms);
 
 /* cb(req, ud) runs once if the client goes away (or the server closes)
  * before the request is finished. Returns 0, or KB_HTTPD_EGONE if the

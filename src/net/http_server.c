@@ -93,6 +93,7 @@ struct kb_httpd_req {
   void *abort_ud, *drain_ud;
   uint64_t handed_ns;    /* when the handler got it, for Server-Timing */
   double timing_ms;      /* Server-Timing value set by the owner, or < 0 */
+  double modelled_ms;    /* its ";sim=" value, or < 0 for none */
   char remote[72];
 };
 
@@ -554,7 +555,7 @@ static void conn_dispatch(conn *c) {
   if (c->parser.upgrade) r->keep_alive = 0; /* we speak no other protocol */
   s->stats.requests++;
   r->handed_ns = uv_hrtime();
-  r->timing_ms = -1;
+  r->timing_ms = r->modelled_ms = -1;
   s->handler(r, s->ud);
 }
 
@@ -832,7 +833,10 @@ size_t kb_httpd_req_header_count(const kb_httpd_req *r) { return r->nheaders; }
 const char *kb_httpd_req_remote(const kb_httpd_req *r) { return r->remote; }
 int kb_httpd_req_gone(const kb_httpd_req *r) { return req_gone(r); }
 
-void kb_httpd_req_set_timing(kb_httpd_req *r, double ms) { r->timing_ms = ms; }
+void kb_httpd_req_set_timing(kb_httpd_req *r, double ms, double modelled_ms) {
+  r->timing_ms = ms;
+  r->modelled_ms = modelled_ms;
+}
 
 const kb_httpd_header *kb_httpd_req_header_at(const kb_httpd_req *r, size_t i) {
   return i < r->nheaders ? &r->headers[i] : NULL;
@@ -929,7 +933,10 @@ static int build_head(kb_buf *b, kb_httpd_req *r, int status, const kb_httpd_hea
   }
   if (!e && !has_date) e = kb_buf_appendf(b, "Date: %s\r\n", http_date(s));
   double ms = r->timing_ms >= 0 ? r->timing_ms : (double)(uv_hrtime() - r->handed_ns) / 1e6;
-  if (!e && s->cfg.server_timing)
+  if (!e && s->cfg.server_timing && r->modelled_ms >= 0)
+    e = kb_buf_appendf(b, "Server-Timing: %s;dur=%.6f;sim=%.6f\r\n", s->cfg.server_timing, ms,
+                       r->modelled_ms);
+  else if (!e && s->cfg.server_timing)
     e = kb_buf_appendf(b, "Server-Timing: %s;dur=%.6f\r\n", s->cfg.server_timing, ms);
   if (!e && s->cfg.on_response) s->cfg.on_response(r, status, ms, s->cfg.on_response_ud);
   if (!e && mode == BODY_FIXED) e = kb_buf_appendf(b, "Content-Length: %zu\r\n", len);

@@ -182,6 +182,10 @@ static int profile_default(kb_sim_config *c) {
       set_endpoint(c, "CreateExperiment", lognormal(0.08, 0.25), 0, 0) || /* est. A11 */
       set_endpoint(c, "k8s.single", lognormal(0.015, 0.20), 0, 0) ||    /* D5, D4 */
       set_endpoint(c, "k8s.list", fixed(0.02), 5e-5, 0) ||              /* est. (D6) */
+      /* argo-server: its own handling (auth, validation) over one
+       * apiserver call: D5 plus an estimated 10 ms; lists as k8s.list. */
+      set_endpoint(c, "argo.single", lognormal(0.025, 0.25), 0, 0) ||   /* est. (D5) */
+      set_endpoint(c, "argo.list", fixed(0.03), 5e-5, 0) ||             /* est. (D6) */
       set_endpoint(c, "default", lognormal(0.10, 0.40), 0, 0))          /* est. */
     return -1;
   c->create_to_workflow_running = uniform(0.2, 1.0); /* est. (A4, E4) */

@@ -218,7 +218,7 @@ static void answer(kb_sim_kfp *kfp, kfp_req *r, double delay_sim) {
   double speed;
   kb_sim_clock_params(kfp->sim, &origin, &speed);
   double ms = speed > 0 && delay_sim > 0 ? delay_sim / speed * 1000.0 : 0;
-  kb_httpd_req_set_timing(r->http, ms);
+  kb_httpd_req_set_timing(r->http, ms, delay_sim > 0 ? delay_sim * 1000.0 : 0);
   kfp_pending *p = ms >= 1 ? calloc(1, sizeof *p) : NULL;
   if (!p || uv_timer_init(kfp->loop, &p->timer)) {
     free(p);

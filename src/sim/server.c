@@ -274,7 +274,7 @@ static void on_response(kb_httpd_req *req, int status, double ms, void *ud) {
 
 static void latency_metrics(kb_sim_server *s, kb_buf *out) {
   kb_buf_appendf(out, "# HELP kbrun_sim_http_request_duration_seconds Time to the response head "
-                      "in sim seconds (the modelled latency where one applies), by API.\n"
+                      "in sim seconds: the modelled latency (0 where the API models none), by API.\n"
                       "# TYPE kbrun_sim_http_request_duration_seconds histogram\n");
   for (int a = 0; a < API_COUNT; a++) {
     const lat_hist *h = &s->latency[a];
@@ -357,7 +357,7 @@ static void stalled_unlink(stalled_req *st) {
   if (st->next) st->next->prev = st->prev;
 }
 
-static void stall_done(uv_timer_t *t) {
+static void hold_done(uv_timer_t *t) {
   stalled_req *st = t->data;
   stalled_unlink(st);
   dispatch_api(st->server, st->req, st->api);
@@ -375,7 +375,9 @@ static void stalled_abort_all(kb_sim_server *s) {
   }
 }
 
-static void stall(kb_sim_server *s, kb_httpd_req *req, int api) {
+/* Holds a request for `ms` of real time, then dispatches it: a stall
+ * fault, or a modelled latency served before the handler (argo-server). */
+static void hold_then_dispatch(kb_sim_server *s, kb_httpd_req *req, int api, uint64_t ms) {
   stalled_req *st = malloc(sizeof *st);
   if (!st) {
     dispatch_api(s, req, api);
@@ -390,8 +392,27 @@ static void stall(kb_sim_server *s, kb_httpd_req *req, int api) {
   s->stalled = st;
   uv_timer_init(&s->loop, &st->timer);
   st->timer.data = st;
-  uint64_t ms = (uint64_t)(s->faults.stall_seconds * 1000.0 / s->speed) + 1;
-  uv_timer_start(&st->timer, stall_done, ms, 0);
+  uv_timer_start(&st->timer, hold_done, ms, 0);
+}
+
+/* argo-server's modelled latency, in real ms; the Server-Timing header says
+ * it in both clocks. Streams (workflow-events, logs) and the version and
+ * info documents answer at once, as the Kubernetes side does. */
+static double argo_latency_ms(kb_sim_server *s, kb_httpd_req *req) {
+  const char *path = kb_httpd_req_path(req), *m = kb_httpd_req_method(req);
+  if (s->speed <= 0 || strncmp(path, "/api/v1/workflow", 16) != 0 ||
+      !strncmp(path, "/api/v1/workflow-events", 23))
+    return 0;
+  size_t len = strlen(path);
+  if (len > 4 && !strcmp(path + len - 4, "/log")) return 0;
+  /* /api/v1/workflows/NS is a list, /api/v1/workflows/NS/NAME one object */
+  int slashes = 0;
+  for (const char *p = path + 8; *p; p++) slashes += *p == '/';
+  int list = !strcmp(m, "GET") && slashes <= 1;
+  double sim_s = kb_sim_api_latency(s->sim, list ? "argo.list" : "argo.single", 0, 0);
+  double ms = sim_s / s->speed * 1000.0;
+  kb_httpd_req_set_timing(req, ms, sim_s * 1000.0);
+  return ms;
 }
 
 static void handle(kb_httpd_req *req, void *ud) {
@@ -407,6 +428,9 @@ static void handle(kb_httpd_req *req, void *ud) {
     handle_admin(s, req);
     return;
   }
+  /* Only modelled latency is simulated time; an API that models none
+   * reports 0, and this machine's handling time stays real overhead. */
+  kb_httpd_req_set_timing(req, 0, 0);
   kb_sim_api_fault f = kb_sim_api_faults_roll(&s->faults, path);
   s->faults_injected[f]++;
   switch (f) {
@@ -418,9 +442,14 @@ static void handle(kb_httpd_req *req, void *ud) {
     kb_httpd_reset(req, partial, sizeof partial - 1);
     return;
   }
-  case KB_SIM_FAULT_STALL: stall(s, req, api); return;
-  default: dispatch_api(s, req, api);
+  case KB_SIM_FAULT_STALL:
+    hold_then_dispatch(s, req, api, (uint64_t)(s->faults.stall_seconds * 1000.0 / s->speed) + 1);
+    return;
+  default: break;
   }
+  double hold_ms = api == API_ARGO ? argo_latency_ms(s, req) : 0;
+  if (hold_ms >= 1) hold_then_dispatch(s, req, api, (uint64_t)(hold_ms + 0.5));
+  else dispatch_api(s, req, api);
 }
 
 /* ---- the thread ------------------------------------------------------------------ */
@@ -487,7 +516,7 @@ static double k8s_latency(void *ud, const kb_k8s_req_info *info) {
   double sim_s = kb_sim_api_latency(s->sim, list ? "k8s.list" : "k8s.single", 0,
                                     list ? info->stored : 0);
   double ms = sim_s / s->speed * 1000.0;
-  if (s->k8s_req) kb_httpd_req_set_timing(s->k8s_req, ms);
+  if (s->k8s_req) kb_httpd_req_set_timing(s->k8s_req, ms, sim_s * 1000.0);
   return ms / 1000.0;
 }
 
