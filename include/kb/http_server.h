@@ -65,6 +65,10 @@ typedef struct kb_httpd_config {
                                wait this long for the client [2000] */
   int backlog;              /* listen backlog [4096] */
   int no_date;              /* 1: do not add a Date header */
+  /* Unix seconds for the Date header: a server on its own clock (the
+   * simulator's) dates its answers as it dates its objects [time(NULL)] */
+  double (*date_now)(void *ud);
+  void *date_now_ud;
   const char *server_timing; /* metric name: add "Server-Timing: NAME;dur=MS",
                                 the real time from handing the request to the
                                 handler until the response head, or the one

@@ -898,7 +898,7 @@ static const char *http_date(kb_httpd *s) {
   static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
   static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                      "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-  time_t now = time(NULL);
+  time_t now = s->cfg.date_now ? (time_t)s->cfg.date_now(s->cfg.date_now_ud) : time(NULL);
   if (now != s->date_sec) {
     struct tm tm;
     gmtime_r(&now, &tm);

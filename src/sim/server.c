@@ -566,7 +566,7 @@ static int setup(kb_sim_server *s) {
   /* Server-Timing tells clients how long the modelled latency held each
    * response, so they can scale just that part to the virtual clock. */
   kb_httpd_config hcfg = {.server_timing = "kbrun-sim", .on_response = on_response,
-                          .on_response_ud = s};
+                          .on_response_ud = s, .date_now = store_now, .date_now_ud = s};
   s->httpd = kb_httpd_new(&s->loop, &hcfg, handle, s);
   if (!s->kfp || !s->httpd) {
     set_err(err, KB_SIM_ENOMEM, "out of memory starting the simulator%s", NULL);

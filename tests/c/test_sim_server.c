@@ -527,6 +527,53 @@ static void test_latency_timing(void) {
   kb_sim_server_stop(slow);
 }
 
+static size_t on_date(char *p, size_t sz, size_t n, void *ud) {
+  if (n * sz > 6 && !strncasecmp(p, "Date: ", 6)) {
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    if (strptime(p + 6, "%a, %d %b %Y %H:%M:%S GMT", &tm)) *(time_t *)ud = timegm(&tm);
+  }
+  return sz * n;
+}
+
+/* The server dates its answers on the clock it dates its objects with: at
+ * x600 the Date header runs ahead of this machine's clock, and agrees with
+ * the creationTimestamp of an object created by the same request. */
+static void test_date_follows_sim_clock(void) {
+  for (int i = 0; i < 20; i++) nap(); /* >= 0.2 s real: >= 120 s simulated */
+  char url[256];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/api/v1/namespaces/default/configmaps",
+           kb_sim_server_port(srv));
+  CURL *c = curl_easy_init();
+  kb_buf b = KB_BUF_INIT;
+  time_t date = 0;
+  struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+  curl_easy_setopt(c, CURLOPT_POSTFIELDS,
+                   "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"dated\"}}");
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_date);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, &date);
+  KB_CHECK(curl_easy_perform(c) == CURLE_OK);
+  time_t real = time(NULL);
+  curl_slist_free_all(h);
+  curl_easy_cleanup(c);
+  kb_buf_append(&b, "", 1);
+  cJSON *cm = cJSON_Parse(b.data);
+  const char *created = jstr(cm, "metadata.creationTimestamp");
+  KB_CHECK(created != NULL);
+  struct tm tm;
+  memset(&tm, 0, sizeof tm);
+  KB_CHECK(created && strptime(created, "%Y-%m-%dT%H:%M:%SZ", &tm));
+  time_t ts = timegm(&tm);
+  KB_CHECK(date - real >= 60);
+  KB_CHECK(llabs((long long)(date - ts)) <= 1);
+  cJSON_Delete(cm);
+  kb_buf_free(&b);
+}
+
 /* A parameter of a "kbrun-sim;dur=MS;sim=MS" Server-Timing value, or -1. */
 static double timing_param(const char *timing, const char *key) {
   char pat[16];
@@ -595,6 +642,7 @@ int main(void) {
   KB_RUN(test_metrics);
   KB_RUN(test_latency_timing);
   KB_RUN(test_modelled_latency_any_speed);
+  KB_RUN(test_date_follows_sim_clock);
   kb_sim_server_stop(srv);
   curl_global_cleanup();
   return kb_test_report();
