@@ -21,21 +21,34 @@
 -- Metrics: every successful call records kb.http's total time (JSON
 -- decoding excluded; against the embedded simulator the modelled server
 -- time is virtual) in the histogram argo.<verb> (argo.create, argo.submit,
--- argo.get, argo.list, argo.delete, argo.logs, argo.create_template, ...);
--- every answer counts in argo.requests{op, status}, every failure in
+-- argo.get, argo.list, argo.delete, argo.logs, argo.create_template, ...),
+-- each attempt in argo.<verb>.attempt; every answer counts in
+-- argo.requests{op, status}, every call that fails in the end in
 -- argo.errors{op, class}; watch windows in argo.watch.windows. On the CRD
--- path kb.k8s records its own k8s.* metrics as well. No retries: a
--- benchmark must see failures.
+-- path kb.k8s records its own k8s.* metrics as well.
 --
--- Failures raise kb error objects: bad_request (400), auth (401),
--- forbidden (403), not_found (404), conflict (409), throttled (429),
--- server (5xx), http (other), with status, op, method, url,
--- server_message, code (argo-server's grpc code), hint; transport errors
+-- Transient failures of argo-server calls are retried by the client's
+-- kb.retry policy as in kb.kfp and kb.k8s (retry = false turns it off;
+-- retries count in argo.retries{op, reason}, an empty budget in
+-- argo.retry_budget_exhausted{op}): GETs and DELETEs on connection
+-- refused / reset / timed out and 429, 502, 503, 504, after the server's
+-- Retry-After when a 429 or 503 has one; a POST (create, submit) only when
+-- the server cannot have acted on it (connection refused, 429). Watches
+-- are not retried here: they resume themselves. On the CRD path the kb.k8s
+-- client's policy applies.
+--
+-- Failures raise kb error objects: bad_request (400), auth (401 and 403,
+-- as in kb.kfp and kb.k8s; never retried; the hint names the credentials
+-- sent and what to check), not_found (404), conflict (409), throttled
+-- (429), server (5xx), http (other), with status, op, method, url,
+-- server_message, code (argo-server's grpc code), hint, retry_after (the
+-- Retry-After of a 429 or 503, kb.retry.retry_after); transport errors
 -- keep kb.http's class (connect, timeout, tls, ...) and gain op and a hint.
 -- Credentials are sent only over TLS or to a loopback host (class
 -- "security" otherwise, unless allow_insecure_credentials = true) and never
--- appear in errors, logs or the client's fields. docs/argo.md is the
--- reference.
+-- appear in errors, logs or the client's fields (every one is registered
+-- with kb.secrets, which scrubs it and its base64 from what a server
+-- echoes). docs/argo.md is the reference.
 local kb = require "kb"
 local core = require "kb.core"
 local http = require "kb.http"
@@ -43,9 +56,11 @@ local json = require "kb.json"
 local yaml = require "kb.yaml"
 local fs = require "kb.fs"
 local credentials = require "kb.secrets"
+local secret_store = credentials -- setup_server's own `credentials` is a list of names
 local metrics = require "kb.metrics"
 local log = require "kb.log"
 local u = require "kb.k8s.util"
+local retry = require "kb.retry"
 
 local M = {}
 
@@ -162,7 +177,7 @@ end
 local OPTIONS = {
   host = true, k8s = true, namespace = true, token = true, token_file = true, tls = true,
   timeout = true, watch_window = true, headers = true, http = true,
-  allow_insecure_credentials = true,
+  allow_insecure_credentials = true, retry = true,
 }
 local TLS_OPTIONS = {
   ca_file = true, ca_pem = true, cert_file = true, cert_pem = true, key_file = true,
@@ -178,14 +193,20 @@ local function auth_error(fmt, ...)
 end
 
 local function read_token(path)
-  return credentials.read_token(path, auth_error)
+  local token = credentials.read_token(path, auth_error)
+  credentials.register(token) -- before it is sent: a server may echo it
+  return token
 end
 
 -- The request headers, re-reading token_file when its mtime or size changed
 -- (projected service account tokens rotate).
 local function current_headers(s)
   if s.token_file then
-    s.token = credentials.refresh(s, s.token_file, auth_error) or s.token
+    local fresh = credentials.refresh(s, s.token_file, auth_error)
+    if fresh then
+      credentials.register(fresh)
+      s.token = fresh
+    end
   end
   local h = { Accept = "application/json" }
   for k, v in pairs(s.extra) do h[k] = v end
@@ -193,8 +214,10 @@ local function current_headers(s)
   return h
 end
 
-local function redact(s, text)
-  return credentials.scrub(text, { s.token or false, s.auth_header or false })
+-- Text with every credential the process sends replaced (registered with
+-- kb.secrets when set).
+local function redact(_, text)
+  return credentials.scrub(text)
 end
 
 local function setup_server(opts, c)
@@ -212,7 +235,13 @@ local function setup_server(opts, c)
       local lk = k:lower()
       if lk == "authorization" or lk == "cookie" then
         credentials[#credentials + 1] = "header " .. k
-        if lk == "authorization" then s.auth_header = tostring(v) end
+      end
+      -- a bare token a server echoes back must be redacted too
+      if lk:find("auth", 1, true) or lk:find("token", 1, true) or lk:find("cookie", 1, true)
+          or lk:find("key", 1, true) or lk:find("secret", 1, true) or lk:find("session", 1, true) then
+        secret_store.register(tostring(v))
+        s.credential_headers = s.credential_headers or {}
+        s.credential_headers[#s.credential_headers + 1] = k
       end
     end
   end
@@ -222,6 +251,7 @@ local function setup_server(opts, c)
     end
     if opts.token_file ~= nil then usage("give token= or token_file=, not both") end
     s.token = opts.token
+    secret_store.register(opts.token)
     credentials[#credentials + 1] = "token"
   end
   if s.token_file ~= nil then
@@ -270,7 +300,10 @@ end
 -- (a kb.http.client) and allow_insecure_credentials for host=; timeout
 -- (scenario seconds per request, default 30), watch_window (seconds per
 -- watch request, default 300: events are streamed as they arrive, so the
--- window only sets how often a watch reconnects, as in kb.k8s).
+-- window only sets how often a watch reconnects, as in kb.k8s); retry (a
+-- kb.retry.policy or a table of its options, default the default policy,
+-- false = no retries; host= only, the CRD path retries with its kb.k8s
+-- client's policy).
 function M.client(opts)
   if type(opts) ~= "table" then usage("takes a table of options") end
   for k in pairs(opts) do
@@ -289,7 +322,8 @@ function M.client(opts)
   local c = setmetatable({ timeout = timeout, watch_window = window }, Client)
   if opts.k8s then
     if getmetatable(opts.k8s) ~= require("kb.k8s").Client then usage("k8s= must be a kb.k8s client") end
-    for _, k in ipairs({ "token", "token_file", "tls", "headers", "http", "allow_insecure_credentials" }) do
+    for _, k in ipairs({ "token", "token_file", "tls", "headers", "http", "allow_insecure_credentials",
+        "retry" }) do
       if opts[k] ~= nil then usage("%s= is for host=; give credentials to the kb.k8s client", k) end
     end
     c.k8s, c.url, c.path = opts.k8s, opts.k8s.server, "crd"
@@ -298,20 +332,21 @@ function M.client(opts)
   else
     secrets[c] = setup_server(opts, c)
     c.namespace = opts.namespace or "default"
+    c.retry = retry.resolve(opts.retry, "kb.argo.client")
+    secrets[c].budget = c.retry and c.retry:budget()
   end
   return c
 end
 
 -- ---- requests ----------------------------------------------------------------------
 
+-- 401 and 403 are both class auth (as in kb.kfp and kb.k8s: a caller
+-- stops on err.class == "auth"; err.status tells them apart).
 local CLASS_BY_STATUS = {
-  [400] = "bad_request", [401] = "auth", [403] = "forbidden", [404] = "not_found",
+  [400] = "bad_request", [401] = "auth", [403] = "auth", [404] = "not_found",
   [409] = "conflict", [429] = "throttled",
 }
 local HINTS = {
-  auth = "argo-server rejected the credentials: check the token (argo auth mode \"client\" "
-    .. "takes a Kubernetes bearer token)",
-  forbidden = "the token's user lacks RBAC permission on workflows in this namespace",
   server = "argo-server or the API server failed; retry later or look at its logs",
   connect = "is argo-server reachable? e.g. kubectl -n argo port-forward svc/argo-server 2746:2746",
   tls = "TLS failed: argo-server serves a self-signed certificate by default: pass "
@@ -320,6 +355,39 @@ local HINTS = {
 
 local function count_error(op, class)
   metrics.counter("argo.errors", { op = op, class = class }):inc()
+end
+
+-- What the credentials of a client are, for the hint of an auth error.
+local function credential_source(s)
+  local parts = {}
+  if s.token_file then
+    parts[#parts + 1] = string.format("the token in token_file '%s'", s.token_file)
+  elseif s.token then
+    parts[#parts + 1] = "the token= value"
+  end
+  if s.credential_headers then
+    parts[#parts + 1] = "the header" .. (#s.credential_headers > 1 and "s " or " ")
+      .. table.concat(s.credential_headers, ", ") .. " of headers="
+  end
+  return #parts > 0 and table.concat(parts, " and ") or nil
+end
+
+-- The hint of a 401 / 403: what was sent and what to check.
+local function auth_hint(s, status, url)
+  local source = credential_source(s)
+  if status == 401 then
+    if not source then
+      return "no credentials were sent: argo-server's \"client\" auth mode takes a Kubernetes "
+        .. "bearer token (token_file= or token=)"
+    end
+    return "argo-server rejected " .. source .. ": check that it is current (tokens expire; "
+      .. "token_file is re-read when it changes) and a Kubernetes bearer token of this cluster "
+      .. "(auth mode \"client\")"
+  end
+  local ns = url:match("/api/v1/[%w-]+/([^/?]+)")
+  return "the token's user lacks RBAC permission on Argo's resources" .. (ns and (" in namespace "
+    .. ns) or "") .. ": check its Role/ClusterRole bindings (kubectl auth can-i create "
+    .. "workflows.argoproj.io" .. (ns and (" -n " .. ns) or "") .. ")"
 end
 
 local function status_error(s, op, method, url, r)
@@ -335,12 +403,59 @@ local function status_error(s, op, method, url, r)
   msg = redact(s, msg)
   local class = CLASS_BY_STATUS[status] or (status >= 500 and "server") or "http"
   local hint = HINTS[class]
+  if status == 401 or status == 403 then hint = auth_hint(s, status, url) end
   return u.error(class, string.format("%s: %s %s -> HTTP %d%s%s", op, method, url, status,
     msg and (": " .. msg) or "", hint and (" (" .. hint .. ")") or ""), {
     status = status, op = op, method = method, url = url, server_message = msg, code = code,
     hint = hint,
-    retry_after = status == 429 and tonumber(r.headers and r.headers["retry-after"]) or nil,
+    retry_after = retry.retry_after(status, r.headers),
   })
+end
+
+-- One attempt: true, doc (the text with raw, the stream with stream),
+-- response, or false, error (as pcall); then the attempt's time. Every
+-- answer counts in argo.requests{op, status}; every attempt, failed or
+-- not, is recorded in `<op>.attempt` (unless no_histogram).
+local function attempt(s, req, o, op, method, url)
+  local t0 = kb.now()
+  local ok, r = pcall(req.stream and s.stream or s.send, o)
+  if ok and req.stream and (r.status < 200 or r.status > 299) then ok, r = pcall(u.read_whole, r) end
+  if not ok then
+    if u.is_error(r) and not kb.is_cancelled(r) then
+      r.op = op
+      if HINTS[r.class] then
+        r.hint = HINTS[r.class]
+        if not tostring(r.message):find(r.hint, 1, true) then
+          r.message = tostring(r.message) .. " (" .. r.hint .. ")"
+        end
+      end
+      if not req.no_histogram then metrics.histogram(op .. ".attempt"):record(kb.now() - t0) end
+    end
+    return false, r, nil, kb.now() - t0
+  end
+  local elapsed = r.time and r.time.total or (kb.now() - t0)
+  if not req.no_histogram then metrics.histogram(op .. ".attempt"):record(elapsed) end
+  metrics.counter("argo.requests", { op = op, status = tostring(r.status) }):inc()
+  if log.enabled("debug") then
+    log.debug("argo %s %s %s -> %d in %.3f s", op, method, url, r.status, elapsed)
+  end
+  if r.status < 200 or r.status > 299 then
+    return false, status_error(s, op, method, url, r), nil, elapsed
+  end
+  if req.stream then return true, r, r, elapsed end
+  if req.raw then return true, r.body, r, elapsed end
+  local doc = {}
+  if r.body:find("%S") then
+    local okd, d = pcall(json.decode, r.body)
+    if not okd or type(d) ~= "table" then
+      return false, u.error("protocol", string.format("%s: %s %s -> HTTP %d with a body that is "
+        .. "not JSON (%s): %s (is host= argo-server's URL?)", op, method, url, r.status,
+        tostring(r.headers["content-type"] or "no content type"), u.trim(redact(s, r.body), 120)),
+        { status = r.status, op = op, url = url }), nil, elapsed
+    end
+    doc = d
+  end
+  return true, doc, r, elapsed
 end
 
 --- c:request{op=, method=, path=, query=, body=, raw=, stream=, timeout=,
@@ -348,7 +463,10 @@ end
 -- stream = true the open kb.http stream of a 2xx answer, which the caller
 -- reads and closes), response.
 -- argo-server only: path is under host= ("/api/v1/version"); op names the
--- metrics (argo.<op>).
+-- metrics (argo.<op>). Transient failures are retried by the client's
+-- policy (kb.retry; streams are not: watches resume themselves); the
+-- response gains attempts and elapsed (the logical call: every attempt and
+-- every delay), the error .attempts.
 function Client:request(req)
   local s = secrets[self]
   if not s then error("kb.argo: call methods on a client: c:request(...)", 2) end
@@ -363,49 +481,28 @@ function Client:request(req)
   local o = { method = method, url = url, headers = headers, query = req.query, body = body,
     timeout = req.timeout or self.timeout }
   for k, v in pairs(s.tls) do o[k] = v end
-  local t0 = kb.now()
-  local ok, r = pcall(req.stream and s.stream or s.send, o)
-  if ok and req.stream and (r.status < 200 or r.status > 299) then ok, r = pcall(u.read_whole, r) end
+  local spent = 0
+  local function once()
+    local ok, a, b, t = attempt(s, req, o, op, method, url)
+    spent = spent + t
+    return ok, a, b
+  end
+  local policy = not req.stream and self.retry or nil
+  local ok, doc, r, info
+  if policy then
+    ok, doc, r, info = pcall(policy.run, policy, { op = op, method = method, budget = s.budget,
+      prefix = "argo." }, once)
+  else
+    ok, doc, r = once()
+    info = { attempts = 1, slept = 0 }
+  end
   if not ok then
-    if u.is_error(r) and not kb.is_cancelled(r) then
-      r.op = op
-      if HINTS[r.class] then
-        r.hint = HINTS[r.class]
-        if not tostring(r.message):find(r.hint, 1, true) then
-          r.message = tostring(r.message) .. " (" .. r.hint .. ")"
-        end
-      end
-      count_error(op, r.class or "other")
-    end
-    error(r, 0)
+    if u.is_error(doc) and not kb.is_cancelled(doc) then count_error(op, doc.class or "other") end
+    error(doc, 0)
   end
-  local elapsed = r.time and r.time.total or (kb.now() - t0)
-  metrics.counter("argo.requests", { op = op, status = tostring(r.status) }):inc()
-  if log.enabled("debug") then
-    log.debug("argo %s %s %s -> %d in %.3f s", op, method, url, r.status, elapsed)
-  end
-  if r.status < 200 or r.status > 299 then
-    local err = status_error(s, op, method, url, r)
-    count_error(op, err.class)
-    error(err, 0)
-  end
-  if req.stream then return r, r end
-  if req.raw then
-    if not req.no_histogram then metrics.histogram(op):record(elapsed) end
-    return r.body, r
-  end
-  local doc = {}
-  if r.body:find("%S") then
-    local okd, d = pcall(json.decode, r.body)
-    if not okd or type(d) ~= "table" then
-      count_error(op, "protocol")
-      u.raise("protocol", string.format("%s: %s %s -> HTTP %d with a body that is not JSON (%s): "
-        .. "%s (is host= argo-server's URL?)", op, method, url, r.status,
-        tostring(r.headers["content-type"] or "no content type"), u.trim(redact(s, r.body), 120)),
-        { status = r.status, op = op, url = url })
-    end
-    doc = d
-  end
+  if req.stream then return doc, doc end -- a userdata: its fields are its own
+  local elapsed = spent + info.slept
+  r.attempts, r.elapsed = info.attempts, elapsed
   if not req.no_histogram then metrics.histogram(op):record(elapsed) end
   return doc, r
 end
@@ -961,7 +1058,8 @@ local function fill(w)
   else
     w.failures = w.failures + 1
     metrics.counter("argo.watch.retries", { class = err.class }):inc()
-    kb.sleep(err.retry_after or math.min(w.window, 0.05 * 2 ^ w.failures))
+    -- the server's Retry-After (a 429 / 503), at most a window
+    kb.sleep(math.min(w.window, err.retry_after or 0.05 * 2 ^ w.failures))
   end
 end
 

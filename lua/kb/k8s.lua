@@ -46,14 +46,18 @@
 -- exists. Watches resume themselves (kb.k8s.watch) and are not retried here.
 --
 -- Failures raise kb error objects: HTTP error statuses as class
--- bad_request (400), auth (401), forbidden (403), not_found (404),
--- conflict (409; .reason tells AlreadyExists from Conflict), gone (410),
--- invalid (422, .causes), throttled (429, .retry_after), server (5xx) or
--- http, with status, reason, verb, resource, method, url, server_message,
--- hint; transport errors of kb.http keep their class (connect, timeout,
--- tls, dns, reset, ...) and gain verb, resource and a hint. Tokens never
--- appear in errors, logs or the client's fields. docs/k8s.md is the
--- reference.
+-- bad_request (400), auth (401 and 403, as in kb.kfp and kb.argo; never
+-- retried; the hint names the kubeconfig user, its credentials and what to
+-- check: expiry for 401, RBAC with `kubectl auth can-i` for 403),
+-- not_found (404), conflict (409; .reason tells AlreadyExists from
+-- Conflict), gone (410), invalid (422, .causes), throttled (429), server
+-- (5xx) or http, with status, reason, verb, resource, method, url,
+-- server_message, hint and retry_after (the Retry-After of a 429 or 503,
+-- kb.retry.retry_after); transport errors of kb.http keep their class
+-- (connect, timeout, tls, dns, reset, ...) and gain verb, resource and a
+-- hint. Tokens never appear in errors, logs or the client's fields: every
+-- credential is registered with kb.secrets, which scrubs it (and its
+-- base64) from what a server echoes. docs/k8s.md is the reference.
 local kb = require "kb"
 local http = require "kb.http"
 local json = require "kb.json"
@@ -206,9 +210,6 @@ local function redact(p, text)
 end
 
 local HINTS = {
-  auth = "the server rejected the credentials: check the kubeconfig user (expired token? "
-    .. "exec plugin logged out?)",
-  forbidden = "the user lacks RBAC permission; kubectl auth can-i <verb> <resource> shows it",
   server = "the API server or a webhook failed; retry later or look at the control plane",
   gone = "the resourceVersion is too old (compacted); list again and watch from the list's "
     .. "resourceVersion",
@@ -228,12 +229,41 @@ end
 
 local creation_check -- defined with c:create
 
+-- 401 and 403 are both class auth (as in kb.kfp and kb.argo: a caller
+-- stops on err.class == "auth"; err.status tells them apart).
 local CLASS_BY_STATUS = {
-  [400] = "bad_request", [401] = "auth", [403] = "forbidden", [404] = "not_found",
+  [400] = "bad_request", [401] = "auth", [403] = "auth", [404] = "not_found",
   [409] = "conflict", [410] = "gone", [422] = "invalid", [429] = "throttled",
 }
 
-local function status_error(p, req, method, url, r)
+-- The RBAC verb of a call, for `kubectl auth can-i`.
+local CAN_I_VERB = { create = "create", get = "get", list = "list", update = "update",
+  patch = "patch", delete = "delete", watch = "watch", check = "get", logs = "get" }
+
+-- The hint of a 401 / 403: whose credentials, and what to check.
+local function auth_hint(c, p, req, status, url)
+  local who = c.user and string.format("kubeconfig user '%s'", c.user) or "the client"
+  if c.context then who = who .. string.format(" (context '%s')", c.context) end
+  local what = p.auth:describe() or (c.auth_kind == "client_certificate" and "a client certificate")
+  if status == 401 then
+    if not what then
+      return string.format("no credentials were sent: %s has no token, exec plugin or client "
+        .. "certificate", who)
+    end
+    return string.format("the server rejected the credentials of %s, %s: check that they are "
+      .. "current (token expired or revoked? exec plugin logged out? token file rotated?) and "
+      .. "meant for this cluster", who, what)
+  end
+  local resource = req.resource or "-"
+  if req.verb == "logs" then resource = "pods/log" end
+  local ns = url:match("/namespaces/([^/?]+)")
+  return string.format("%s is not allowed to %s %s%s: check its RBAC (Role/ClusterRole "
+    .. "bindings); kubectl auth can-i %s %s%s shows it", who, CAN_I_VERB[req.verb] or req.verb,
+    resource, ns and (" in namespace " .. ns) or "", CAN_I_VERB[req.verb] or req.verb, resource,
+    ns and (" -n " .. ns) or "")
+end
+
+local function status_error(c, p, req, method, url, r)
   local status = r.status
   local doc
   if type(r.body) == "string" and r.body:match("^%s*{") then
@@ -253,6 +283,7 @@ local function status_error(p, req, method, url, r)
   msg = redact(p, msg)
   local class = CLASS_BY_STATUS[status] or (status >= 500 and "server") or "http"
   local hint = HINTS[class]
+  if status == 401 or status == 403 then hint = auth_hint(c, p, req, status, url) end
   local op = req.op
   local message = string.format("%s: %s %s -> HTTP %d%s%s%s", op, method, url, status,
     reason and (" " .. reason) or "", msg and (": " .. msg) or "",
@@ -260,7 +291,7 @@ local function status_error(p, req, method, url, r)
   return u.error(class, message, {
     status = status, reason = reason, verb = req.verb, resource = req.resource, op = op,
     method = method, url = url, server_message = msg, causes = causes, hint = hint,
-    retry_after = status == 429 and tonumber(r.headers and r.headers["retry-after"]) or nil,
+    retry_after = retry.retry_after(status, r.headers),
   })
 end
 
@@ -346,7 +377,7 @@ local function attempt(c, p, req, method, url, body, ctype)
     if status == 401 and tries == 1 and p.auth:invalidate() then
       log.debug("k8s %s: 401, retrying with fresh credentials", req.op)
     elseif status < 200 or status > 299 then
-      return false, status_error(p, req, method, url, r), nil, spent
+      return false, status_error(c, p, req, method, url, r), nil, spent
     else
       local okd, doc = decode(p, req, method, url, r)
       if not okd then return false, doc, nil, spent end

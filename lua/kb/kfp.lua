@@ -39,14 +39,19 @@
 -- reference.
 --
 -- Failures raise kb error objects ("class: message"): HTTP error statuses as
--- class auth (401, 403, login redirects), not_found (404), conflict (409),
--- throttled (429, with retry_after), server (5xx) or http (other), with
--- status, op, method, url, server_message, details, code, hint; transport
--- errors of kb.http keep their class (connect, timeout, tls, ...) and gain
--- op. Tokens and cookies never appear in errors, logs or the client's fields.
+-- class auth (401, 403, login redirects; never retried, the hint names the
+-- credentials sent and what to check), not_found (404), conflict (409),
+-- throttled (429), server (5xx) or http (other), with status, op, method,
+-- url, server_message, details, code, hint, and retry_after (a 429's or
+-- 503's Retry-After in seconds, kb.retry.retry_after); transport errors of
+-- kb.http keep their class (connect, timeout, tls, ...) and gain op. The
+-- same classes as kb.k8s and kb.argo. Tokens and cookies never appear in
+-- errors, logs or the client's fields: every credential is registered with
+-- kb.secrets, which scrubs it (and its base64) from what a server echoes.
 local kb = require "kb"
 local http = require "kb.http"
 local credentials = require "kb.secrets"
+local secret_store = credentials -- M.client's own `credentials` is a list of names
 local json = require "kb.json"
 local fs = require "kb.fs"
 local metrics = require "kb.metrics"
@@ -146,7 +151,18 @@ local function auth_error(fmt, ...)
 end
 
 local function read_token(path)
-  return credentials.read_token(path, auth_error)
+  local token = credentials.read_token(path, auth_error)
+  credentials.register(token) -- before it is sent: a server may echo it
+  return token
+end
+
+-- Header names whose values are credentials (registered with kb.secrets):
+-- the standard ones and anything named like a key, token, secret or session.
+local function is_credential_header(name)
+  local n = name:lower()
+  return CREDENTIAL_HEADERS[n] or n:find("auth", 1, true) or n:find("token", 1, true)
+    or n:find("secret", 1, true) or n:find("key", 1, true) or n:find("session", 1, true)
+    or n:find("password", 1, true) or n:find("cookie", 1, true)
 end
 
 local function build_headers(s)
@@ -162,6 +178,7 @@ local function current_headers(s)
   if s.token_file then
     local token = credentials.refresh(s, s.token_file, auth_error)
     if token then
+      credentials.register(token)
       s.token = token
       build_headers(s)
     end
@@ -169,9 +186,10 @@ local function current_headers(s)
   return s.headers
 end
 
--- Text with every secret of the client replaced (a server may echo one).
-local function redact(s, text)
-  return credentials.scrub(text, { s.token or false, s.cookies or false, s.auth_header or false })
+-- Text with every credential the process sends replaced (a server may
+-- echo one): the client's are registered with kb.secrets when set.
+local function redact(_, text)
+  return credentials.scrub(text)
 end
 
 --- kb.kfp.client(opts) -> client. opts: host (required), api ("v2beta1",
@@ -207,9 +225,13 @@ function M.client(opts)
     for k, v in pairs(opts.headers) do
       if type(k) ~= "string" then usage("header names must be strings") end
       s.extra[k] = v
-      if CREDENTIAL_HEADERS[k:lower()] then
-        credentials[#credentials + 1] = "header " .. k
-        if k:lower() == "authorization" then s.auth_header = tostring(v) end
+      if CREDENTIAL_HEADERS[k:lower()] then credentials[#credentials + 1] = "header " .. k end
+      -- a bare token a server echoes back must be redacted, not only the
+      -- whole "Bearer <token>" value
+      if is_credential_header(k) then
+        secret_store.register(tostring(v))
+        s.credential_headers = s.credential_headers or {}
+        s.credential_headers[#s.credential_headers + 1] = k
       end
     end
   end
@@ -218,13 +240,17 @@ function M.client(opts)
     if opts.token_file ~= nil then usage("give token= or token_file=, not both") end
     if opts.token:find("%c") then usage("token must be one line") end
     s.token = opts.token
+    secret_store.register(opts.token)
     credentials[#credentials + 1] = "token"
   end
   if s.token_file ~= nil then
     if type(s.token_file) ~= "string" or s.token_file == "" then usage("token_file must be a path") end
     credentials[#credentials + 1] = "token_file"
   end
-  if s.cookies ~= nil then credentials[#credentials + 1] = "cookies" end
+  if s.cookies ~= nil then
+    secret_store.register(s.cookies)
+    credentials[#credentials + 1] = "cookies"
+  end
   -- Before any traffic: a bearer token or session cookie sent in clear text
   -- to a remote host can be replayed by anyone on the path.
   if #credentials > 0 and scheme == "http" and not is_loopback(name)
@@ -310,7 +336,6 @@ local function parse_error_body(body)
 end
 
 local HINTS = {
-  auth = "check the token / kubeflow-userid header (and the user's access to the namespace)",
   login = "the server redirected to a login page: pass a valid session cookie (cookies=) "
     .. "or a token",
   path = "no such API path: check host= and its path prefix (e.g. https://host/pipeline) and api=",
@@ -320,6 +345,39 @@ local HINTS = {
   json = "is host= the KFP API endpoint? Behind the Kubeflow gateway it is https://host/pipeline",
 }
 
+-- What the credentials of a client are, for the hint of an auth error.
+local function credential_source(s)
+  local parts = {}
+  if s.token_file then
+    parts[#parts + 1] = string.format("the token in token_file '%s'", s.token_file)
+  elseif s.token then
+    parts[#parts + 1] = "the token= value"
+  end
+  if s.credential_headers then
+    parts[#parts + 1] = "the header" .. (#s.credential_headers > 1 and "s " or " ")
+      .. table.concat(s.credential_headers, ", ") .. " of headers="
+  end
+  if s.cookies then parts[#parts + 1] = "the session cookie (cookies=)" end
+  return #parts > 0 and table.concat(parts, " and ") or nil
+end
+
+-- The hint of a 401 / 403: what was sent and what to check.
+local function auth_hint(s, status)
+  local source = credential_source(s)
+  if status == 401 then
+    if not source then
+      return "no credentials were sent: give token_file= (e.g. a service account token), "
+        .. "token=, cookies= with a session cookie, or the kubeflow-userid header (headers=) "
+        .. "that a multi-user deployment expects"
+    end
+    return "the server rejected " .. source .. ": check that it is current (tokens and "
+      .. "sessions expire; token_file is re-read when it changes) and meant for this server"
+  end
+  return "the server accepted " .. (source or "the request") .. " but refused the call: "
+    .. "check the user's RBAC / namespace access (Kubeflow profile contributors, "
+    .. "kubeflow-userid header) for this operation"
+end
+
 local function http_error(s, op, method, url, r)
   local status = r.status
   local msg, details, code, kfp_body = parse_error_body(r.body)
@@ -327,7 +385,7 @@ local function http_error(s, op, method, url, r)
   local class, hint = "http", nil
   local location = r.headers and r.headers.location
   if status == 401 or status == 403 then
-    class, hint = "auth", HINTS.auth
+    class, hint = "auth", auth_hint(s, status)
   elseif status >= 300 and status < 400 and location then
     class, hint = "auth", HINTS.login
     msg = "redirected to " .. tostring(location):gsub("[?#].*$", "")
@@ -347,7 +405,7 @@ local function http_error(s, op, method, url, r)
   return kb_error(class, message, {
     status = status, op = op, method = method, url = url, server_message = msg,
     details = details, code = code, hint = hint, body = body,
-    retry_after = status == 429 and tonumber(r.headers and r.headers["retry-after"]) or nil,
+    retry_after = retry.retry_after(status, r.headers),
   })
 end
 

@@ -18,10 +18,13 @@
 -- (counted as recovered), else the request is sent again. Without a
 -- recover() such a request is not retried.
 --
--- Delays: the server's Retry-After when it sends one (capped at
--- max_delay), else exponential backoff base * 2^(attempt-1) capped at
--- max_delay, with jitter "full" (uniform in [0, d]), "equal" (d/2 + uniform
--- [0, d/2]) or "none". Delays are kb.sleep()s: scenario seconds.
+-- Delays: the server's Retry-After on a 429 or 503 when it sends one
+-- (delay-seconds or an HTTP-date, see retry.parse_retry_after; not
+-- jittered, capped at max_delay, and a retry still takes a budget token),
+-- else exponential backoff base * 2^(attempt-1) capped at max_delay, with
+-- jitter "full" (uniform in [0, d]), "equal" (d/2 + uniform [0, d/2]) or
+-- "none". Delays are kb.sleep()s: scenario seconds. kb.kfp, kb.k8s and
+-- kb.argo put the parsed Retry-After in err.retry_after (retry.retry_after).
 --
 -- The budget keeps a failing server from being hammered: a token bucket per
 -- client that starts with `min` tokens, gains `ratio` per logical request
@@ -32,6 +35,7 @@
 -- transport class, e.g. "reset"), each recovered create in
 -- `<prefix>recovered{op}`.
 local kb = require "kb"
+local core = require "kb.core"
 local metrics = require "kb.metrics"
 
 local M = {}
@@ -162,10 +166,115 @@ end
 
 -- ---- classification ----------------------------------------------------------------
 
--- Retry-After as seconds: a number of seconds (an HTTP date is ignored).
+-- ---- Retry-After ---------------------------------------------------------------------
+
+--- Statuses whose Retry-After says when to come back (RFC 9110 10.2.3:
+-- 503, and 429 by RFC 6585). On a 3xx it is a redirect's pause, not ours.
+M.RETRY_AFTER_STATUSES = { [429] = true, [503] = true }
+
+local MONTHS = { Jan = 1, Feb = 2, Mar = 3, Apr = 4, May = 5, Jun = 6, Jul = 7, Aug = 8,
+  Sep = 9, Oct = 10, Nov = 11, Dec = 12 }
+local DAY_NAMES = { Mon = true, Tue = true, Wed = true, Thu = true, Fri = true, Sat = true,
+  Sun = true }
+local LONG_DAY_NAMES = { Monday = true, Tuesday = true, Wednesday = true, Thursday = true,
+  Friday = true, Saturday = true, Sunday = true }
+
+-- Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
+local function days_from_civil(y, m, d)
+  y = m <= 2 and y - 1 or y
+  local era = (y >= 0 and y or y - 399) // 400
+  local yoe = y - era * 400
+  local doy = (153 * (m + (m > 2 and -3 or 9)) + 2) // 5 + d - 1
+  return era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+end
+
+local function days_in_month(y, m)
+  if m == 2 then return (y % 4 == 0 and (y % 100 ~= 0 or y % 400 == 0)) and 29 or 28 end
+  return (m == 4 or m == 6 or m == 9 or m == 11) and 30 or 31
+end
+
+--- retry.parse_http_date(text [, now]) -> epoch seconds (UTC), or nil
+-- when text is not an HTTP-date. The three forms of RFC 9110 5.6.7, case
+-- as the grammar has it: IMF-fixdate "Sun, 06 Nov 1994 08:49:37 GMT", the
+-- obsolete RFC 850 "Sunday, 06-Nov-94 08:49:37 GMT" (a two-digit year more
+-- than 50 years after `now`'s year, default the wall clock, is the last
+-- such year in the past) and asctime "Sun Nov  6 08:49:37 1994".
+function M.parse_http_date(text, now)
+  if type(text) ~= "string" then return nil end
+  text = text:match("^[ \t]*(.-)[ \t]*$")
+  local wd, d, mon, y, h, mi, s = text:match(
+    "^(%a%a%a), (%d%d) (%a%a%a) (%d%d%d%d) (%d%d):(%d%d):(%d%d) GMT$")
+  local two_digit = false
+  if wd then
+    if not DAY_NAMES[wd] then return nil end
+  else
+    wd, d, mon, y, h, mi, s = text:match(
+      "^(%a+), (%d%d)%-(%a%a%a)%-(%d%d) (%d%d):(%d%d):(%d%d) GMT$")
+    if wd then
+      if not LONG_DAY_NAMES[wd] then return nil end
+      two_digit = true
+    else
+      wd, mon, d, h, mi, s, y = text:match(
+        "^(%a%a%a) (%a%a%a) ([ %d]%d) (%d%d):(%d%d):(%d%d) (%d%d%d%d)$")
+      if not wd or not DAY_NAMES[wd] then return nil end
+    end
+  end
+  local m = MONTHS[mon]
+  if not m then return nil end
+  y, d, h, mi, s = tonumber(y), tonumber((d:gsub(" ", ""))), tonumber(h), tonumber(mi), tonumber(s)
+  if two_digit then
+    local this_year = tonumber(os.date("!%Y", math.floor(now or kb.time())))
+    y = this_year - this_year % 100 + y
+    if y > this_year + 50 then y = y - 100 end
+  end
+  -- second 60: a leap second (the grammar allows it)
+  if d < 1 or d > days_in_month(y, m) or h > 23 or mi > 59 or s > 60 then return nil end
+  return days_from_civil(y, m, d) * 86400 + h * 3600 + mi * 60 + s
+end
+
+--- retry.parse_retry_after(value [, date [, now]]) -> seconds to wait
+-- (>= 0) and the form ("seconds" or "date"), or nil when value is
+-- neither. value: delay-seconds ("120"; a fraction such as "0.5" is
+-- accepted too) or an HTTP-date, which
+-- is measured from `date` (the answer's Date header: the server's own
+-- clock, so a skewed client clock does not matter) when that parses, else
+-- from `now` (epoch seconds, default the wall clock kb.time()). A date in
+-- the past means 0.
+function M.parse_retry_after(value, date, now)
+  if type(value) == "number" then
+    if value >= 0 and value < math.huge then return value, "seconds" end
+    return nil
+  end
+  if type(value) ~= "string" then return nil end
+  local v = value:match("^[ \t]*(.-)[ \t]*$")
+  if v:match("^%d+$") or v:match("^%d+%.%d+$") then return tonumber(v), "seconds" end
+  local at = M.parse_http_date(v, now)
+  if not at then return nil end
+  local from = M.parse_http_date(date, now) or now or kb.time()
+  return math.max(0, at - from), "date"
+end
+
+--- retry.retry_after(status, headers) -> scenario seconds to wait, or
+-- nil: the Retry-After of a 429 or 503 answer (headers with lower-case
+-- names, as kb.http gives them). An HTTP-date is wall-clock time: its
+-- distance is scaled to the scenario clock (x speed against the
+-- simulator); delay-seconds are taken as scenario seconds, as the
+-- simulator sends them.
+function M.retry_after(status, headers)
+  if not M.RETRY_AFTER_STATUSES[math.tointeger(tonumber(status)) or -1] then return nil end
+  if type(headers) ~= "table" then return nil end
+  local v = headers["retry-after"]
+  if type(v) ~= "string" then return nil end
+  local secs, form = M.parse_retry_after(v, headers["date"])
+  if form == "date" then secs = secs * core.clock_speed() end
+  return secs
+end
+
+-- The server's delay of a failure: err.retry_after (set by the clients),
+-- else the Retry-After of a response {status, headers}.
 local function retry_after(x)
   local v = x.retry_after
-  if v == nil and type(x.headers) == "table" then v = x.headers["retry-after"] end
+  if v == nil then return M.retry_after(x.status, x.headers) end
   v = tonumber(v)
   if v and v >= 0 and v == v then return v end
   return nil

@@ -1,6 +1,17 @@
 --- kb.secrets: the credential chores every API client shares: reading a
--- bearer-token file (re-read when it rotates) and scrubbing a client's own
--- secrets out of text a server may echo back into an error.
+-- bearer-token file (re-read when it rotates), a process-wide register of
+-- every credential the process sends, and scrubbing them out of text a
+-- server may echo back into an error.
+--
+-- The register: kb.kfp, kb.k8s and kb.argo register each credential they
+-- send (tokens from token=, token_file= and kubeconfig users, exec plugin
+-- tokens, basic auth, header values of headers= that carry credentials,
+-- cookies), whatever its source, before it goes out. M.scrub replaces
+-- every registered secret, in plain text and base64 (standard and URL-safe
+-- alphabets, at each of the three alignments a secret can have inside a
+-- longer base64 text), so an error message quoting what the server echoed
+-- never holds one, and nor does anything it is written to (stderr,
+-- result.json, the journal, the report).
 local fs = require "kb.fs"
 
 local M = {}
@@ -36,17 +47,130 @@ function M.refresh(state, path, fail, what)
 end
 
 local function escape_pattern(s)
-  return (s:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0"))
+  return (s:gsub("[^%w]", "%%%0"))
 end
 
---- text with every secret of the list (4 characters or more; false and nil
--- entries skipped) replaced by "<redacted>". Non-strings pass through.
+local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+local function b64(bytes)
+  local out = {}
+  for i = 1, #bytes, 3 do
+    local a, b, c = bytes:byte(i, i + 2)
+    local v = (a << 16) | ((b or 0) << 8) | (c or 0)
+    local n = c and 4 or b and 3 or 2
+    for k = 1, n do
+      local x = (v >> (6 * (4 - k))) & 63
+      out[#out + 1] = B64:sub(x + 1, x + 1)
+    end
+  end
+  return table.concat(out) -- unpadded: "=" may be absent where it is echoed
+end
+
+-- The base64 texts that a secret becomes inside any base64 text: with 0, 1
+-- or 2 bytes before it, the characters that depend on the secret alone (a
+-- boundary character also holds bits of its neighbour). Each in the
+-- standard and the URL-safe alphabet.
+local function b64_forms(secret)
+  local forms = { b64(secret) } -- the secret encoded alone, its last character too
+  for pad = 0, 2 do
+    local e = b64(string.rep("\0", pad) .. secret)
+    local first = pad == 0 and 1 or pad + 2 -- skip the characters the pad bytes touch
+    local total = pad + #secret
+    -- whole characters: the last one is partial unless the bytes end a group
+    local last = (total % 3 == 0) and #e or (#e - 1)
+    local core = e:sub(first, last)
+    if #core >= 4 then forms[#forms + 1] = core end
+  end
+  for i = 1, #forms do
+    local url = forms[i]:gsub("[+/]", { ["+"] = "-", ["/"] = "_" })
+    if url ~= forms[i] then forms[#forms + 1] = url end
+  end
+  return forms
+end
+
+-- The register: text -> true, and the list longest first (a secret that
+-- contains another is replaced whole).
+local registered, list = {}, {}
+
+local function add(text)
+  if type(text) ~= "string" or #text < 4 or registered[text] then return end
+  registered[text] = true
+  list[#list + 1] = text
+end
+
+--- secrets.register(value [, ...]): registers credentials the process
+-- sends, each with its base64 forms. A header value "Bearer x" / "Basic x"
+-- registers x as well (and the user:password that basic auth encodes, and
+-- the password), a cookie header each value. Values shorter than 4
+-- characters are not registered (they would redact ordinary words).
+function M.register(...)
+  local before = #list
+  for i = 1, select("#", ...) do
+    local v = select(i, ...)
+    if type(v) == "string" and #v >= 4 then
+      local parts = { v }
+      local scheme, cred = v:match("^%s*(%a[%w-]*)%s+(%S+)%s*$")
+      if scheme then
+        parts[#parts + 1] = cred
+        if scheme:lower() == "basic" then
+          local plain = M.b64decode(cred)
+          if plain then
+            parts[#parts + 1] = plain
+            parts[#parts + 1] = plain:match("^[^:]*:(.*)$")
+          end
+        end
+      end
+      if v:find("=", 1, true) then -- a cookie header: name=value; name=value
+        for value in v:gmatch("[^;=%s]+=%s*([^;]+)") do parts[#parts + 1] = value:match("^(.-)%s*$") end
+      end
+      for _, p in ipairs(parts) do
+        add(p)
+        for _, f in ipairs(b64_forms(p)) do add(f) end
+      end
+    end
+  end
+  if #list > before then table.sort(list, function(a, b) return #a > #b end) end
+end
+
+--- secrets.registered() -> the number of registered texts (each secret
+-- with its forms), for tests.
+function M.registered()
+  return #list
+end
+
+local B64_VALUE = {}
+for i = 1, 64 do B64_VALUE[B64:byte(i)] = i - 1 end
+B64_VALUE[("-"):byte()], B64_VALUE[("_"):byte()] = 62, 63
+
+--- base64 (either alphabet, padding optional) -> bytes, or nil.
+function M.b64decode(text)
+  text = text:gsub("=+$", "")
+  if #text % 4 == 1 or text:find("[^%w+/_-]") then return nil end
+  local out = {}
+  for i = 1, #text, 4 do
+    local v, n = 0, 0
+    for k = i, math.min(i + 3, #text) do
+      v, n = v << 6 | B64_VALUE[text:byte(k)], n + 1
+    end
+    v = v << (6 * (4 - n))
+    local bytes = string.char(v >> 16, (v >> 8) & 255, v & 255)
+    out[#out + 1] = bytes:sub(1, n - 1)
+  end
+  return table.concat(out)
+end
+
+local function replace(text, secret)
+  return (text:gsub(escape_pattern(secret), "<redacted>"))
+end
+
+--- text with every registered secret, and every one of the list (4
+-- characters or more; false and nil entries skipped; registered by this
+-- call), replaced by "<redacted>". Non-strings pass through.
 function M.scrub(text, secrets)
   if type(text) ~= "string" then return text end
-  for _, secret in ipairs(secrets) do
-    if type(secret) == "string" and #secret >= 4 then
-      text = text:gsub(escape_pattern(secret), "<redacted>")
-    end
+  if secrets then M.register(table.unpack(secrets, 1, #secrets)) end
+  for _, secret in ipairs(list) do
+    if text:find(secret, 1, true) then text = replace(text, secret) end
   end
   return text
 end

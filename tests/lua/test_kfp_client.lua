@@ -740,7 +740,8 @@ T.case("errors: KFP error bodies, upload errors, plain text, classes and hints",
     err = T.raises(function() c:get_run("auth") end, "there is no user identity header")
     T.eq(err.class, "auth")
     T.eq(err.status, 401)
-    T.contains(tostring(err), "check the token / kubeflow-userid header")
+    T.contains(tostring(err), "no credentials were sent")
+    T.contains(tostring(err), "kubeflow-userid")
 
     err = T.raises(function() c:get_run("busy") end, "HTTP 503: 503 Service Unavailable")
     T.eq(err.class, "server")

@@ -87,7 +87,8 @@ T.case("token user: the bearer token reaches the server, never the client's fiel
   local err = T.raises(function() c:list("nodes") end,
     "auth: k8s.list.nodes: GET " .. srv.url .. "/api/v1/nodes -> HTTP 401 Unauthorized: Unauthorized")
   T.ok(not tostring(err):find("abc-token", 1, true), "no token in the error")
-  T.contains(err.hint, "check the kubeconfig user")
+  T.contains(err.hint, "the server rejected the credentials of kubeconfig user 'me' (context ")
+  T.contains(err.hint, "a bearer token: check that they are current (token expired")
   rejected["Bearer abc-token-1"] = nil
   -- token= overrides the kubeconfig's user.
   k8s.client({ kubeconfig = file, token = "other-token" }):list("nodes")

@@ -111,7 +111,13 @@ T.case("classify: transient statuses and classes, idempotency, Retry-After", fun
   T.eq(delay, 4)
   ok, delay = p:classify({ status = 503, headers = { ["retry-after"] = "Wed, 21 Oct 2015 07:28:00 GMT" } },
     "GET", 1)
-  T.eq(delay, 0.5, "an HTTP date falls back to the backoff")
+  T.eq(delay, 0, "an HTTP date in the past: at once")
+  ok, delay = p:classify({ status = 503, headers = { ["retry-after"] = "Wed, 21 Oct 2015 07:28:03 GMT",
+    date = "Wed, 21 Oct 2015 07:28:00 GMT" } }, "GET", 1)
+  -- 3 wall-clock seconds are 3 * speed scenario seconds (x600 here): capped
+  T.eq(delay, math.min(4, 3 * require("kb.core").clock_speed()), "an HTTP date, from the answer's Date")
+  ok, delay = p:classify({ status = 503, headers = { ["retry-after"] = "soon" } }, "GET", 1)
+  T.eq(delay, 0.5, "a Retry-After that is neither form falls back to the backoff")
   -- not transient
   for _, x in ipairs({ { status = 500 }, { status = 404 }, { status = 409 }, { class = "tls" },
       { class = "dns" }, { class = "protocol" } }) do

@@ -36,9 +36,6 @@ local function reason_of(err)
   return tostring(err)
 end
 
-local function read_token(path)
-  return secrets.read_token(path, auth_error, "token file")
-end
 
 --- A provider for cfg.auth (nil: no credentials). opts: exec_timeout
 -- (seconds of real time a plugin may run, default 60).
@@ -49,12 +46,17 @@ function M.new(auth, opts)
   local s = { spec = auth or {} }
   p._s = setmetatable({}, { __index = s, __newindex = s, __metatable = "kb.k8s.auth secrets",
     __tostring = function() return "<secrets>" end })
+  -- Every credential is registered with kb.secrets before it is sent, so
+  -- a server that echoes one (or its base64) cannot put it in an error.
   if p.kind == "token" then
     s.token = auth.token
+    secrets.register(s.token)
   elseif p.kind == "token_file" then
     s.path = auth.path
   elseif p.kind == "basic" then
     s.basic = u.b64encode(auth.username .. ":" .. auth.password)
+    s.username = auth.username
+    secrets.register("Basic " .. s.basic, auth.password)
   elseif p.kind == "exec" then
     s.lock = kb.semaphore(1)
   end
@@ -69,7 +71,11 @@ end
 -- The token of a token file, re-read when its mtime or size changed.
 local function file_token(s)
   if not s.token then s.mtime = nil end -- first use: always read
-  s.token = secrets.refresh(s, s.path, auth_error, "token file") or s.token
+  local fresh = secrets.refresh(s, s.path, auth_error, "token file")
+  if fresh then
+    secrets.register(fresh)
+    s.token = fresh
+  end
   return s.token
 end
 
@@ -139,6 +145,7 @@ local function run_exec(p, spec)
   local out = {}
   if type(st.token) == "string" and st.token ~= "" then
     out.token = st.token
+    secrets.register(out.token)
   elseif type(st.clientCertificateData) == "string" and type(st.clientKeyData) == "string" then
     out.cert_pem, out.key_pem = st.clientCertificateData, st.clientKeyData
   else
@@ -211,6 +218,18 @@ function Provider:invalidate()
     return ok and tok ~= old
   end
   return false
+end
+
+--- What the credentials are, for messages (never a secret): "the token
+-- file '/path'", "the exec plugin 'aws'", "basic auth (user 'alice')",
+-- "a bearer token"; nil without credentials.
+function Provider:describe()
+  local s, kind = self._s, self.kind
+  if kind == "token" then return "a bearer token" end
+  if kind == "token_file" then return string.format("the token file '%s'", s.path) end
+  if kind == "basic" then return string.format("basic auth (user '%s')", s.username) end
+  if kind == "exec" then return string.format("the exec plugin '%s'", s.spec.command) end
+  return nil
 end
 
 --- Secrets to redact from server messages.

@@ -235,7 +235,8 @@ local function turn(w, st)
     metrics.counter("k8s.watch.retries", { resource = w.resource, class = res.class }):inc()
     log.debug("kb.k8s: watch %s: %s; resuming from resourceVersion %s", w.resource,
       tostring(res), tostring(w.resource_version))
-    kb.sleep(res.retry_after or math.min(w.window, 0.05 * 2 ^ st.failures))
+    -- the server's Retry-After (a 429 / 503), at most a window
+    kb.sleep(math.min(w.window, res.retry_after or 0.05 * 2 ^ st.failures))
   else
     error(res, 0)
   end
