@@ -36,6 +36,8 @@ function M.report(args)
     if kb.fs.exists(dir) ~= "dir" then
       return fail(2, "'%s' is not an experiment folder", dir)
     end
+    -- a report (or a run) killed while writing left temporaries behind
+    require("kb.tmpfiles").clean_tree(dir, 1)
     local ok, path = pcall(function()
       local needed, why = rebuild.needed(dir)
       if force or needed then

@@ -687,6 +687,7 @@ function M.write(target, doc, opts)
     end
   end
   local path = fs.join(result_dir, "report.html")
+  require("kb.tmpfiles").clean(result_dir) -- a killed writer's .report.html.kbtmp-*
   fs.write(path, M.html(doc, data))
   return path
 end

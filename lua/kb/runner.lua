@@ -7,16 +7,36 @@
 --     run = function(p) ... return results end,
 --     cleanup = function(p) ... end,   -- always runs: after success, error or Ctrl-C
 --     cleanup_timeout = 60,            -- seconds of real time for cleanup
+--     thresholds = {...},              -- pass/fail limits (kb.thresholds)
+--     report = {...} or function(doc), -- extra data for report.html (kb.report)
 --   }
--- Whatever happens, result/result.json is written before kbrun exits.
+-- A key the table may not hold is refused (exit 2, "did you mean"), before
+-- anything runs, and the experiment folder is removed again.
+-- Whatever else happens, result/result.json is written before kbrun exits.
+--
+-- Exit codes (M.EXIT), by precedence when several apply: interrupted
+-- (130 SIGINT, 143 SIGTERM) > scenario error (1) > results not fully saved
+-- (3) > thresholds failed (99); 0 success, 2 usage error.
 local core = require "kb.core"
 local kb = require "kb"
 local params = require "kb.params"
 
 local M = {}
 
-local EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+local EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_SAVED, EXIT_THRESHOLDS = 0, 1, 2, 3, 99
 local SIGNAL_EXIT = { SIGINT = 130, SIGTERM = 143 }
+
+--- kbrun's exit codes (README.md "Exit codes", docs/scenarios.md).
+M.EXIT = { ok = EXIT_OK, failed = EXIT_FAILED, usage = EXIT_USAGE, not_saved = EXIT_NOT_SAVED,
+  thresholds = EXIT_THRESHOLDS, sigint = SIGNAL_EXIT.SIGINT, sigterm = SIGNAL_EXIT.SIGTERM }
+
+-- What each exit code outranks: a higher rank is never replaced by a lower.
+local RANK = { [EXIT_OK] = 0, [EXIT_THRESHOLDS] = 1, [EXIT_NOT_SAVED] = 2, [EXIT_FAILED] = 3,
+  [EXIT_USAGE] = 3, [130] = 4, [143] = 4 }
+
+--- The keys a scenario table may hold.
+M.SCENARIO_KEYS = { "name", "params", "run", "cleanup", "cleanup_timeout",
+  "thresholds", "report", "experiment" }
 
 local function basename(path)
   return (path:match("([^/]+)$") or path):gsub("%.lua$", "")
@@ -38,8 +58,52 @@ local UsageError = {}
 UsageError.__index = UsageError
 UsageError.__tostring = function(e) return e.message end
 
-local function usage_error(msg)
-  return setmetatable({ class = "usage", message = msg }, UsageError)
+local function usage_error(msg, discard)
+  return setmetatable({ class = "usage", message = msg, discard = discard }, UsageError)
+end
+
+-- Levenshtein distance, for "did you mean".
+local function distance(a, b)
+  local prev = {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur = { [0] = i }
+    for j = 1, #b do
+      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+
+--- The valid key nearest to a misspelt one (nil when none is close).
+function M.nearest(word, candidates)
+  local best, best_d
+  for _, c in ipairs(candidates) do
+    local d = distance(word:lower(), c)
+    if not best_d or d < best_d then best, best_d = c, d end
+  end
+  if best_d and best_d <= math.max(2, #word // 3) then return best end
+  return nil
+end
+
+-- Refuses a scenario table with a key kbrun does not know: a misspelt
+-- `threshold = {...}` would otherwise be ignored and the run pass.
+local function check_scenario_keys(file, scenario)
+  local known = {}
+  for _, k in ipairs(M.SCENARIO_KEYS) do known[k] = true end
+  local unknown = {}
+  for k in pairs(scenario) do
+    if not known[k] then unknown[#unknown + 1] = tostring(k) end
+  end
+  if #unknown == 0 then return end
+  table.sort(unknown)
+  local key = unknown[1]
+  local near = type(key) == "string" and M.nearest(key, M.SCENARIO_KEYS)
+  error(usage_error(string.format("%s: unknown scenario key '%s'%s (a scenario table takes: %s)",
+    file, key, near and string.format(", did you mean '%s'?", near) or "",
+    table.concat(M.SCENARIO_KEYS, ", ")), true))
 end
 
 --- The state of one kbrun invocation.
@@ -76,6 +140,9 @@ end
 function Run:scenario_body(chunk)
   local scenario = chunk()
   if type(scenario) ~= "table" then return nil end
+  check_scenario_keys(self.args.scenario, scenario)
+  local okt, terr = pcall(require("kb.thresholds").validate, scenario.thresholds)
+  if not okt then error(usage_error(self.args.scenario .. ": " .. tostring(terr))) end
   self.scenario = scenario
   if scenario.name then self.name = scenario.name end
   local merged, err = params.merge(scenario.params, self.file_params, self.cli_params)
@@ -174,6 +241,8 @@ function Run:result_document()
   if result ~= nil and not pcall(kb.json.encode, result) then
     result = tostring(result) -- e.g. a function: keep a trace, not a crash
   end
+  -- always a key, null when run never returned (an error, an interruption)
+  if result == nil then result = kb.json.null end
   return {
     kbrun = core.version,
     experiment_id = self.exp.id,
@@ -196,8 +265,27 @@ function Run:result_document()
   }
 end
 
--- Thresholds only judge a run that completed; a failed or interrupted run
--- has already failed.
+-- Raises the exit code to `code` unless the current one outranks it
+-- (precedence: interrupted > scenario error > results not saved >
+-- thresholds failed). Returns whether it changed; doc (if given) follows.
+function Run:escalate(code, status, err, doc)
+  if RANK[code] <= RANK[self.exit_code] then return false end
+  self.exit_code, self.status = code, status
+  if err then self.error_text = err end
+  if doc then doc.exit_code, doc.status, doc.error = code, status, self.error_text end
+  return true
+end
+
+--- Marks the results as not fully saved (exit 3, status "incomplete"),
+-- unless something outranks it; why is logged and stored as `error`.
+-- For the writers of result files (result.json here; kb.outputs' registry).
+function Run:results_not_saved(why, doc)
+  kb.log.error("results not fully saved: %s", why)
+  return self:escalate(EXIT_NOT_SAVED, "incomplete", "results not fully saved: " .. why, doc)
+end
+
+-- Thresholds are evaluated and shown for every run, but decide only the
+-- status of a run that would otherwise pass (exit 99).
 function Run:check_thresholds(doc)
   local spec = self.scenario and self.scenario.thresholds
   if not spec then return end
@@ -207,11 +295,7 @@ function Run:check_thresholds(doc)
     checks, all = {}, false
   end
   doc.thresholds = checks
-  if not all and self.exit_code == EXIT_OK then
-    self.exit_code, self.status = EXIT_FAILED, "failed"
-    doc.exit_code, doc.status = self.exit_code, self.status
-    doc.error = "a threshold failed"
-  end
+  if not all then self:escalate(EXIT_THRESHOLDS, "failed", "a threshold failed", doc) end
 end
 
 -- Writes everything measured, prints the summary, and stops the loop.
@@ -231,35 +315,61 @@ function Run:finish()
     for _, text in ipairs(self.unobserved) do
       kb.log.error("a task failed and nobody waited for it: %s", text)
     end
-    if self.exit_code == EXIT_OK then
-      self.exit_code, self.status = EXIT_FAILED, "failed"
-      doc.exit_code, doc.status = self.exit_code, self.status
-    end
+    self:escalate(EXIT_FAILED, "failed", "a task failed and nobody waited for it", doc)
   end
   self:close_journal(doc)
   local ok, err = pcall(self.exp.write_json, self.exp, "result", "result.json", doc)
-  if not ok then
-    kb.log.error("could not write the results: %s", message_of(err))
-    if self.exit_code == EXIT_OK then self.exit_code = EXIT_FAILED end
-  end
+  if not ok then self:results_not_saved("result.json: " .. message_of(err)) end
   -- The report is derived from result.json; a broken report never loses it.
   local okr, rerr = pcall(function()
     require("kb.report").write(self.exp, doc, { scenario = self.scenario })
   end)
   if not okr then kb.log.warn("report: %s", message_of(rerr)) end
-  if not self.args.quiet then
-    local okp, perr = pcall(function() require("kb.summary").print(doc, self.exp, { tty = self.args.tty }) end)
-    if not okp then kb.log.warn("summary: %s", message_of(perr)) end
+  -- -q keeps the verdict and every failed threshold
+  local okp, perr = pcall(function()
+    local summary = require "kb.summary"
+    doc.status, doc.exit_code = self.status, self.exit_code
+    if self.args.quiet then summary.print_quiet(doc, { tty = self.args.tty })
+    else summary.print(doc, self.exp, { tty = self.args.tty }) end
+  end)
+  if not okp then kb.log.warn("summary: %s", message_of(perr)) end
+  core.exit(self.exit_code)
+end
+
+-- A usage error found once the scenario table was read (an unknown key):
+-- nothing ran, so nothing is kept; the experiment folder goes again.
+function Run:abandon()
+  if self.finished then return end
+  self.finished = true
+  if self.observers then self.observers:stop() end
+  core.cancel_all()
+  local j = self.journal
+  self.journal = nil
+  if j then
+    pcall(function()
+      kb.metrics.set_journal(nil)
+      require("kb.journal").set_active(nil)
+      j:close()
+    end)
   end
+  local ok, err = pcall(kb.fs.remove, self.exp.dir, { recursive = true })
+  if not ok then kb.log.warn("could not remove %s: %s", self.exp.dir, message_of(err)) end
+  if self.out_created then pcall(kb.fs.remove, self.args.out) end -- only if empty
   core.exit(self.exit_code)
 end
 
 function Run:fail(err)
+  -- After a signal every error is its consequence (a cancelled call, or
+  -- a scenario's own error wrapping one): the run was interrupted.
+  local pending = self.signal or core.pending_signal()
+  if pending then
+    kb.log.debug("after %s: %s", pending, message_of(err))
+    if not self.signal then self:on_signal(pending) end
+    return
+  end
   if getmetatable(err) == UsageError then
     self.exit_code, self.status = EXIT_USAGE, "usage"
     io.stderr:write("kbrun: ", err.message, "\n")
-  elseif core.is_cancelled(err) and self.signal then
-    return -- interrupted: status already set by the signal handler
   else
     self.exit_code, self.status = EXIT_FAILED, "failed"
     io.stderr:write("kbrun: scenario failed: ", message_of(err), "\n")
@@ -327,10 +437,20 @@ local function early_exit(code, msg)
   core.exit(code)
 end
 
-local function main(args)
+-- A signal that came before the experiment folder exists: nothing was
+-- measured and there is nowhere to write, so kbrun just exits.
+local function interrupted_early(name)
+  io.stderr:write(string.format("\nkbrun: %s: interrupted before the experiment started\n", name))
+  core.exit(SIGNAL_EXIT[name] or 130)
+end
+
+local function main(run, args)
   kb.log.level(args.quiet and "warn" or (args.verbose and "debug" or "info"))
-  local run = setmetatable({ args = args, exit_code = EXIT_OK, status = "passed",
-    name = basename(args.scenario), started = kb.now(), started_wall = kb.time() }, Run)
+  -- From the start: a signal before the experiment exists exits at once,
+  -- after it the run stops in order (Run:on_signal).
+  core.on_signal(function(name)
+    if run.exp then run:on_signal(name) else interrupted_early(name) end
+  end)
 
   local cli, perr = params.parse_assignments(args.assignments or {})
   if not cli then return early_exit(EXIT_USAGE, perr) end
@@ -365,26 +485,50 @@ local function main(args)
   run.observers = observers
   kb.params = merged
 
+  run.out_created = args.out and not kb.fs.exists(args.out)
   local okx, exp = pcall(require("kb.experiment").create, { out = args.out, name = run.name })
   if not okx then return early_exit(EXIT_FAILED, "cannot create the experiment folder: " .. message_of(exp)) end
+  -- temporaries a killed kbrun left in the experiments folder (a sweep's
+  -- sweep.csv, a shared folder's files), never a live writer's
+  if args.out then require("kb.tmpfiles").clean_tree(args.out, 1) end
   run.exp = exp
   kb.exp = exp
   run:open_journal()
   run:write_config()
 
-  core.on_signal(function(name) run:on_signal(name) end)
+  -- a signal while the above ran (no yield since the handler was set)
+  local pending = core.pending_signal()
+  if pending then return run:on_signal(pending) end
   run.main_task = kb.spawn(run.scenario_body, run, chunk)
   local ok, result = pcall(run.main_task.wait, run.main_task)
   if ok then run.result = result else run:fail(result) end
+  -- A signal interrupts the running Lua code at once (src/rt/signal.c);
+  -- its handler runs later from the loop. A run that ended in between,
+  -- with an error or with a scenario that swallowed the cancellation, was
+  -- still interrupted.
+  if not run.signal and core.pending_signal() then run:on_signal(core.pending_signal()) end
   if run.signal then return end -- the signal path finishes
+  if run.status == "usage" and type(result) == "table" and result.discard then return run:abandon() end
   run:finish()
 end
 
 --- Entry point, called by src/main.c as the first task. A failure of kbrun's
 -- own Lua code is reported like any crash would be, with a traceback.
 function M.main(args)
-  local ok, err = xpcall(main, debug.traceback, args)
+  local run = setmetatable({ args = args, exit_code = EXIT_OK, status = "passed",
+    name = basename(args.scenario), started = kb.now(), started_wall = kb.time() }, Run)
+  local ok, err = xpcall(main, function(e)
+    if core.is_cancelled(e) then return e end
+    return debug.traceback(e)
+  end, run, args)
   if not ok then
+    -- a signal's interrupt hook raised in kbrun's own code (between
+    -- statements of main): an interruption, not an internal error
+    local pending = core.pending_signal()
+    if pending and core.is_cancelled(err) then
+      if run.exp and not run.finished then return run:on_signal(pending) end
+      return interrupted_early(pending)
+    end
     io.stderr:write("kbrun: internal error: ", tostring(err), "\n")
     core.exit(EXIT_FAILED)
   end

@@ -72,30 +72,63 @@ function M.counter_lines(snapshot)
   return lines
 end
 
+-- The first line: "<id>: passed in 1.2 s (virtual clock, x600)".
+local function verdict_line(doc, tty)
+  local status = doc.status == "passed" and color(tty, "32", "passed") or color(tty, "31", tostring(doc.status))
+  local clock = type(doc.clock) == "table" and doc.clock or { kind = "real", speed = 1 }
+  return string.format("%s: %s in %s (%s clock%s)", doc.experiment_id, status,
+    M.duration(doc.duration), clock.kind,
+    clock.speed ~= 1 and string.format(", x%g", clock.speed) or "")
+end
+
+--- Lines of the threshold verdicts ("ok   op p99 950 ms <= 1 s",
+-- "FAIL api.errors 3 <= 0"), every one or (failed_only) the failed ones.
+function M.threshold_lines(doc, opts)
+  opts = opts or {}
+  local thresholds = require "kb.thresholds"
+  local lines = {}
+  for _, t in ipairs(doc.thresholds or {}) do
+    if not (opts.failed_only and t.passed) then
+      local mark = t.passed and color(opts.tty, "32", "ok  ") or color(opts.tty, "31", "FAIL")
+      lines[#lines + 1] = mark .. " " .. thresholds.describe(t)
+    end
+  end
+  return lines
+end
+
+local function use_color(opts)
+  return opts.tty and os.getenv("TERM") ~= "dumb" and os.getenv("NO_COLOR") == nil
+end
+
 --- Prints the summary of a result document (see kb.runner) to stdout.
 function M.print(doc, exp, opts)
   opts = opts or {}
-  local tty = opts.tty and os.getenv("TERM") ~= "dumb" and os.getenv("NO_COLOR") == nil
+  local tty = use_color(opts)
   local out = {}
-  local status = doc.status == "passed" and color(tty, "32", "passed") or color(tty, "31", doc.status)
-  out[#out + 1] = string.format("\n%s: %s in %s (%s clock%s)", doc.experiment_id, status,
-    M.duration(doc.duration), doc.clock.kind,
-    doc.clock.speed ~= 1 and string.format(", x%g", doc.clock.speed) or "")
+  out[#out + 1] = "\n" .. verdict_line(doc, tty)
   for _, line in ipairs(M.histogram_lines(doc.metrics)) do out[#out + 1] = "  " .. line end
   local counters = M.counter_lines(doc.metrics)
   if #counters > 0 then
     out[#out + 1] = ""
     for _, line in ipairs(counters) do out[#out + 1] = "  " .. line end
   end
-  if doc.thresholds and #doc.thresholds > 0 then
+  local checks = M.threshold_lines(doc, { tty = tty })
+  if #checks > 0 then
     out[#out + 1] = ""
-    for _, t in ipairs(doc.thresholds) do
-      local mark = t.passed and color(tty, "32", "ok  ") or color(tty, "31", "FAIL")
-      out[#out + 1] = string.format("  %s %s %s %s %s (actual %s)", mark, t.name, t.stat, t.op,
-        tostring(t.limit), t.actual == nil and "missing" or tostring(t.actual))
-    end
+    for _, line in ipairs(checks) do out[#out + 1] = "  " .. line end
   end
   if exp then out[#out + 1] = "  results: " .. exp.result_dir end
+  io.stdout:write(table.concat(out, "\n"), "\n")
+end
+
+--- What -q still prints: the verdict line and every failed threshold.
+function M.print_quiet(doc, opts)
+  opts = opts or {}
+  local tty = use_color(opts)
+  local out = { verdict_line(doc, tty) }
+  for _, line in ipairs(M.threshold_lines(doc, { tty = tty, failed_only = true })) do
+    out[#out + 1] = "  " .. line
+  end
   io.stdout:write(table.concat(out, "\n"), "\n")
 end
 

@@ -166,9 +166,9 @@ return {
   end,
 }
 EOF
-run "$WORK/thr" "$WORK/thr.lua"; expect_code $CODE 1
-expect_in "$WORK/stdout" "FAIL op p99 <= 0.1"
-expect_in "$WORK/stdout" "ok   success_rate value >= 0.99"
+run "$WORK/thr" "$WORK/thr.lua"; expect_code $CODE 99
+expect_in "$WORK/stdout" "FAIL op p99 500 ms <= 100 ms"
+expect_in "$WORK/stdout" "ok   success_rate 100% >= 99%"
 end
 
 begin unobserved-task-failure

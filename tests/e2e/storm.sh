@@ -41,7 +41,7 @@ end
 
 begin thresholds-fail
 run "$WORK/timeout" scenarios/taxi_50runs.lua num_runs=5 run_timeout=100
-expect_code "$CODE" 1
+expect_code "$CODE" 99
 expect_in "$WORK/stdout" "FAIL runs.timed_out"
 expect_in "$WORK/stdout" "Timed out"
 check dir="$(exp_dir "$WORK/timeout")" check=timeout runs=5
