@@ -40,6 +40,9 @@
  *   tls_server_name   the TLS name (SNI, certificate check) when it is not
  *              the URL's host; the connection and Host: stay the URL's
  *   proxy      a proxy URL ("" ignores the *_proxy environment variables)
+ *   max_body   most response body bytes (default KB_LHTTP_MAX_BODY, 64 MiB):
+ *              a longer body stops the transfer at the limit and raises
+ *              class "body_too_large"; not for streams, which hold no body
  *
  * The response: { status = 200, headers = {...}, body = "...",
  *   version = "1.1" | "2", time = { dns, connect, tls, ttfb, total } }
@@ -53,7 +56,14 @@
  * failures raise an error object (kb_error_new) with fields class,
  * message, url (credentials redacted), curl_code, detail (curl's text),
  * hint and method; class is one of connect, timeout, tls, dns, reset,
- * protocol, too_many_redirects, resource (out of file descriptors), other.
+ * protocol, too_many_redirects, resource (out of file descriptors),
+ * body_too_large, other.
+ *
+ * Memory: curl collects the body in the request's buffer (never past
+ * max_body); the task's continuation copies it into the response's Lua
+ * string and frees the request at once, before the task goes on, so a body
+ * is held twice only during that copy (Lua 5.4 cannot adopt a C buffer as a
+ * string). Buffers above 64 KiB are not kept for reuse.
  * A cancelled task's request is aborted and raises kb.cancelled.
  *
  * Streams (kb.http.stream): src/lua/http_stream.c. */
@@ -375,11 +385,16 @@ static void set_option(lua_State *L, kb_lhttp_spec *s, const char *k) {
     else if (!strcmp(k, "key_pem")) o->key_pem = check_string(L, k, &n), o->key_pem_len = n;
     else if (!strcmp(k, "tls_server_name")) o->tls_server_name = check_string(L, k, NULL);
     else if (!strcmp(k, "proxy")) o->proxy = check_string(L, k, NULL);
-    else
+    else if (!strcmp(k, "max_body")) {
+      if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
+        luaL_error(L, "kb.http: option 'max_body' must be a positive integer (bytes)");
+      s->max_body = lua_tointeger(L, -1);
+      s->max_body_given = 1;
+    } else
       luaL_error(L, "kb.http: unknown option '%s' (expected headers, query, body, multipart, "
                  "timeout, connect_timeout, follow_redirects, max_redirects, http2, compressed, "
                  "ca_file, ca_pem, cert_file, cert_pem, key_file, key_pem, insecure, "
-                 "tls_server_name, proxy)", k);
+                 "tls_server_name, proxy, max_body)", k);
   }
 }
 
@@ -597,32 +612,44 @@ void kb__lhttp_set_number(lua_State *L, const char *k, double v) {
   lua_setfield(L, -2, k);
 }
 
-/* Seconds the simulator's modelled latency held this response (its
- * "Server-Timing: kbrun-sim;dur=MS" header), or -1 without that header. */
-double kb__lhttp_sim_hold_seconds(const kb_http_response *resp) {
-  size_t len;
-  const char *v = kb_http_response_header(resp, "Server-Timing", &len);
-  if (!v || len < 14 || strncmp(v, "kbrun-sim;dur=", 14) != 0) return -1;
-  char num[32];
-  size_t n = len - 14 < sizeof num - 1 ? len - 14 : sizeof num - 1;
-  memcpy(num, v + 14, n);
-  num[n] = '\0';
-  double ms = strtod(num, NULL);
-  return ms > 0 ? ms / 1e3 : 0.0;
+/* ms of one "key=MS" parameter in a Server-Timing value, or -1. */
+static double timing_param(const char *v, size_t len, const char *key) {
+  size_t klen = strlen(key);
+  for (size_t i = 0; i + klen < len; i++) {
+    if (v[i] != ';' || strncmp(v + i + 1, key, klen) != 0) continue;
+    char num[32];
+    size_t from = i + 1 + klen, n = len - from < sizeof num - 1 ? len - from : sizeof num - 1;
+    memcpy(num, v + from, n);
+    num[n] = '\0';
+    double ms = strtod(num, NULL);
+    return ms > 0 ? ms : 0.0;
+  }
+  return -1;
 }
 
-/* Real seconds as scenario seconds. Against the embedded simulator only the
- * time its model held the response is simulated time and runs `speed`
- * times faster; the rest (this machine's loopback, parsing, scheduling) is
- * real overhead and counts as real seconds, like network time to a real
- * cluster. Scaling it too would inflate every latency by overhead * speed. */
-double kb__lhttp_to_scenario(kb_rt *rt, double real, double hold, int from_sim) {
+kb__lhttp_sim_timing kb__lhttp_sim_timing_of(const kb_http_response *resp) {
+  size_t len;
+  const char *v = kb_http_response_header(resp, "Server-Timing", &len);
+  if (!v || len < 9 || strncmp(v, "kbrun-sim", 9) != 0) return KB__LHTTP_NOT_SIM;
+  double dur = timing_param(v, len, "dur="), sim = timing_param(v, len, "sim=");
+  if (dur < 0) return KB__LHTTP_NOT_SIM;
+  return (kb__lhttp_sim_timing){dur / 1e3, sim >= 0 ? sim / 1e3 : -1};
+}
+
+/* Real seconds as scenario seconds. From the simulator (embedded, or a
+ * standalone `kbrun sim` on its own clock) the latency its model held the
+ * response counts as the modelled latency in simulated time, whatever
+ * this runtime's clock; the rest (this machine's loopback, parsing,
+ * scheduling) is real overhead and counts as real seconds, like network
+ * time to a real cluster. Scaling it too would inflate every latency by
+ * overhead * speed. Other servers' answers take the runtime clock's rate. */
+double kb__lhttp_to_scenario(kb_rt *rt, double real, kb__lhttp_sim_timing sim) {
   double speed = kb_rt_clock(rt)->speed;
-  if (speed == 1.0) return real;
-  if (!from_sim) return kb_rt_scenario_seconds(rt, real);
+  if (sim.hold < 0) return speed == 1.0 ? real : kb_rt_scenario_seconds(rt, real);
+  double modelled = sim.modelled >= 0 ? sim.modelled : sim.hold * speed;
   /* The simulator answers holds below a timer tick at once, so real may be
    * shorter than hold: the modelled time still counts in full. */
-  return hold * speed + (real > hold ? real - hold : 0);
+  return modelled + (real > sim.hold ? real - sim.hold : 0);
 }
 
 void kb__lhttp_push_version(lua_State *L, int version) {
@@ -645,13 +672,13 @@ static void push_response(lua_State *L, kb_rt *rt, const kb_http_response *resp)
   kb__lhttp_push_version(L, resp->http_version);
   lua_setfield(L, -2, "version");
   lua_createtable(L, 0, 5);
-  double hold = kb__lhttp_sim_hold_seconds(resp);
-  int sim = hold >= 0;
-  kb__lhttp_set_number(L, "dns", kb__lhttp_to_scenario(rt, resp->time.dns, 0, sim));
-  kb__lhttp_set_number(L, "connect", kb__lhttp_to_scenario(rt, resp->time.connect, 0, sim));
-  kb__lhttp_set_number(L, "tls", kb__lhttp_to_scenario(rt, resp->time.tls, 0, sim));
-  kb__lhttp_set_number(L, "ttfb", kb__lhttp_to_scenario(rt, resp->time.ttfb, hold, sim));
-  kb__lhttp_set_number(L, "total", kb__lhttp_to_scenario(rt, resp->time.total, hold, sim));
+  kb__lhttp_sim_timing sim = kb__lhttp_sim_timing_of(resp);
+  kb__lhttp_sim_timing none = sim.hold >= 0 ? (kb__lhttp_sim_timing){0, 0} : sim;
+  kb__lhttp_set_number(L, "dns", kb__lhttp_to_scenario(rt, resp->time.dns, none));
+  kb__lhttp_set_number(L, "connect", kb__lhttp_to_scenario(rt, resp->time.connect, none));
+  kb__lhttp_set_number(L, "tls", kb__lhttp_to_scenario(rt, resp->time.tls, none));
+  kb__lhttp_set_number(L, "ttfb", kb__lhttp_to_scenario(rt, resp->time.ttfb, sim));
+  kb__lhttp_set_number(L, "total", kb__lhttp_to_scenario(rt, resp->time.total, sim));
   lua_setfield(L, -2, "time");
   if (resp->redirects > 0) {
     lua_pushinteger(L, resp->redirects);
@@ -682,21 +709,44 @@ void kb__lhttp_push_error(lua_State *L, const kb_http_response *resp) {
   kb__lhttp_push_error_text(L, kb_http_error_name(resp->error), &e);
 }
 
-static void on_done(kb_http_request *r, const kb_http_response *resp, void *ud) {
-  kb_task *t = ud;
-  lua_State *co = kb_task_thread(t);
-  lua_checkstack(co, 8);
-  if (resp->error) {
-    kb__lhttp_push_error(co, resp);
-    kb_http_request_free(r);
-    kb_task_fail(t);
-  } else {
-    push_response(co, kb_task_rt(t), resp);
-    kb_http_request_free(r); /* before the task runs: it may reuse the handle */
-    kb_task_wake(t, 1);
-  }
+/* push_result(r): the response table, or the error object. Protected. */
+static int push_result(lua_State *L) {
+  kb_http_request *r = lua_touserdata(L, 1);
+  const kb_http_response *resp = kb_http_request_response(r);
+  if (resp->error) kb__lhttp_push_error(L, resp);
+  else push_response(L, kb_rt_from_lua(L), resp);
+  return 1;
 }
 
+/* In the task, once it resumes: the request's outcome, built under a
+ * protected call so the request is freed whatever happens, and freed
+ * before the task goes on (it may reuse the handle). */
+static int deliver_response(lua_State *L, void *op) {
+  kb_http_request *r = op;
+  int failed = kb_http_request_response(r)->error != KB_HTTP_OK;
+  if (!lua_checkstack(L, 4)) {
+    kb_http_request_free(r);
+    return luaL_error(L, "kb.http: out of memory delivering a response");
+  }
+  lua_pushcfunction(L, push_result);
+  lua_pushlightuserdata(L, r);
+  int status = lua_pcall(L, 1, 1, 0);
+  kb_http_request_free(r);
+  if (status != LUA_OK || failed) return lua_error(L);
+  return 1;
+}
+
+/* From the client's loop callback: nothing is pushed here (a suspended
+ * coroutine has no error handler); the task builds the response itself.
+ * Until then the finished request belongs to the task: delivered, or freed
+ * by on_cancel if the task is cancelled first. */
+static void on_done(kb_http_request *r, const kb_http_response *resp, void *ud) {
+  (void)r;
+  (void)resp;
+  kb_task_deliver(ud, deliver_response);
+}
+
+/* Aborts a running request, or frees a finished one not delivered. */
 static void on_cancel(void *op) { kb_http_request_cancel(op); }
 
 /* ---- the calls ------------------------------------------------------------------------- */
@@ -719,25 +769,52 @@ int kb__lhttp_raise_start_error(lua_State *L, int err, const char *method) {
                         strerror(-err));
 }
 
+/* While a request is built its owner is a to-be-closed guard on the Lua
+ * stack, so a raise in the middle (a metamethod of an option table, out of
+ * memory) frees it at once instead of leaking it. */
+#define GUARD_META "kb.http.request_guard"
+
+typedef struct {
+  kb_http_request *r;
+} request_guard;
+
+static int guard_release(lua_State *L) {
+  request_guard *g = lua_touserdata(L, 1);
+  if (g->r) kb_http_request_free(g->r);
+  g->r = NULL;
+  return 0;
+}
+
 /* The request s describes, not started; raises when it cannot be built. */
 kb_http_request *kb__lhttp_new_request(lua_State *L, kb_http_client *c, const kb_lhttp_spec *s) {
-  kb_http_request *r = kb_http_request_new(c, s->method, s->url);
-  if (!r) kb_error_raise(L, "resource", "kb.http: out of memory building a request");
-  int err = build_request(L, r, s);
-  if (err != 0) {
-    kb_http_request_free(r);
-    kb__lhttp_raise_start_error(L, err, s->method);
+  request_guard *g = lua_newuserdatauv(L, sizeof *g, 0);
+  g->r = NULL;
+  if (luaL_newmetatable(L, GUARD_META)) {
+    lua_pushcfunction(L, guard_release);
+    lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, guard_release);
+    lua_setfield(L, -2, "__gc");
   }
+  lua_setmetatable(L, -2);
+  lua_toclose(L, -1);
+  if (!(g->r = kb_http_request_new(c, s->method, s->url)))
+    kb_error_raise(L, "resource", "kb.http: out of memory building a request");
+  int err = build_request(L, g->r, s);
+  if (err != 0) kb__lhttp_raise_start_error(L, err, s->method); /* the guard frees it */
+  kb_http_request *r = g->r;
+  g->r = NULL;
+  lua_pop(L, 1); /* closes the guard, which owns nothing now */
   return r;
 }
 
 static int do_request(lua_State *L, kb_http_client *c, const char *method, int url, int body,
                       int opts) {
   kb_task *t = kb_task_running(L);
-  kb_lhttp_spec s = {.method = method, .o = KB_HTTP_OPTIONS_INIT};
+  kb_lhttp_spec s = {.method = method, .o = KB_HTTP_OPTIONS_INIT, .max_body = KB_LHTTP_MAX_BODY};
   kb__lhttp_read_call(L, &s, url, body, opts);
   kb_http_request *r = kb__lhttp_new_request(L, c, &s);
-  int err = kb_http_request_start(r, on_done, t);
+  int err = kb_http_request_set_max_body(r, (size_t)s.max_body);
+  if (err == 0) err = kb_http_request_start(r, on_done, t);
   if (err != 0) {
     kb_http_request_free(r);
     return kb__lhttp_raise_start_error(L, err, s.method);

@@ -8,6 +8,10 @@
 #include "kb/http_client.h"
 #include "kb/rt.h"
 
+/* The default max_body of kb.http requests: a body larger than this fails
+ * with class "body_too_large" instead of filling memory. */
+#define KB_LHTTP_MAX_BODY ((lua_Integer)64 << 20)
+
 /* A call's checked arguments (kb__lhttp_read_call). */
 typedef struct {
   const char *method;
@@ -16,6 +20,8 @@ typedef struct {
   int json_body;     /* the body slot holds JSON text encoded from a table */
   int has_options;
   double timeout, connect_timeout;
+  lua_Integer max_body; /* bytes; KB_LHTTP_MAX_BODY unless given */
+  int max_body_given;
   kb_http_options o;
 } kb_lhttp_spec;
 
@@ -39,10 +45,17 @@ void kb__lhttp_push_version(lua_State *L, int version);
 void kb__lhttp_set_number(lua_State *L, const char *k, double v);
 void kb__lhttp_push_error(lua_State *L, const kb_http_response *resp);
 void kb__lhttp_push_error_text(lua_State *L, const char *cls, const kb_lhttp_err_text *e);
-/* The simulator's modelled hold (Server-Timing), or -1; real seconds as
- * scenario seconds, with the hold counted in virtual time. */
-double kb__lhttp_sim_hold_seconds(const kb_http_response *resp);
-double kb__lhttp_to_scenario(kb_rt *rt, double real, double hold, int from_sim);
+/* What the simulator's "Server-Timing: kbrun-sim;dur=MS;sim=MS" says of a
+ * response: the real seconds its latency model held it, and the same
+ * latency in simulated seconds. hold < 0: not the simulator's answer. */
+typedef struct kb__lhttp_sim_timing {
+  double hold, modelled;
+} kb__lhttp_sim_timing;
+#define KB__LHTTP_NOT_SIM ((kb__lhttp_sim_timing){-1, -1})
+kb__lhttp_sim_timing kb__lhttp_sim_timing_of(const kb_http_response *resp);
+/* Real seconds of a response as scenario seconds: the modelled part in
+ * simulated time, the rest (this machine's overhead) as real seconds. */
+double kb__lhttp_to_scenario(kb_rt *rt, double real, kb__lhttp_sim_timing sim);
 
 /* http_stream.c: the stream type, and kb.http.stream / client:stream with
  * the client's userdata at index `client` and the options at `opts`. */

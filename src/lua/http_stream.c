@@ -48,7 +48,7 @@ typedef struct lstream {
   size_t off, len, cap;
   long status;
   int version;
-  double hold;        /* the simulator's modelled hold, or -1 */
+  kb__lhttp_sim_timing sim; /* the simulator's modelled hold, or not the simulator */
   kb_http_timings head_time;
   double total;       /* real seconds of the whole transfer, once ended */
   kb_http_error error; /* of a failed transfer, raised by read() */
@@ -155,7 +155,7 @@ static void on_stream_head(kb_http_request *r, const kb_http_response *head, voi
   st->status = head->status;
   st->version = head->http_version;
   st->head_time = head->time;
-  st->hold = kb__lhttp_sim_hold_seconds(head);
+  st->sim = kb__lhttp_sim_timing_of(head);
   lua_checkstack(co, 8);
   /* stream() pushed the userdata last before it suspended: it is the top
    * of the task's stack, and becomes stream()'s result. */
@@ -364,13 +364,13 @@ static int stream_gc(lua_State *L) {
  * scaled like scenario time, the head like a normal response. */
 static void push_stream_time(lua_State *L, const lstream *st) {
   kb_rt *rt = st->rt;
-  int sim = st->hold >= 0;
+  kb__lhttp_sim_timing none = st->sim.hold >= 0 ? (kb__lhttp_sim_timing){0, 0} : st->sim;
   const kb_http_timings *h = &st->head_time;
-  double ttfb = kb__lhttp_to_scenario(rt, h->ttfb, st->hold, sim);
+  double ttfb = kb__lhttp_to_scenario(rt, h->ttfb, st->sim);
   lua_createtable(L, 0, 5);
-  kb__lhttp_set_number(L, "dns", kb__lhttp_to_scenario(rt, h->dns, 0, sim));
-  kb__lhttp_set_number(L, "connect", kb__lhttp_to_scenario(rt, h->connect, 0, sim));
-  kb__lhttp_set_number(L, "tls", kb__lhttp_to_scenario(rt, h->tls, 0, sim));
+  kb__lhttp_set_number(L, "dns", kb__lhttp_to_scenario(rt, h->dns, none));
+  kb__lhttp_set_number(L, "connect", kb__lhttp_to_scenario(rt, h->connect, none));
+  kb__lhttp_set_number(L, "tls", kb__lhttp_to_scenario(rt, h->tls, none));
   kb__lhttp_set_number(L, "ttfb", ttfb);
   if (st->state == ST_ENDED || (st->state == ST_FAILED && st->total > 0)) {
     double body = st->total - h->ttfb;
@@ -430,7 +430,7 @@ static lstream *push_stream(lua_State *L, int client) {
   lstream *st = lua_newuserdatauv(L, sizeof *st, 2);
   memset(st, 0, sizeof *st);
   st->rt = kb_rt_from_lua(L);
-  st->hold = -1;
+  st->sim = KB__LHTTP_NOT_SIM;
   luaL_setmetatable(L, STREAM_META);
   lua_pushvalue(L, client);
   lua_setiuservalue(L, -2, 2);

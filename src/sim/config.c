@@ -609,8 +609,9 @@ static int sec_pull(walker *w, const cJSON *v) {
   return unknown(w, v);
 }
 
-static int sec_api_list(walker *w, const cJSON *v) {
-  kb_sim_api_endpoint *e = endpoint(w->c, "k8s.list");
+/* `api_list: {base, per_object}` of the endpoint `name`. */
+static int api_list_field(walker *w, const cJSON *v, const char *name) {
+  kb_sim_api_endpoint *e = endpoint(w->c, name);
   if (!e) return sim_fail(w->err, KB_SIM_ENOMEM, "out of memory");
   double d;
   if (is(v, "base")) {
@@ -622,14 +623,20 @@ static int sec_api_list(walker *w, const cJSON *v) {
   return unknown(w, v);
 }
 
+static int sec_k8s_api_list(walker *w, const cJSON *v) { return api_list_field(w, v, "k8s.list"); }
+static int sec_argo_api_list(walker *w, const cJSON *v) { return api_list_field(w, v, "argo.list"); }
+
+/* `api_single_object: DIST`: the base latency of the endpoint `name`. */
+static int api_single_field(walker *w, const cJSON *v, const char *name) {
+  kb_sim_api_endpoint *e = endpoint(w->c, name);
+  return e ? dist(w, v, &e->base) : sim_fail(w->err, KB_SIM_ENOMEM, "out of memory");
+}
+
 static int sec_k8s(walker *w, const cJSON *v) {
   kb_sim_config *c = w->c;
   if (is(v, "pod_startup")) return dist(w, v, &c->pod_startup);
-  if (is(v, "api_single_object")) {
-    kb_sim_api_endpoint *e = endpoint(c, "k8s.single");
-    return e ? dist(w, v, &e->base) : sim_fail(w->err, KB_SIM_ENOMEM, "out of memory");
-  }
-  if (is(v, "api_list")) return each(w, v, sec_api_list);
+  if (is(v, "api_single_object")) return api_single_field(w, v, "k8s.single");
+  if (is(v, "api_list")) return each(w, v, sec_k8s_api_list);
   if (is(v, "scheduler")) return each(w, v, sec_sched);
   if (is(v, "image_pull")) return each(w, v, sec_pull);
   if (is(v, "cpu_demand")) return num(w, v, 0, &c->default_cpu_demand);
@@ -641,6 +648,8 @@ static int sec_argo(walker *w, const cJSON *v) {
   if (is(v, "pod_create")) return num(w, v, 0, &c->argo_pod_create);
   if (is(v, "completion_detect")) return dist(w, v, &c->completion_detect);
   if (is(v, "wait_exit")) return num(w, v, 0, &c->wait_exit);
+  if (is(v, "api_single_object")) return api_single_field(w, v, "argo.single");
+  if (is(v, "api_list")) return each(w, v, sec_argo_api_list);
   /* E1, E3, E4: accepted, not modelled. */
   if (is(v, "controller") || is(v, "max_workflows_per_min") || is(v, "pod_gc_delete_delay"))
     return 0;

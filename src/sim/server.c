@@ -409,7 +409,14 @@ static double argo_latency_ms(kb_sim_server *s, kb_httpd_req *req) {
   int slashes = 0;
   for (const char *p = path + 8; *p; p++) slashes += *p == '/';
   int list = !strcmp(m, "GET") && slashes <= 1;
-  double sim_s = kb_sim_api_latency(s->sim, list ? "argo.list" : "argo.single", 0, 0);
+  size_t items = 0;
+  if (list) { /* a list costs per stored workflow, as the apiserver's does */
+    char ns[256] = "";
+    if (slashes == 1) snprintf(ns, sizeof ns, "%s", strrchr(path, '/') + 1);
+    const kb_k8s_res *wf = kb_k8s_store_lookup(s->store, "argoproj.io", "v1alpha1", "workflows");
+    items = wf ? kb_k8s_store_count(s->store, wf, ns[0] ? ns : NULL) : 0;
+  }
+  double sim_s = kb_sim_api_latency(s->sim, list ? "argo.list" : "argo.single", 0, items);
   double ms = sim_s / s->speed * 1000.0;
   kb_httpd_req_set_timing(req, ms, sim_s * 1000.0);
   return ms;
