@@ -52,8 +52,11 @@ static void usage(FILE *out) {
     "       kbrun merge DIR...      merge the shards of an experiment\n"
     "       kbrun k8s-job SCENARIO --shards N   an Indexed Kubernetes Job (--help)\n"
     "\n"
-    "exit codes: 0 success, 1 scenario failed, 2 usage error,\n"
+    "exit codes: 0 success, 1 scenario error, 2 usage error,\n"
+    "            3 results not fully saved, 99 a threshold failed,\n"
     "            130/143 interrupted by SIGINT/SIGTERM\n"
+    "            (when several apply: interrupted > scenario error >\n"
+    "            results not saved > thresholds failed)\n"
     "environment: KBRUN_PATH adds folders to the Lua module search path\n",
     out);
 }

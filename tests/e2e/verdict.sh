@@ -35,6 +35,13 @@ wait_ready() { # wait_ready FILE TEXT: bounded wait for TEXT in FILE
   fail "'$2' never appeared in $(basename "$1")"
 }
 
+begin help-lists-exit-codes
+"$KBRUN" --help >"$WORK/stdout" 2>&1; expect_code $? 0
+expect_in "$WORK/stdout" "exit codes: 0 success, 1 scenario error, 2 usage error,"
+expect_in "$WORK/stdout" "3 results not fully saved, 99 a threshold failed,"
+expect_in "$WORK/stdout" "130/143 interrupted by SIGINT/SIGTERM"
+end
+
 # ---- signals ------------------------------------------------------------
 # The interrupt hook raises in the running task at once; its handler runs
 # later from the loop. When the task was resumed from a timer callback, the
