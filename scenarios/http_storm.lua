@@ -37,10 +37,9 @@ return {
     local started = kb.now()
     for _ = 1, p.requests do
       pool:spawn(function()
-        local t0 = kb.now()
         local ok, res = pcall(kb.http.get, url, { timeout = p.timeout })
         if ok then
-          latency:record(kb.now() - t0)
+          latency:record(res.time.total)
           kb.metrics.counter("http.status", { code = tostring(res.status) }):inc()
           if res.status == 200 then ok_count:inc() end
         else
