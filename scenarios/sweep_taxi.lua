@@ -95,6 +95,7 @@ return {
     repeats = 1,
     parallel = 3,                     -- cells at once (each with its own simulator)
     speed = 600,                      -- simulator speed (every cell the same)
+    fresh = false,                    -- true: move the previous results aside, start over
   },
 
   run = function(p)
@@ -112,7 +113,7 @@ return {
       params = { api = p.api, node_cpu = p.node_cpu, step_cpu = p.step_cpu, step_seconds = p.step_seconds,
         poll = p.poll, concurrency = p.concurrency, timeout = p.timeout },
       matrix = matrix, order = order,
-      repeats = p.repeats, parallel = p.parallel, speed = p.speed,
+      repeats = p.repeats, parallel = p.parallel, speed = p.speed, fresh = p.fresh,
       metrics = { "duration_p50", "makespan", "duration_max", "duration_p90", "success_rate", "create_p50",
         "timed_out", "errors" },
       report = {

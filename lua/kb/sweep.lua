@@ -33,6 +33,7 @@ local sampling = require "kb.sweep.sampling"
 local sjournal = require "kb.sweep.journal"
 local search = require "kb.sweep.search"
 local report = require "kb.sweep.report"
+local lock = require "kb.sweep.lock"
 
 local M = {}
 local format = string.format
@@ -91,9 +92,12 @@ end
 -- What the journal hashes: everything that decides which cells run and
 -- with which parameters. Functions (run, exclude) cannot be hashed: a
 -- change to them must bump `version`.
-local function hashed(def, repeats)
+-- `speed` and `parallel` change what a cell measures (the simulators'
+-- clock; cells sharing the machine), so they are part of it too.
+local function hashed(def, repeats, parallel, speed)
   local h = { name = def.name, version = def.version, params = def.params, matrix = def.matrix,
-    order = def.order, sample = def.sample, search = def.search, repeats = repeats, seed = def.seed }
+    order = def.order, sample = def.sample, search = def.search, repeats = repeats, seed = def.seed,
+    speed = speed, parallel = parallel }
   local ok, err = pcall(json.encode, h)
   if not ok then bad("the definition must be plain data besides run and exclude: %s", message_of(err)) end
   return json.decode(json.encode(h))
@@ -370,14 +374,31 @@ function M.run(def)
   self.dir = fs.join(out, experiment.sanitize(def.name))
   local quiet = log.level() == "warn" or log.level() == "error" or log.level() == "off"
   self.print = def.print ~= false and not quiet
-  if def.fresh and fs.exists(self.dir) then
-    local to = format("%s.old-%s", self.dir, os.date("!%Y%m%d%H%M%S"))
-    assert(os.rename(self.dir, to))
-    self:say("fresh = true: moved the previous results to %s", to)
+  -- One sweep at a time per folder (kb.sweep.lock): a second one is
+  -- refused before it writes anything, fresh = true included. The lock
+  -- is released however this function ends (a to-be-closed guard).
+  local guard <close> = setmetatable({}, { __close = function(g) if g.held then g.held:release() end end })
+  local function take()
+    return lock.acquire(self.dir, { name = def.name, wall = kb.time(), on_stale = function(why, old)
+      log.warn("sweep %s: taking over the lock of a sweep that is gone (%s): %s", def.name,
+        old and ("pid " .. tostring(old.pid)) or "?", why)
+    end })
+  end
+  if fs.exists(self.dir) == "dir" then
+    guard.held = take()
+    if def.fresh then
+      local to = format("%s.old-%s", self.dir, os.date("!%Y%m%d%H%M%S"))
+      local okr, rerr = os.rename(self.dir, to)
+      if not okr then bad("fresh = true: cannot move %s aside: %s", self.dir, tostring(rerr)) end
+      guard.held = nil
+      pcall(fs.remove, fs.join(to, "sweep.lock"))
+      self:say("fresh = true: moved the previous results to %s", to)
+    end
   end
   fs.mkdir(self.dir)
+  guard.held = guard.held or take()
   local seed = def.seed or target.defaults.seed or 1
-  self.j = sjournal.open(self.dir, hashed(def, repeats), seed, { wall = kb.time(),
+  self.j = sjournal.open(self.dir, hashed(def, repeats, parallel, self.speed), seed, { wall = kb.time(),
     kbrun = require("kb.core").version, warn = function(msg) log.warn("%s", msg) end })
   self.seed = self.j.seed
   self.resumed = self.j.resumed
