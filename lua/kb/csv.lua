@@ -218,12 +218,22 @@ end
 local Writer = {}
 Writer.__index = Writer
 
+-- A failed write is retried on a later :write at most this often (real
+-- seconds); :close() and kb.outputs.retry() always try.
+local RETRY_INTERVAL = 0.5
+
 local function same_list(a, b)
   if #a ~= #b then return false end
   for i = 1, #a do
     if a[i] ~= b[i] then return false end
   end
   return true
+end
+
+local function clock() return require("kb.core").time() end
+
+local function is_io_error(err)
+  return type(err) == "table" and err.class == "fs"
 end
 
 -- Brings the file's header in line with the writer's: writes it into a new
@@ -267,6 +277,101 @@ function Writer:_locked(fn)
   return fn(self)
 end
 
+-- Makes the file ready for rows: its directory, its header, the appender.
+function Writer:_open()
+  fs.mkdir(fs.dirname(self.path))
+  self:_locked(self._sync_header)
+  if not self.lock then self.out = fs.open_append(self.path) end
+  self.ready = true
+end
+
+-- A row as a map keyed by column names: a list is positional in the
+-- writer's header, a map may use every column the file has. Bad rows raise
+-- (at the caller of :write).
+function Writer:_map(row)
+  local who = "kb.csv.writer"
+  if type(row) ~= "table" then
+    error(format("%s: a row must be a table, got %s", who, type(row)), 3)
+  end
+  local map = {}
+  if is_list(row) then
+    if #row > #self.header then
+      error(format("%s: row has %d fields but the header has %d", who, #row, #self.header), 3)
+    end
+    for i, name in ipairs(self.header) do map[name] = row[i] end
+    return map
+  end
+  local known = {}
+  for _, name in ipairs(self.columns or self.header) do known[name] = true end
+  for k, v in pairs(row) do
+    if not known[k] then
+      error(format("%s: column %s is not in the header", who, format("%q", tostring(k))), 3)
+    end
+    map[k] = v
+  end
+  return map
+end
+
+function Writer:_line(map)
+  local cells = { n = #self.columns }
+  for i, name in ipairs(self.columns) do cells[i] = map[name] end
+  return M.encode_row(cells) .. self.eol
+end
+
+-- Writes one held item: a line (the columns are fixed once an unlocked
+-- writer is open) or a row map (a locked writer re-reads the header).
+function Writer:_put(item)
+  if self.lock then
+    self:_locked(function(w)
+      w:_sync_header()
+      fs.append(w.path, w:_line(item))
+    end)
+  else
+    self.out:write(type(item) == "string" and item or self:_line(item))
+  end
+end
+
+-- An I/O error: the data stays held, kb.outputs hears of it; anything else
+-- (a bug, a header conflict) raises.
+function Writer:_failed(err)
+  if not is_io_error(err) then error(err, 0) end
+  self.last_try = clock()
+  require("kb.outputs").record(self.path, err, self)
+  return false
+end
+
+-- Writes what is held, in order, stopping at the first failure. Returns
+-- true when nothing is held any more.
+function Writer:_drain()
+  self.last_try = clock()
+  if not self.ready then
+    local ok, err = pcall(self._open, self)
+    if not ok then return self:_failed(err) end
+  end
+  local held = self.held
+  while held and held.head <= held.n do
+    local ok, err = pcall(self._put, self, held[held.head])
+    if not ok then return self:_failed(err) end
+    held[held.head] = nil
+    held.head = held.head + 1
+  end
+  if held then
+    self.held = nil
+    require("kb.outputs").resolve(self.path)
+  end
+  return true
+end
+
+local function hold(self, item)
+  local held = self.held
+  if not held then
+    held = { head = 1, n = 0 }
+    self.held = held
+  end
+  held.n = held.n + 1
+  held[held.n] = item
+end
+
 --- Opens a CSV file for appending rows, creating it (and its directory)
 -- with the header line if it is new or empty. Every :write appends and
 -- flushes one line (a single write(2)), so a killed run keeps its rows.
@@ -278,6 +383,15 @@ end
 --   each :write takes kb.fs.with_lock(path), re-reads the header (another
 --   process may have added columns) and appends. Costs a read of the whole
 --   file per row, so use it for one-row-per-experiment files only.
+--
+-- A write that fails (disk full, read-only, I/O error: a kb error of class
+-- "fs") never raises: the writer keeps the rows it could not write in
+-- memory, in order, reports the failure to kb.outputs (printed once, with
+-- the path and the system's message; kbrun then exits with 3 unless it was
+-- written after all) and tries again on a later :write (at most every half
+-- second), at :close() and at kb.outputs.retry() (kbrun's end of run). This
+-- holds for the header and the file's creation too. w:unsaved() says what
+-- is still only in memory.
 function M.writer(path, header, opts)
   opts = opts or {}
   if type(path) ~= "string" then error("kb.csv.writer: path must be a string", 2) end
@@ -292,39 +406,73 @@ function M.writer(path, header, opts)
     names[i], seen[name] = name, true
   end
   local w = setmetatable({ path = path, header = names, eol = line_ending(opts, "kb.csv.writer"),
-    extend = opts.extend or false, lock = opts.lock or false, rows = 0 }, Writer)
-  fs.mkdir(fs.dirname(path))
-  w:_locked(w._sync_header)
-  if not w.lock then w.out = fs.open_append(path) end
+    extend = opts.extend or false, lock = opts.lock or false, rows = 0, ready = false }, Writer)
+  local ok, err = pcall(w._open, w)
+  if not ok then
+    if getmetatable(err) == Error then error(err, 2) end -- the file's columns conflict
+    w:_failed(err)
+  end
   return w
 end
 
 --- Appends one row: a list in the order of the writer's header, or a map
 -- keyed by column names (missing or nil -> empty cell; an unknown column
--- is an error).
+-- is an error). Never raises for a failed write (see csv.writer).
 function Writer:write(row)
   if self.closed then error(format("kb.csv.writer: '%s' is closed", self.path), 2) end
-  local function line(w)
-    return M.encode_row(row_cells(row, w.columns, w.header, "kb.csv.writer")) .. w.eol
-  end
-  if self.lock then
-    self:_locked(function(w)
-      w:_sync_header()
-      fs.append(w.path, line(w))
-    end)
-  else
-    self.out:write(line(self))
-  end
+  local map = self:_map(row)
   self.rows = self.rows + 1
+  local item = map
+  if self.ready and not self.lock then item = self:_line(map) end
+  if self.held or not self.ready then
+    hold(self, item)
+    if clock() - (self.last_try or 0) >= RETRY_INTERVAL then self:_drain() end
+    return self
+  end
+  local ok, err = pcall(self._put, self, item)
+  if not ok then
+    hold(self, item)
+    self:_failed(err)
+  end
   return self
 end
 
---- Closes the file (fsync); further writes raise. Also runs at the end of
--- a `local w <close> = csv.writer(...)` scope.
+--- What is still only in memory after failed writes ("12 rows", "the
+-- header and 12 rows"), or nil when everything is written.
+function Writer:unsaved()
+  local n = self.held and self.held.n - self.held.head + 1 or 0
+  if n == 0 and self.ready then return nil end
+  local rows = format("%d row%s", n, n == 1 and "" or "s")
+  return self.ready and rows or "the header and " .. rows
+end
+
+--- Writes what failed before (kb.outputs.retry calls it); true when
+-- nothing is held any more.
+function Writer:retry()
+  local done = self:_drain()
+  if done and self.closed and self.out then
+    local out = self.out
+    self.out = nil
+    pcall(out.close, out)
+  end
+  return done
+end
+
+--- Closes the file (fsync); further writes raise. Rows still held after a
+-- last try stay with kb.outputs for its retry. Also runs at the end of a
+-- `local w <close> = csv.writer(...)` scope.
 function Writer:close()
   if self.closed then return end
   self.closed = true
-  if self.out then self.out:close() end
+  if self.held or not self.ready then
+    if not self:_drain() then return end -- the appender stays for the retry
+  end
+  if self.out then
+    local out = self.out
+    self.out = nil
+    local ok, err = pcall(out.close, out)
+    if not ok then self:_failed(err) end
+  end
 end
 
 Writer.__close = Writer.close

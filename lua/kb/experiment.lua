@@ -40,7 +40,9 @@ function M.new_id(name)
 end
 
 --- Creates the experiment folders under `out` and returns the experiment.
--- opts: out (folder), name, id (optional, sanitized).
+-- opts: out (folder), name, id (optional, sanitized). From then on every
+-- failed kb.fs write of a file in the experiment's folder is recorded by
+-- kb.outputs (kbrun's exit code then says the results are not fully saved).
 function M.create(opts)
   local id = opts.id and M.sanitize(opts.id) or M.new_id(opts.name or "experiment")
   local dir = fs.join(opts.out, id)
@@ -53,6 +55,7 @@ function M.create(opts)
     out = opts.out,
   }, Experiment)
   for _, d in ipairs({ exp.config_dir, exp.output_dir, exp.result_dir }) do fs.mkdir(d) end
+  require("kb.outputs").watch(dir)
   return exp
 end
 

@@ -25,6 +25,13 @@
 -- runner's) returns a handle writing into that journal's buffer, so that
 -- everything written to one file during a run stays in order.
 --
+-- A failed write (disk full, read-only, I/O error) never raises and never
+-- loses a record: what could not be written stays in memory, in order,
+-- kb.outputs hears of it (printed once with the path and the system's
+-- message; kbrun exits with 3 if it stays unwritten), and every later
+-- flush (or write, write-through) tries again, :close() last of all, then
+-- kb.outputs.retry() at the end of the run. j:unsaved() says what is held.
+--
 -- A kill in the middle of a write(2) can leave a partial last line.
 -- journal.read skips lines that are not valid JSON and returns how many it
 -- skipped; journal.open ends such a partial line first, so records
@@ -83,10 +90,82 @@ function M.open(path, opts)
   fs.mkdir(fs.dirname(path))
   local partial = ends_mid_line(path)
   local out = fs.open_append(path)
-  if partial then out:write("\n") end
-  return setmetatable({ path = path, abspath = fs.abspath(path), out = out, count = 0,
+  local j = setmetatable({ path = path, abspath = fs.abspath(path), out = out, count = 0,
     interval = interval, buf = {}, nbuf = 0, hooks = {} }, Journal)
+  if partial then j:_emit("\n", 0) end
+  return j
 end
+
+local function is_io_error(err)
+  return type(err) == "table" and err.class == "fs"
+end
+
+-- Hands text (nrec records) to the kernel, behind anything still held.
+function Journal:_emit(text, nrec)
+  if not self.held then
+    local ok, err = pcall(self.out.write, self.out, text)
+    if ok then return end
+    if not is_io_error(err) then error(err, 0) end
+    self.held = { head = 1, n = 0, records = 0 }
+    self:_hold(text, nrec)
+    require("kb.outputs").record(self.path, err, self)
+    return
+  end
+  self:_hold(text, nrec)
+  self:_drain()
+end
+
+function Journal:_hold(text, nrec)
+  local h = self.held
+  h.n = h.n + 1
+  h[h.n] = { text, nrec }
+  h.records = h.records + nrec
+end
+
+-- Writes what is held, oldest first, up to the first failure (one failed
+-- write(2) per try while the disk stays full). True when nothing is held.
+function Journal:_drain()
+  local h = self.held
+  if not h then return true end
+  local out = self.out
+  local reopened = false
+  if not out then -- closed: kb.outputs.retry at the end of the run
+    local ok, o = pcall(fs.open_append, self.path)
+    if not ok then
+      require("kb.outputs").record(self.path, o, self)
+      return false
+    end
+    out, reopened = o, true
+  end
+  while h.head <= h.n do
+    local item = h[h.head]
+    local ok, err = pcall(out.write, out, item[1])
+    if not ok then
+      if reopened then pcall(out.close, out) end
+      if not is_io_error(err) then error(err, 0) end
+      require("kb.outputs").record(self.path, err, self)
+      return false
+    end
+    h[h.head] = nil
+    h.head = h.head + 1
+    h.records = h.records - item[2]
+  end
+  if reopened then pcall(out.close, out) end
+  self.held = nil
+  require("kb.outputs").resolve(self.path)
+  return true
+end
+
+--- What is still only in memory after failed writes ("120 records"), or nil.
+function Journal:unsaved()
+  local h = self.held
+  if not h then return nil end
+  return string.format("%d record%s", h.records, h.records == 1 and "" or "s")
+end
+
+--- Writes what failed before (kb.outputs.retry calls it, also after
+-- :close()); true when nothing is held any more.
+function Journal:retry() return self:_drain() end
 
 --- Appends one record (any value kb.json can encode) as one line: at once
 -- (write-through) or at the next flush (buffered).
@@ -95,7 +174,7 @@ function Journal:write(record)
   local line = json.encode(record)
   self.count = self.count + 1
   if self.interval == 0 then
-    self.out:write(line, "\n")
+    self:_emit(line .. "\n", 1)
     return self
   end
   local n = self.nbuf
@@ -114,8 +193,8 @@ function Journal:on_flush(fn)
   self.hooks[#self.hooks + 1] = fn
 end
 
---- Writes the buffered records with one write(2). Raises a kb error of
--- class "fs" when the write fails (the records stay buffered).
+--- Writes the buffered records with one write(2). When that fails they
+-- are held in memory for the next try (see the top); a hook's error raises.
 function Journal:flush()
   if not self.out then return end
   if self.flushing then return end -- a hook that writes must not recurse
@@ -125,10 +204,13 @@ function Journal:flush()
   end)
   self.flushing = false
   if not ok then error(err, 0) end
-  if self.nbuf == 0 then return end
-  local text = table.concat(self.buf, "", 1, self.nbuf)
-  self.out:write(text)
+  if self.nbuf == 0 then
+    if self.held then self:_drain() end
+    return
+  end
+  local text, nrec = table.concat(self.buf, "", 1, self.nbuf), self.nbuf // 2
   self.buf, self.nbuf = {}, 0
+  self:_emit(text, nrec)
 end
 
 --- Starts (once; again after it was cancelled) the task that flushes every
@@ -157,11 +239,16 @@ end
 function Journal:sync()
   if self.out then
     self:flush()
-    self.out:sync()
+    local ok, err = pcall(self.out.sync, self.out)
+    if not ok then
+      if not is_io_error(err) then error(err, 0) end
+      require("kb.outputs").record(self.path, err, self)
+    end
   end
 end
 
---- Flushes, syncs and closes the journal; further writes raise. Also runs
+--- Flushes, syncs and closes the journal; further writes raise. Records
+-- still held after this last try stay with kb.outputs. Also runs
 -- at the end of a `local j <close> = journal.open(...)` scope.
 function Journal:close()
   if not self.out then return end
@@ -174,7 +261,11 @@ function Journal:close()
     self.flusher = nil
     pcall(f.cancel, f)
   end
-  out:close()
+  local okc, cerr = pcall(out.close, out)
+  if not okc then
+    if not is_io_error(cerr) then error(cerr, 0) end
+    require("kb.outputs").record(self.path, cerr, self)
+  end
   if not ok then error(err, 0) end
 end
 

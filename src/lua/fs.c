@@ -1,9 +1,15 @@
 /* kb.fs: local files for results, journals and reports.
  *
- * Every function here is a plain blocking system call: the files are local
- * and small, so a call holds the event loop for microseconds to a few
- * milliseconds (an fsync on a slow disk is the worst case). Keep them out
- * of tight request loops; stream measurements through kb.journal instead.
+ * Small files are plain blocking system calls (microseconds on a local
+ * disk). What can take long runs on libuv's thread pool while the calling
+ * task awaits, so the loop keeps serving every other task: inside a task,
+ * read() of a file of 64 KiB or more, and write() of 64 KiB or more or
+ * with sync (the default; an fsync can wait for a disk's whole queue).
+ * Outside a task, or where the caller cannot yield (a metamethod, the
+ * function of with_lock), they block as before. The other calls are short:
+ * append and the appender's :write are one write(2) to the page cache;
+ * :sync() and :close() of an appender fsync on the loop (once, at the end
+ * of a journal), its __gc never does.
  *
  * Failures raise kb error objects of class "fs":
  *   { class = "fs", message = "kb.fs.read: cannot open 'x': No such file or
@@ -19,7 +25,8 @@
  *       {sync = false} skips both fsyncs (still atomic, not durable).
  *   append(path, data)      open O_APPEND|O_CREAT, one write(2), close
  *   open_append(path) -> appender with :write(...) (one write(2) of all
- *       its arguments), :sync(), :close() (fsync + close; also __close/__gc)
+ *       its arguments, whole or not at all: see "appender" below), :sync(),
+ *       :close() (fsync + close; also __close); __gc closes without fsync
  *   mkdir(path) -> path     like mkdir -p; fine if the directory exists
  *   list(dir) -> names      sorted bytewise, without "." and ".."; marked as
  *                           an array (kb.json encodes an empty one as [])
@@ -33,12 +40,17 @@
  *   with_lock(path, fn, ...) -> fn(...)
  *       Exclusive flock(2) on path .. ".lock" around fn, released however
  *       fn ends. fn must not yield (see l_with_lock).
+ *   set_write_hook(fn | nil) -> previous
+ *       fn(path, err) after every failed write / append / open_append /
+ *       appender call, fn(path, nil) after every completed write and append
+ *       (kb.outputs: which result files are not saved). fn must not yield.
  *   join(...), dirname(p), basename(p), abspath(p), tmpdir([prefix])
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -46,17 +58,22 @@
 #include <unistd.h>
 
 #include <lauxlib.h>
+#include <uv.h>
 
 #include "kb/lua_modules.h"
 #include "kb/lua_util.h"
+#include "kb/rt.h"
 
 #define GUARD_CLASS "kb.fs.guard"
 #define APPENDER_CLASS "kb.fs.appender"
 #define LOCKS_KEY "kb.fs.locks" /* registry: "dev:ino" of the lock files held */
+#define HOOK_KEY "kb.fs.write_hook" /* registry: set_write_hook's function */
 
 /* ---- errors -------------------------------------------------------------- */
 
-static int fs_fail(lua_State *L, const char *fn, const char *what, const char *path, int err) {
+/* Pushes the error object of a failed call (the table described on top). */
+static void fs_push_error(lua_State *L, const char *fn, const char *what, const char *path,
+                          int err) {
   const char *reason = strerror(err);
   kb_error_new(L, "fs", "kb.fs.%s: %s '%s': %s", fn, what, path, reason);
   lua_pushstring(L, path);
@@ -70,17 +87,52 @@ static int fs_fail(lua_State *L, const char *fn, const char *what, const char *p
   }
   lua_pushstring(L, reason);
   lua_setfield(L, -2, "reason");
+}
+
+/* The write hook (set_write_hook): hook(path, err) after every failed
+ * write, append, open_append and appender call, hook(path, nil) after every
+ * completed write and append. kb.outputs uses it to know which result
+ * files are not saved (the exit code says so). L must be able to call Lua
+ * (a running thread); the hook must not yield and its errors are dropped:
+ * a broken hook never turns a write into a failure. err_idx: absolute index
+ * of the error object, or 0. */
+static void notify_write(lua_State *L, const char *path, int err_idx) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, HOOK_KEY) != LUA_TFUNCTION) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pushstring(L, path);
+  if (err_idx) lua_pushvalue(L, err_idx);
+  else lua_pushnil(L);
+  if (lua_pcall(L, 2, 0, 0) != LUA_OK) lua_pop(L, 1);
+}
+
+static int fs_fail(lua_State *L, const char *fn, const char *what, const char *path, int err) {
+  fs_push_error(L, fn, what, path, err);
+  if (strcmp(fn, "write") == 0 || strcmp(fn, "append") == 0 || strcmp(fn, "open_append") == 0)
+    notify_write(L, path, lua_gettop(L));
   return lua_error(L);
 }
 
-/* ---- guards: descriptors and temp files released on any exit ----------------
+/* set_write_hook(fn | nil) -> the previous hook */
+static int l_set_write_hook(lua_State *L) {
+  if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_settop(L, 1);
+  lua_getfield(L, LUA_REGISTRYINDEX, HOOK_KEY);
+  lua_pushvalue(L, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, HOOK_KEY);
+  return 1;
+}
+
+/* ---- guards: descriptors, memory and temp files released on any exit -------
  * A guard is a to-be-closed userdata: whether the binding returns or raises
- * (out of memory included), its __close closes the descriptor / directory
- * and unlinks a temp file that was not renamed into place. */
+ * (out of memory included), its __close closes the descriptor / directory,
+ * frees a buffer and unlinks a temp file that was not renamed into place. */
 
 typedef struct {
   int fd;
   DIR *dir;
+  char *mem; /* malloc'd, freed by the guard */
   char tmp[]; /* temp file to unlink, "" once renamed or none */
 } fs_guard;
 
@@ -89,8 +141,10 @@ static int guard_close(lua_State *L) {
   if (g->dir) closedir(g->dir);
   else if (g->fd >= 0) close(g->fd);
   if (g->tmp[0]) unlink(g->tmp);
+  free(g->mem);
   g->dir = NULL;
   g->fd = -1;
+  g->mem = NULL;
   g->tmp[0] = '\0';
   return 0;
 }
@@ -99,25 +153,32 @@ static fs_guard *push_guard(lua_State *L, size_t tmpcap) {
   fs_guard *g = lua_newuserdatauv(L, sizeof *g + tmpcap + 1, 0);
   g->fd = -1;
   g->dir = NULL;
+  g->mem = NULL;
   g->tmp[0] = '\0';
   luaL_setmetatable(L, GUARD_CLASS);
   lua_toclose(L, -1);
   return g;
 }
 
-/* ---- small I/O helpers --------------------------------------------------- */
+/* ---- small I/O helpers (plain C: they run on the loop thread or on a
+ * thread of libuv's pool, so no Lua in here) ------------------------------- */
 
-static int write_all(int fd, const char *p, size_t len) {
+/* Writes every byte; *done (if not NULL) counts the bytes that made it. */
+static int write_all(int fd, const char *p, size_t len, size_t *done) {
+  size_t start = len;
+  int err = 0;
   while (len > 0) {
     ssize_t w = write(fd, p, len);
     if (w < 0) {
       if (errno == EINTR) continue;
-      return errno;
+      err = errno;
+      break;
     }
     p += w;
     len -= (size_t)w;
   }
-  return 0;
+  if (done) *done = start - len;
+  return err;
 }
 
 static int fsync_retry(int fd) {
@@ -133,51 +194,74 @@ static size_t dir_prefix_len(const char *path, size_t len) {
   return len;
 }
 
-/* ---- read / write / append ----------------------------------------------- */
-
-static int l_read(lua_State *L) {
-  const char *path = luaL_checkstring(L, 1);
-  fs_guard *g = push_guard(L, 0);
-  g->fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (g->fd < 0) return fs_fail(L, "read", "cannot open", path, errno);
+/* Reads the whole file into *out (malloc'd, owned by the caller on success
+ * and on failure alike: free(*out)). st_size is a hint only (0 for /proc
+ * files, or the file grows): it reads to end of file. */
+static int read_file(const char *path, char **out, size_t *outlen, const char **what) {
+  *out = NULL;
+  *outlen = 0;
+  *what = "cannot open";
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  int err = 0;
   struct stat st;
-  if (fstat(g->fd, &st) != 0) return fs_fail(L, "read", "cannot stat", path, errno);
-  if (S_ISDIR(st.st_mode)) return fs_fail(L, "read", "cannot read", path, EISDIR);
-  /* st_size is a hint only (0 for /proc files, or the file grows): read
-   * to end of file, sizing the buffer so the final empty read needs no
-   * reallocation. */
-  size_t hint = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size : 0;
-  size_t want = hint + 1;
-  luaL_Buffer b;
-  luaL_buffinitsize(L, &b, hint + LUAL_BUFFERSIZE);
-  for (;;) {
-    char *p = luaL_prepbuffsize(&b, want);
-    ssize_t n = read(g->fd, p, want);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fs_fail(L, "read", "cannot read", path, errno);
-    if (n == 0) break;
-    luaL_addsize(&b, (size_t)n);
-    want = (size_t)n < want ? LUAL_BUFFERSIZE : (want < (1u << 20) ? want * 2 : want);
+  if (fstat(fd, &st) != 0) {
+    *what = "cannot stat";
+    err = errno;
+  } else if (S_ISDIR(st.st_mode)) {
+    *what = "cannot read";
+    err = EISDIR;
   }
-  luaL_pushresult(&b);
-  return 1;
+  size_t cap = (!err && S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size : 0) + 4096;
+  size_t len = 0;
+  char *buf = err ? NULL : malloc(cap);
+  if (!err && !buf) {
+    *what = "cannot read";
+    err = ENOMEM;
+  }
+  while (!err) {
+    if (len == cap) {
+      size_t ncap = cap < ((size_t)1 << 24) ? cap * 2 : cap + cap / 2;
+      char *nbuf = ncap > cap ? realloc(buf, ncap) : NULL;
+      if (!nbuf) {
+        *what = "cannot read";
+        err = ENOMEM;
+        break;
+      }
+      buf = nbuf;
+      cap = ncap;
+    }
+    ssize_t n = read(fd, buf + len, cap - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *what = "cannot read";
+      err = errno;
+    }
+    if (n <= 0) break;
+    len += (size_t)n;
+  }
+  close(fd);
+  *out = buf;
+  *outlen = len;
+  return err;
 }
 
-/* Creates a fresh temp file next to path: "<dir>/.<base>.kbtmp-<pid>-<n>". */
-static int open_temp(fs_guard *g, const char *path, size_t len) {
-  static unsigned counter;
+/* Creates a fresh temp file next to path: "<dir>/.<base>.kbtmp-<pid>-<n>"
+ * in tmp (room for len + 40). Returns 0 with *fd open, or an errno. */
+static int open_temp(char *tmp, const char *path, size_t len, int *fd) {
+  static atomic_uint counter; /* thread-pool writes run concurrently */
   size_t dlen = dir_prefix_len(path, len);
   for (int attempt = 0; attempt < 100; attempt++) {
-    snprintf(g->tmp, len + 40, "%.*s.%s.kbtmp-%ld-%u", (int)dlen, path, path + dlen,
-             (long)getpid(), counter++);
-    g->fd = open(g->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (g->fd >= 0) return 0;
+    snprintf(tmp, len + 40, "%.*s.%s.kbtmp-%ld-%u", (int)dlen, path, path + dlen,
+             (long)getpid(), atomic_fetch_add(&counter, 1));
+    *fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (*fd >= 0) return 0;
     if (errno != EEXIST) {
-      g->tmp[0] = '\0';
+      tmp[0] = '\0';
       return errno;
     }
   }
-  g->tmp[0] = '\0';
+  tmp[0] = '\0';
   return EEXIST;
 }
 
@@ -196,28 +280,177 @@ static void sync_dir(const char *path, size_t len) {
   close(fd);
 }
 
+/* The atomic replace of write(): temp file, data, fsync, rename over path,
+ * fsync of the directory. tmp: room for len + 40. Leaves no temp file
+ * behind on failure. */
+static int write_file(const char *path, size_t len, const char *data, size_t dlen, int sync,
+                      char *tmp, const char **what) {
+  int fd;
+  *what = "cannot create";
+  int err = open_temp(tmp, path, len, &fd);
+  if (err) return err;
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+    fchmod(fd, st.st_mode & 07777); /* replacing keeps the permissions */
+  *what = "cannot write";
+  err = write_all(fd, data, dlen, NULL);
+  if (!err && sync && (err = fsync_retry(fd)) != 0) *what = "cannot sync";
+  if (close(fd) != 0 && !err) err = errno;
+  if (!err && rename(tmp, path) != 0) {
+    *what = "cannot replace";
+    err = errno;
+  }
+  if (err) {
+    unlink(tmp);
+    return err;
+  }
+  if (sync) sync_dir(path, len);
+  return 0;
+}
+
+/* ---- the thread pool: big reads and writes off the loop ------------------
+ * Inside a task, read() of a file of ASYNC_MIN bytes or more, and write()
+ * of that much data or with sync (an fsync can take a disk's whole queue),
+ * run on libuv's thread pool while the task awaits: the loop keeps serving
+ * every other task. Elsewhere (the main chunk, a metamethod, the function
+ * of with_lock: anything that cannot yield) they block as before. */
+
+#define ASYNC_MIN (64 * 1024)
+
+enum { JOB_READ, JOB_WRITE };
+
+typedef struct {
+  uv_work_t req;
+  kb_task *task; /* NULL once cancelled: the job then only cleans up */
+  lua_State *L;  /* the main state: the write hook runs there */
+  int kind, sync, err;
+  const char *what;
+  const char *data; /* write: the string anchored by ref */
+  size_t dlen, plen;
+  int ref;
+  char *buf; /* read: the content (malloc'd) */
+  size_t len;
+  char *tmp;    /* write: temp file name, inside this allocation */
+  char path[]; /* path, then room for tmp */
+} fs_job;
+
+static int can_await(lua_State *L) {
+  kb_task *t = kb_task_of(L);
+  return t && kb_task_thread(t) == L && lua_isyieldable(L) && !kb_rt_stopping(kb_task_rt(t));
+}
+
+static void job_work(uv_work_t *req) {
+  fs_job *job = req->data;
+  if (job->kind == JOB_READ)
+    job->err = read_file(job->path, &job->buf, &job->len, &job->what);
+  else
+    job->err = write_file(job->path, job->plen, job->data, job->dlen, job->sync, job->tmp,
+                          &job->what);
+}
+
+static void job_done(uv_work_t *req, int status) {
+  fs_job *job = req->data;
+  lua_State *L = job->L;
+  if (job->ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, job->ref);
+  if (status == UV_ECANCELED) { /* cancelled before a thread took it */
+    free(job->buf);
+    free(job);
+    return;
+  }
+  const char *fn = job->kind == JOB_READ ? "read" : "write";
+  if (job->err) {
+    /* built on the main state: the hook runs there, then the error moves
+     * to the task's (suspended) stack */
+    fs_push_error(L, fn, job->what, job->path, job->err);
+    if (job->kind == JOB_WRITE) notify_write(L, job->path, lua_gettop(L));
+    if (job->task) {
+      lua_xmove(L, kb_task_thread(job->task), 1);
+      kb_task_fail(job->task);
+    } else {
+      lua_pop(L, 1);
+    }
+  } else {
+    if (job->kind == JOB_WRITE) notify_write(L, job->path, 0);
+    if (job->task) {
+      if (job->kind == JOB_READ) lua_pushlstring(kb_task_thread(job->task), job->buf, job->len);
+      kb_task_wake(job->task, job->kind == JOB_READ);
+    }
+  }
+  free(job->buf);
+  free(job);
+}
+
+/* A cancelled task stops waiting at once; a job a thread already runs
+ * still completes (a write still replaces the file whole), then frees. */
+static void job_cancel(void *op) {
+  fs_job *job = op;
+  job->task = NULL;
+  uv_cancel((uv_req_t *)&job->req);
+}
+
+/* Starts the job; the data to write (if any) is the string at data_idx. */
+static int job_start(lua_State *L, int kind, const char *path, size_t plen, int data_idx,
+                     int sync) {
+  kb_task *t = kb_task_running(L);
+  kb_rt *rt = kb_task_rt(t);
+  fs_job *job = malloc(sizeof *job + 2 * plen + 42);
+  if (!job) return luaL_error(L, "kb.fs: out of memory");
+  memset(job, 0, sizeof *job);
+  job->req.data = job;
+  job->task = t;
+  job->L = kb_rt_lua(rt);
+  job->kind = kind;
+  job->sync = sync;
+  job->plen = plen;
+  job->ref = LUA_NOREF;
+  memcpy(job->path, path, plen + 1);
+  job->tmp = job->path + plen + 1;
+  if (data_idx) {
+    job->data = lua_tolstring(L, data_idx, &job->dlen);
+    lua_pushvalue(L, data_idx); /* keeps the bytes alive even if the task dies */
+    job->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  int r = uv_queue_work(kb_rt_loop(rt), &job->req, job_work, job_done);
+  if (r != 0) {
+    if (job->ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, job->ref);
+    free(job);
+    return luaL_error(L, "kb.fs: cannot queue the %s of '%s': %s",
+                      kind == JOB_READ ? "read" : "write", path, uv_strerror(r));
+  }
+  return kb_task_await(L, t, job_cancel, job);
+}
+
+/* ---- read / write / append ----------------------------------------------- */
+
+static int l_read(lua_State *L) {
+  size_t plen;
+  const char *path = luaL_checklstring(L, 1, &plen);
+  struct stat st;
+  if (can_await(L) && stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= ASYNC_MIN)
+    return job_start(L, JOB_READ, path, plen, 0, 0);
+  fs_guard *g = push_guard(L, 0);
+  size_t len;
+  const char *what;
+  int err = read_file(path, &g->mem, &len, &what);
+  if (err) return fs_fail(L, "read", what, path, err);
+  lua_pushlstring(L, g->mem, len);
+  return 1;
+}
+
 static int l_write(lua_State *L) {
   size_t len, dlen;
   const char *path = luaL_checklstring(L, 1, &len);
-  const char *data = luaL_checklstring(L, 2, &dlen);
+  luaL_checklstring(L, 2, &dlen);
   int sync = kb_opt_boolean(L, 3, "sync", 1);
   if (len == 0 || path[len - 1] == '/')
     return fs_fail(L, "write", "cannot write", path, len ? EISDIR : ENOENT);
-  fs_guard *g = push_guard(L, len + 40);
-  int err = open_temp(g, path, len);
-  if (err) return fs_fail(L, "write", "cannot create", path, err);
-  struct stat st;
-  if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
-    fchmod(g->fd, st.st_mode & 07777); /* replacing keeps the permissions */
-  if ((err = write_all(g->fd, data, dlen)) != 0)
-    return fs_fail(L, "write", "cannot write", path, err);
-  if (sync && (err = fsync_retry(g->fd)) != 0) return fs_fail(L, "write", "cannot sync", path, err);
-  int fd = g->fd;
-  g->fd = -1;
-  if (close(fd) != 0) return fs_fail(L, "write", "cannot write", path, errno);
-  if (rename(g->tmp, path) != 0) return fs_fail(L, "write", "cannot replace", path, errno);
-  g->tmp[0] = '\0';
-  if (sync) sync_dir(path, len);
+  if (can_await(L) && (sync || dlen >= ASYNC_MIN)) return job_start(L, JOB_WRITE, path, len, 2, sync);
+  const char *data = lua_tostring(L, 2);
+  char *tmp = lua_newuserdatauv(L, len + 41, 0);
+  const char *what;
+  int err = write_file(path, len, data, dlen, sync, tmp, &what);
+  if (err) return fs_fail(L, "write", what, path, err);
+  notify_write(L, path, 0);
   return 0;
 }
 
@@ -228,18 +461,28 @@ static int l_append(lua_State *L) {
   fs_guard *g = push_guard(L, 0);
   g->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
   if (g->fd < 0) return fs_fail(L, "append", "cannot open", path, errno);
-  int err = write_all(g->fd, data, dlen);
+  int err = write_all(g->fd, data, dlen, NULL);
   if (err) return fs_fail(L, "append", "cannot write", path, err);
   int fd = g->fd;
   g->fd = -1;
   if (close(fd) != 0) return fs_fail(L, "append", "cannot write", path, errno);
+  notify_write(L, path, 0);
   return 0;
 }
 
 /* ---- appender: an open O_APPEND descriptor for journals ---------------------
  * Each :write is one write(2) of all its arguments, so a record reaches the
  * kernel whole before :write returns and survives a SIGKILL of kbrun. :sync
- * and :close also fsync, for a machine crash. */
+ * and :close also fsync, for a machine crash; collecting an appender that
+ * was never closed only closes it (an fsync there would stall the loop in
+ * the middle of a GC step).
+ *
+ * A :write is whole or nothing: when the disk fills in the middle of it,
+ * the bytes that made it are cut off again (ftruncate), so the file never
+ * ends in half a record and the caller may retry the same data later (kb.csv
+ * and kb.journal keep it in memory and do). An appender is one writer's:
+ * another process appending to the same file at that moment could lose
+ * its bytes to the cut. */
 
 typedef struct {
   int fd;
@@ -284,8 +527,16 @@ static int appender_write(lua_State *L) {
     luaL_pushresult(&b);
     data = lua_tolstring(L, -1, &len);
   }
-  int err = write_all(a->fd, data, len);
-  if (err) return fs_fail(L, "append", "cannot write", a->path, err);
+  size_t done = 0;
+  int err = write_all(a->fd, data, len, &done);
+  if (err) {
+    struct stat st;
+    if (done > 0 && fstat(a->fd, &st) == 0 && (size_t)st.st_size >= done) {
+      while (ftruncate(a->fd, st.st_size - (off_t)done) != 0 && errno == EINTR) {
+      }
+    }
+    return fs_fail(L, "append", "cannot write", a->path, err);
+  }
   lua_settop(L, 1);
   return 1;
 }
@@ -311,8 +562,7 @@ static int appender_close(lua_State *L) {
 static int appender_gc(lua_State *L) {
   appender *a = check_appender(L);
   if (a->fd >= 0) {
-    fsync(a->fd);
-    close(a->fd);
+    close(a->fd); /* no fsync: see above */
     a->fd = -1;
   }
   return 0;
@@ -684,7 +934,7 @@ int luaopen_kb_fs(lua_State *L) {
     {"read", l_read}, {"write", l_write}, {"append", l_append},
     {"open_append", l_open_append}, {"mkdir", l_mkdir}, {"list", l_list},
     {"exists", l_exists}, {"stat", l_stat}, {"remove", l_remove},
-    {"with_lock", l_with_lock}, {"join", l_join}, {"dirname", l_dirname},
+    {"with_lock", l_with_lock}, {"set_write_hook", l_set_write_hook}, {"join", l_join}, {"dirname", l_dirname},
     {"basename", l_basename}, {"abspath", l_abspath}, {"tmpdir", l_tmpdir},
     {NULL, NULL}};
   kb_new_class(L, GUARD_CLASS, NULL, guard_meta);
