@@ -164,6 +164,26 @@ route("POST", "/apis/v2beta1/experiments", "CreateExperiment", function(m, req)
   m.state.experiments[id] = { id = id, name = req.body.display_name }
   return 200, { experiment_id = id, display_name = req.body.display_name }
 end)
+-- the filter of a list call: name EQUALS (the one predicate kb.kfp.storm sends)
+local function name_filter(req)
+  local f = req.q.filter and json.decode(req.q.filter)
+  local p = f and f.predicates and f.predicates[1]
+  return p and p.string_value
+end
+route("GET", "/apis/v2beta1/experiments", "ListExperiments", function(m, req)
+  local want, items = name_filter(req), json.array({})
+  for id, e in pairs(m.state.experiments) do
+    if want == nil or e.name == want then items[#items + 1] = { experiment_id = id, display_name = e.name } end
+  end
+  return 200, { experiments = items, total_size = #items }
+end)
+route("GET", "/apis/v2beta1/pipelines", "ListPipelines", function(m, req)
+  local want, items = name_filter(req), json.array({})
+  for id, p in pairs(m.state.pipelines) do
+    if want == nil or p.name == want then items[#items + 1] = { pipeline_id = id, name = p.name } end
+  end
+  return 200, { pipelines = items, total_size = #items }
+end)
 route("DELETE", "/apis/v2beta1/experiments/([^/]+)", "DeleteExperiment", function(m, _, id)
   if not m.state.experiments[id] then return grpc_error(404, 5, "experiment not found") end
   m.state.experiments[id] = nil
@@ -354,8 +374,14 @@ function Mock:handle(req)
       if self.fail and self.fail(r.op, self.counts[r.op]) then
         return 503, json.encode{ code = 14, message = "mock: " .. r.op .. " unavailable" }, JSON
       end
+      local h = self.hook and self.hook(r.op, self.counts[r.op], rec)
+      if h and h.status then return h.status, json.encode(h.body or { code = 16, message = "mock" }), JSON end
+      if h and h.delay then kb.sleep(h.delay) end -- handled after the delay, as a stalled server
       local status, body = r.fn(self, rec, table.unpack(caps))
-      return status, json.encode(body), JSON
+      if h and h.hold then kb.sleep(h.hold) end -- handled, the answer held back
+      local text = json.encode(body)
+      if h and h.truncate then text = text:sub(1, math.max(1, #text // 2)) end
+      return status, text, JSON
     end
   end
   return 404, json.encode{ code = 5, message = "mock: no route " .. req.method .. " " .. req.path }, JSON
@@ -363,12 +389,15 @@ end
 
 --- Starts a mock. opts: script(i) -> {polls, final} for the i-th run
 -- created (default: SUCCEEDED at the first GET), fail(op, n) -> true to
--- answer the n-th call of a gRPC method with 503, no_metrics.
+-- answer the n-th call of a gRPC method with 503, hook(op, n, req) -> nil
+-- or {status =, body =} (answered instead), {delay = s} (handled after s
+-- seconds), {hold = s} (handled, answered s seconds later), {truncate =
+-- true} (handled, half the body sent), no_metrics.
 function M.start(opts)
   opts = opts or {}
   local m = setmetatable({ next_id = 0, run_count = 0, counts = {}, log = {},
     script = opts.script or function() return { polls = 1, final = "SUCCEEDED" } end,
-    fail = opts.fail, no_metrics = opts.no_metrics,
+    fail = opts.fail, hook = opts.hook, no_metrics = opts.no_metrics,
     state = { pipelines = {}, experiments = {}, runs = {}, run_order = {}, gets = {},
       terminated = {}, urls = {}, uploads = 0, run_bodies = {} } }, Mock)
   m.srv = httpd.listen{ handler = function(req) return m:handle(req) end }

@@ -334,8 +334,14 @@ end)
 T.case("parameters are checked with clear messages", function()
   local m = mocks.start()
   local function new(extra) return storm.new(params(m, extra), { exp = new_exp("p") }) end
-  T.raises(function() new{ num_runs = 0 } end, "kb.kfp.storm: num_runs must be an integer >= 1, got 0")
-  T.raises(function() new{ concurrency = 1.5 } end, "kb.kfp.storm: concurrency must be an integer >= 1, got 1.5")
+  T.raises(function() new{ num_runs = 0 } end, "kb.kfp.storm: num_runs must be an integer from 1 to 100000, got 0")
+  -- bounds: a typo never allocates a row per run before any request
+  T.raises(function() new{ num_runs = 1e12 } end,
+    "kb.kfp.storm: num_runs must be an integer from 1 to 100000, got 1000000000000")
+  T.raises(function() new{ num_runs = 100001 } end, "num_runs must be an integer from 1 to 100000")
+  T.raises(function() new{ concurrency = 1.5 } end,
+    "kb.kfp.storm: concurrency must be an integer from 1 to 10000, got 1.5")
+  T.raises(function() new{ concurrency = 20000 } end, "concurrency must be an integer from 1 to 10000")
   T.raises(function() new{ run_status_polling_interval_sec = 0 } end,
     "kb.kfp.storm: run_status_polling_interval_sec must be a number > 0, got 0")
   T.raises(function() new{ api = "v3" } end, "kb.kfp.storm: api must be v1beta1 or v2beta1, got v3")

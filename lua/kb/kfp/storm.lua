@@ -90,13 +90,21 @@ local function bad(fmt, ...)
   error("kb.kfp.storm: " .. string.format(fmt, ...), 0)
 end
 
-local function check_int(p, name, min)
+local function check_int(p, name, min, max)
   local v = type(p[name]) == "number" and math.tointeger(p[name]) or nil
-  if v == nil or v < min then
+  if v == nil or v < min or (max and v > max) then
+    local got = math.tointeger(p[name]) and string.format("%d", math.tointeger(p[name])) or tostring(p[name])
+    if max then bad("%s must be an integer from %d to %d, got %s", name, min, max, got) end
     bad("%s must be an integer >= %d, got %s", name, min, tostring(p[name]))
   end
   p[name] = v
 end
+
+--- Bounds of num_runs and concurrency (docs/storm.md): a storm keeps a
+-- record per run it starts and writes a row per requested run, so a typo
+-- like num_runs=1e12 is refused before any request.
+M.MAX_RUNS = 100000
+M.MAX_CONCURRENCY = 10000
 
 local function check_number(p, name, min, strict)
   local v = p[name]
@@ -137,8 +145,8 @@ local function normalize(params)
     p.concurrency, p.poll_all, p.measure_list, p.scrape_metrics = 1, false, false, false
     p.timeout, p.run_timeout = 0, 0
   end
-  check_int(p, "num_runs", 1)
-  check_int(p, "concurrency", 1)
+  check_int(p, "num_runs", 1, M.MAX_RUNS)
+  check_int(p, "concurrency", 1, M.MAX_CONCURRENCY)
   check_number(p, "run_status_polling_interval_sec", 0, true)
   check_number(p, "timeout", 0)
   check_number(p, "run_timeout", 0)
@@ -262,6 +270,7 @@ function Session:record_call(op, t0, latency, status, err)
     status = status, class = class, error = message }
   if err then
     self:record_error(op, class, message)
+    if class == "auth" then self:note_auth(op, err) end
   else
     local list = self.samples[op] or {}
     list[#list + 1] = latency
@@ -295,6 +304,33 @@ function Session:journal_write(record)
   if self.journal then self.journal:write(record) end
 end
 
+--- Journals what the storm is about to ask the server to create, and hands
+-- it to the kernel before the request is sent: a kill -9 after this line
+-- can lose the answer but never the name, so `kbrun report` and cleanup
+-- can find the object on the server (docs/storm.md, "Every run accounted
+-- for").
+function Session:journal_intent(record)
+  if not self.journal then return end
+  self.journal:write(record)
+  local ok, err = pcall(self.journal.flush, self.journal)
+  if not ok then log.warn("storm: journal: %s", message_of(err)) end
+end
+
+--- Names an authentication failure on stderr the first time an op meets
+-- one: the op, the status, the server's message and what to check.
+function Session:note_auth(op, err)
+  self.auth_noted = self.auth_noted or {}
+  if self.auth_noted[op] then return end
+  self.auth_noted[op] = true
+  local p = self.p
+  log.error("storm: %s was refused by %s: HTTP %s%s. Check the credentials: token_file (%s) must "
+    .. "hold a valid, unexpired token with access to %s; behind a port-forward or proxy, check the "
+    .. "kubeconfig's user and its expiry", op, self.url, tostring(type(err) == "table" and err.status or "?"),
+    type(err) == "table" and err.server_message and (": " .. err.server_message) or "",
+    p.token_file ~= "" and p.token_file or "none given",
+    p.namespace ~= "" and ("namespace " .. p.namespace) or "the KFP API")
+end
+
 -- ---- construction -----------------------------------------------------------------
 
 local LATENCY_HEADER = { "op", "start", "latency", "status", "error_class", "error" }
@@ -305,6 +341,8 @@ function Session:open_outputs()
   self.journal = journal.open(exp:path("output", "journal.jsonl"))
   self.latencies = csv.writer(exp:path("result", "latencies.csv"), LATENCY_HEADER)
 end
+
+local tags_used = {} -- storms per experiment id in this process
 
 local function client_opts(self, prefix)
   local p = self.p
@@ -333,7 +371,13 @@ function M.new(params, opts)
   local self = setmetatable({ p = p, opts = opts, exp = opts.exp or rawget(kb, "exp"),
     name = opts.name or "storm", t0 = kb.now(), started_wall = kb.time(), runs = {},
     created = { pipelines = {}, experiments = {} }, gone = {}, errors = {}, samples = {}, calls = {},
-    ncalls = 0, keep_calls = opts.keep_calls, scrapes = {} }, Session)
+    ncalls = 0, keep_calls = opts.keep_calls, scrapes = {}, planned = 0,
+    intents = { pipelines = {}, experiments = {} } }, Session)
+  -- run names are <tag>-r0001...: unique per storm and index, so a run
+  -- whose create answer was lost is found on the server by its name
+  self.tag = self.exp and self.exp.id or ("storm-" .. M.rand10())
+  tags_used[self.tag] = (tags_used[self.tag] or 0) + 1
+  if tags_used[self.tag] > 1 then self.tag = self.tag .. "-" .. tags_used[self.tag] end
   self.kind = opts.kind or "runs"
   if self.kind == "pipelines" then require("kb.kfp.storm_pipelines").setup(self) end
   self.url, self.sim = target.resolve(p.host, opts.sim)
@@ -344,8 +388,13 @@ function M.new(params, opts)
   self.aux = self:instrument(kfp.client(client_opts(self, "aux.")))
   self.progress = require("kb.kfp.storm_report").progress(self)
   require("kb.kfp.prom_query").publish(self) -- runs by state for --metrics-listen, kb.live
+  -- the target, so that `kbrun report` can reconcile with the server
+  -- (never a secret: token_file is a path, read again there)
   self:journal_write{ event = "start", url = self.url, api = p.api, clock = self.clock,
-    params = p, wall = self.started_wall }
+    params = p, wall = self.started_wall, tag = self.tag,
+    target = { url = self.url, api = p.api, namespace = p.namespace ~= "" and p.namespace or nil,
+      token_file = p.token_file ~= "" and p.token_file or nil, kind = self.clock.kind,
+      request_timeout = p.request_timeout } }
   log.info("storm: %s (%s, %s), %s, concurrency %d", self.url, p.api, self.clock.kind,
     self.kind == "pipelines" and (p.num_pipelines .. " pipelines") or (p.num_runs .. " runs"),
     p.concurrency)
@@ -391,6 +440,33 @@ function Session:server_metrics()
 end
 
 -- ---- the pipeline -----------------------------------------------------------------
+
+-- fn() for a step before the runs (pipeline, experiment): a failure or an
+-- interruption is kept as the reason why the runs were not created, then
+-- raised. intent.answered: the create's answer (or its failure) arrived.
+function Session:before_runs(step, fn, intent)
+  local ok, v = pcall(fn)
+  if intent then
+    intent.answered = ok or not kb.is_cancelled(v)
+    intent.maybe = not ok and M.may_have_created(v)
+  end
+  if ok then return v end
+  if not self.stop_reason then
+    self.stop_reason = kb.is_cancelled(v) and ("kbrun was interrupted while " .. step)
+      or (step .. " failed: " .. message_of(v))
+  end
+  error(v, 0)
+end
+
+--- True when a failed create may still have made the object: anything but
+-- the server's refusal (a 4xx answer) or a Lua error before sending.
+function M.may_have_created(err)
+  if type(err) ~= "table" then return false end
+  if kb.is_cancelled(err) then return true end
+  local st = tonumber(err.status)
+  if st and st >= 400 and st < 500 and st ~= 408 then return false end
+  return err.class ~= nil and err.class ~= "usage" and err.class ~= "security"
+end
 
 local function is_loopback(url)
   local host = url:match("^%a+://%[?([^/%]:]*)")
@@ -465,14 +541,18 @@ end
 function Session:create_pipeline(name)
   local src = self:pipeline_source()
   name = name or ("pipeline-" .. M.rand10())
-  local pl
-  if src.url then
-    pl = self.c:create_pipeline{ name = name, url = src.url }
-  elseif src.path then
-    pl = self.c:upload_pipeline{ name = name, file = src.path }
-  else
-    pl = self.c:upload_pipeline{ name = name, content = src.content, filename = src.filename }
-  end
+  local intent = { name = name, sent = kb.now() }
+  self.intents.pipelines[#self.intents.pipelines + 1] = intent
+  self:journal_intent{ event = "pipeline.intent", name = name, t = self:elapsed() }
+  local pl = self:before_runs("creating the pipeline", function()
+    if src.url then
+      return self.c:create_pipeline{ name = name, url = src.url }
+    elseif src.path then
+      return self.c:upload_pipeline{ name = name, file = src.path }
+    end
+    return self.c:upload_pipeline{ name = name, content = src.content, filename = src.filename }
+  end, intent)
+  intent.id = pl.id
   self.created.pipelines[#self.created.pipelines + 1] = pl.id
   self.pipeline = self.pipeline or pl
   self:journal_write{ event = "pipeline.created", id = pl.id, name = name, source = src.origin }
@@ -481,7 +561,14 @@ end
 
 --- Creates the experiment the runs belong to (notebook step 2).
 function Session:create_experiment(name)
-  local e = self.c:create_experiment{ name = name or ("experiment-" .. M.rand10()) }
+  name = name or ("experiment-" .. M.rand10())
+  local intent = { name = name, sent = kb.now() }
+  self.intents.experiments[#self.intents.experiments + 1] = intent
+  self:journal_intent{ event = "experiment.intent", name = name, t = self:elapsed() }
+  local e = self:before_runs("creating the experiment", function()
+    return self.c:create_experiment{ name = name }
+  end, intent)
+  intent.id = e.id
   self.created.experiments[#self.created.experiments + 1] = e.id
   self.experiment = self.experiment or e
   self:journal_write{ event = "experiment.created", id = e.id, name = e.name }
@@ -511,24 +598,100 @@ local function guarded(fn)
 end
 
 local function pending(run)
-  return run.id ~= nil and not run.finished and not run.timed_out and not run.lost
+  return run.id ~= nil and not run.finished and not run.timed_out and not run.lost and not run.unknown
 end
 
+--- Consecutive failed status polls after which the storm stops polling:
+-- auth failures (401/403: the token will not fix itself) and rounds in
+-- which every poll failed (each poll already retried as configured).
+M.MAX_AUTH_FAILURES = 3
+M.MAX_FAILED_ROUNDS = 3
+
+--- The name of run number i: <tag>-r0007, unique per storm and index
+-- (notebook = true: the notebook's run-<rand10>; either way journaled
+-- before the create is sent).
+function Session:run_name(i)
+  if self.p.notebook then return "run-" .. M.rand10() end
+  return string.format("%s-r%04d", self.tag, i)
+end
+
+-- One CreateRun. Its intent (index, name) is journaled first; a run whose
+-- answer never arrives (cancelled, killed) stays unanswered and is found by
+-- name later (reconcile_runs, cleanup, kbrun report).
 function Session:create_one(run)
   local p, pl = self.p, self.pipeline
+  run.sent = kb.now()
+  self:journal_intent{ event = "run.intent", index = run.index, name = run.name, t = self:elapsed() }
   local ok, r = pcall(self.c.create_run, self.c, { name = run.name,
     experiment_id = self.experiment and self.experiment.id,
     pipeline_id = pl.id, pipeline_version_id = pl.default_version_id, params = p.run_params })
   if not ok then
     if kb.is_cancelled(r) then error(r, 0) end
+    run.answered = true
     run.create_error = message_of(r)
-    self:journal_write{ event = "run.create_failed", name = run.name, error = run.create_error }
+    run.maybe_created = M.may_have_created(r)
+    self:journal_write{ event = "run.create_failed", index = run.index, name = run.name,
+      error = run.create_error, maybe = run.maybe_created }
     return
   end
-  run.id, run.t_created = r.id, kb.now()
+  run.answered = true
+  self:set_created(run, r)
+  self:journal_write{ event = "run.created", index = run.index, id = r.id, name = run.name,
+    t = self:elapsed(), state = r.state, created_at = r.created_at }
+end
+
+-- A run the server holds (a create's answer, or found by name).
+function Session:set_created(run, r)
+  run.id, run.t_created = r.id, run.t_created or kb.now()
+  run.create_error = nil
   absorb(run, r)
-  self:journal_write{ event = "run.created", id = r.id, name = run.name, t = self:elapsed(),
-    state = r.state, created_at = r.created_at }
+end
+
+-- Runs (of list) without an id whose create may have made one on the server.
+local function unresolved(list)
+  local out = {}
+  for _, run in ipairs(list) do
+    if not run.id and run.sent and (not run.answered or run.maybe_created) then out[#out + 1] = run end
+  end
+  return out
+end
+
+--- Looks the runs of `list` whose create may have made one (a failure that
+-- was not the server's refusal: a timeout, a truncated answer, an
+-- interrupted call) up by name in the storm's experiments, and takes the
+-- ones the server holds: their id and real state. client: default s.aux.
+-- Returns the number found, or nil and the error when listing failed.
+function Session:reconcile_runs(list, client)
+  local todo = unresolved(list or self.runs)
+  if #todo == 0 then return 0 end
+  local c = client or self.aux
+  local by_name = {}
+  for _, run in ipairs(todo) do by_name[run.name] = run end
+  local found = 0
+  for _, eid in ipairs(self.created.experiments) do
+    if not self.gone[eid] then
+      local ok, items = pcall(c.list_all_runs, c, { experiment_id = eid, page_size = 200 })
+      if not ok then
+        if kb.is_cancelled(items) then error(items, 0) end
+        return nil, items
+      end
+      for _, r in ipairs(items) do
+        local run = r.name and by_name[r.name]
+        if run and not run.id then
+          self:set_created(run, r)
+          run.reconciled = "created on the server, found by name: the create's answer was lost ("
+            .. (run.create_error or "kbrun stopped before it arrived") .. ")"
+          by_name[r.name], found = nil, found + 1
+          self:journal_write{ event = "run.reconciled", index = run.index, id = r.id, name = run.name,
+            state = r.state, created_at = r.created_at, t = self:elapsed() }
+        end
+      end
+    end
+  end
+  for _, run in pairs(by_name) do
+    if run.answered then run.maybe_created = false end -- looked for, not there
+  end
+  return found
 end
 
 --- Creates n runs (default num_runs) of s.pipeline in s.experiment, at
@@ -538,20 +701,41 @@ end
 function Session:create_runs(n)
   assert(self.pipeline, "kb.kfp.storm: create_pipeline() before create_runs()")
   n = n or self.p.num_runs
+  self.planned = self.planned + n
+  -- a record only for a run about to be sent (pool:spawn waits for a
+  -- slot), so memory follows the runs started; the rest are counted
+  -- (s.planned) and written as not created by finish()
   local pool, made = kb.pool(self.p.concurrency), {}
-  for _ = 1, n do
-    local run = { index = #self.runs + 1, name = "run-" .. M.rand10() }
-    self.runs[run.index], made[#made + 1] = run, run
-  end
-  for _, run in ipairs(made) do
-    if self:expired() then
-      run.create_error = "not created: the global timeout passed"
-    else
+  local ok, err = pcall(function()
+    for _ = 1, n do
+      if self:expired() then
+        self.stop_reason = self.stop_reason or "the global timeout passed"
+        break
+      end
+      local run = { index = #self.runs + 1 }
+      run.name = self:run_name(run.index)
+      self.runs[run.index], made[#made + 1] = run, run
       pool:spawn(self.create_one, self, run)
+      self.progress:update()
     end
-    self.progress:update()
+    pool:wait()
+  end)
+  -- a record made while waiting for a pool slot but never sent is dropped:
+  -- that run is one of the runs never sent (s:unstarted())
+  while #self.runs > 0 and not self.runs[#self.runs].sent do
+    self.runs[#self.runs] = nil
+    if made[#made] and not made[#made].sent then made[#made] = nil end
   end
-  pool:wait()
+  if not ok then
+    if kb.is_cancelled(err) then
+      self.stop_reason = self.stop_reason or "kbrun was interrupted"
+      -- the creates in flight go with the storm (their answers are lost;
+      -- cleanup and kbrun report find the runs by name)
+      for _, t in ipairs(pool.tasks or {}) do pcall(t.cancel, t) end
+    end
+    error(err, 0)
+  end
+  if #unresolved(made) > 0 then self:reconcile_runs(made) end
   self.progress:milestone(string.format("%d of %d runs created", self:count(function(r)
     return r.id ~= nil end, made), n))
   return made
@@ -586,17 +770,51 @@ function Session:observe(run, r)
     duration = run.duration, observed_lag = run.observed_lag }
 end
 
--- One status GET (poll client); false when the call failed.
+-- One status GET (poll client); false when the call failed (or polling
+-- has stopped).
 function Session:poll_one(run)
+  if self.halted then return false end
   local ok, r = pcall(self.poller.get_run, self.poller, run.id)
   if not ok then
     if kb.is_cancelled(r) then error(r, 0) end
-    run.poll_error = message_of(r)
-    if type(r) == "table" and r.class == "not_found" then self:lose(run, r) end
+    run.poll_error, run.poll_failed = message_of(r), true
+    local class = type(r) == "table" and r.class or "lua"
+    if class == "not_found" then
+      self:lose(run, r)
+    elseif class == "auth" then
+      self.auth_failures = (self.auth_failures or 0) + 1
+      if self.auth_failures >= M.MAX_AUTH_FAILURES then
+        self:halt(string.format("%d consecutive status polls were refused (auth)", self.auth_failures), r)
+      end
+    end
     return false
   end
+  run.poll_failed, self.auth_failures = false, 0
   self:observe(run, r)
   return true
+end
+
+--- Stops polling (and the storm's further calls but cleanup): the server
+-- keeps refusing or failing. Every pending run is then reported Unknown
+-- with the last error: its state could not be read, it did not time out.
+function Session:halt(why, err)
+  if self.halted then return end
+  self.halted = { reason = why, error = message_of(err), class = type(err) == "table" and err.class or nil }
+  log.error("storm: stopped polling: %s; last error: %s", why, self.halted.error)
+  self:journal_write{ event = "storm.halted", reason = why, error = self.halted.error, t = self:elapsed() }
+end
+
+-- After the polls stopped: every pending run is Unknown.
+function Session:mark_unknown(list, why)
+  for _, run in ipairs(list) do
+    if pending(run) then
+      run.unknown = true
+      run.unknown_reason = string.format("state unknown (%s): last poll: %s", why,
+        run.poll_error or ("not polled; the last refusal: " .. (self.halted and self.halted.error or "?")))
+      self:journal_write{ event = "run.unknown", id = run.id, index = run.index, state = run.state,
+        error = run.unknown_reason, t = self:elapsed() }
+    end
+  end
 end
 
 --- Marks a run the server no longer knows (a GET by id answered 404: it
@@ -617,8 +835,9 @@ end
 -- unfinished one (finished runs are fetched again every time).
 function Session:poll_in_order(list)
   for _, run in ipairs(list) do
-    if run.id and not run.timed_out then
-      self:poll_one(run)
+    if run.id and not run.timed_out and not run.lost and not run.unknown then
+      local ok = self:poll_one(run)
+      self:count_round({ ok }, 1)
       if not run.finished then return end
     end
   end
@@ -627,10 +846,30 @@ end
 -- Every pending run, `concurrency` GETs in flight.
 function Session:poll_pending(list)
   local pool = kb.pool(self.p.concurrency)
+  local tasks = {}
   for _, run in ipairs(list) do
-    if pending(run) then pool:spawn(self.poll_one, self, run) end
+    if self.halted then break end
+    if pending(run) then tasks[#tasks + 1] = pool:spawn(self.poll_one, self, run) end
   end
-  pool:wait()
+  local results = pool:wait()
+  self:count_round(results, #tasks)
+end
+
+-- A poll round in which every poll failed counts towards halting.
+function Session:count_round(results, n)
+  if n == 0 or self.halted then return end
+  for i = 1, n do
+    if results[i] then self.failed_rounds = 0 return end
+  end
+  self.failed_rounds = (self.failed_rounds or 0) + 1
+  if self.failed_rounds >= M.MAX_FAILED_ROUNDS then
+    local last
+    for _, run in ipairs(self.runs) do
+      if pending(run) and run.poll_error then last = run.poll_error end
+    end
+    self:halt(string.format("every status poll failed in %d consecutive rounds", self.failed_rounds),
+      last or "?")
+  end
 end
 
 --- ListRuns of the experiment (every page; timed: run.list). Returns the
@@ -673,7 +912,16 @@ function Session:enforce_timeouts(list)
       elseif p.run_timeout > 0 and self:age(run) >= p.run_timeout then
         why = string.format("not finished within run_timeout (%g s)", p.run_timeout)
       end
-      if why then pool:spawn(self.time_out, self, run, why) end
+      if why and run.poll_failed then
+        -- its last poll failed: we do not know that it is still running
+        run.unknown = true
+        run.unknown_reason = string.format("state unknown: %s and the last poll failed: %s", why,
+          run.poll_error)
+        self:journal_write{ event = "run.unknown", id = run.id, index = run.index, state = run.state,
+          error = run.unknown_reason, t = self:elapsed() }
+      elseif why then
+        pool:spawn(self.time_out, self, run, why)
+      end
     end
   end
   pool:wait()
@@ -696,7 +944,7 @@ end
 --- Sets the number of requests in flight (the probe raises it step by step).
 function Session:set_concurrency(n)
   self.p.concurrency = n
-  check_int(self.p, "concurrency", 1)
+  check_int(self.p, "concurrency", 1, M.MAX_CONCURRENCY)
 end
 
 --- `rounds` polls of the runs (default all) without waiting for them to
@@ -728,16 +976,26 @@ end
 -- ListRuns per interval. Status GETs are timed as poll.run.get.
 function Session:wait_runs(list)
   list = list or self.runs
-  while true do
+  while not self.halted do
     if self:count(pending, list) == 0 then break end
     if self.p.measure_list then self:list_runs() end
     if self.p.poll_all then self:poll_pending(list) else self:poll_in_order(list) end
+    if self.halted then break end
     self:enforce_timeouts(list)
     self.progress:update()
     if self:count(pending, list) == 0 then break end
     self:sleep(self:next_wait(list))
   end
+  if self.halted then self:mark_unknown(list, "polling stopped: " .. self.halted.reason) end
   self.progress:done()
+end
+
+-- True (and said once per step) when polling stopped: the notebook's later
+-- steps would only meet the same refusals.
+function Session:skip_when_halted(what)
+  if not self.halted then return false end
+  log.warn("storm: skipping %s: %s", what, self.halted.reason)
+  return true
 end
 
 -- Runs `fn(self, run)` for each run with an id, `concurrency` at a time.
@@ -752,6 +1010,7 @@ end
 --- One more GET of every created run, timed as run.get (notebook step 5:
 -- these are the notebook's GetRun latencies).
 function Session:get_runs(list)
+  if self:skip_when_halted("the final GETs (run.get)") then return end
   self:each_created(list, guarded(function(s, run)
     if run.lost then return end
     local ok, r = pcall(s.c.get_run, s.c, run.id)
@@ -763,6 +1022,7 @@ end
 
 --- Deletes every created run, timed as run.delete (notebook step 6).
 function Session:delete_runs(list)
+  if self:skip_when_halted("the deletes (run.delete; cleanup still tries)") then return end
   self:each_created(list, guarded(function(s, run)
     if run.deleted or run.lost then return end
     s.c:delete_run(run.id)
@@ -775,11 +1035,24 @@ end
 local MAX_CLEANUP_ERRORS = 10
 
 -- Calls fn(...); a failure is logged and kept (the first few), never raised.
+-- After MAX_AUTH_FAILURES consecutive auth failures nothing more is sent.
 local function try(self, what, fn, ...)
+  if self.cleanup_stopped then return false end
   local ok, err = pcall(fn, ...)
-  if ok then return true end
+  if ok then
+    self.cleanup_auth = 0
+    return true
+  end
   if kb.is_cancelled(err) then error(err, 0) end
   if type(err) == "table" and err.class == "not_found" then return true end
+  if type(err) == "table" and err.class == "auth" then
+    self.cleanup_auth = (self.cleanup_auth or 0) + 1
+    if self.cleanup_auth >= M.MAX_AUTH_FAILURES then
+      self.cleanup_stopped = string.format("cleanup stopped after %d consecutive auth failures (%s)",
+        self.cleanup_auth, message_of(err))
+      log.error("storm: %s; what the storm created is left on the server", self.cleanup_stopped)
+    end
+  end
   local text = what .. ": " .. message_of(err)
   self.cleanup_failures = (self.cleanup_failures or 0) + 1
   if #self.cleanup_errors < MAX_CLEANUP_ERRORS then
@@ -789,6 +1062,99 @@ local function try(self, what, fn, ...)
     log.warn("storm: cleanup: more failures; only the first %d are kept", MAX_CLEANUP_ERRORS)
   end
   return false
+end
+
+-- Journals a delete with the object's id, so a rebuild after a kill during
+-- cleanup says what was deleted.
+function Session:journal_deleted(kind, id, name, index)
+  self:journal_write{ event = "deleted", kind = kind, id = id, name = name, index = index,
+    t = self:elapsed() }
+end
+
+-- Pipelines and experiments whose create may have made one but whose id
+-- the storm does not know.
+local function unresolved_intents(list)
+  local out = {}
+  for _, it in ipairs(list) do
+    if not it.id and it.sent and (not it.answered or it.maybe) then out[#out + 1] = it end
+  end
+  return out
+end
+
+--- Items of a list method (list_pipelines, list_experiments) named `name`:
+-- the server filters (name EQUALS), and the name is checked here too.
+function Session:find_by_name(c, method, key, name)
+  local page = c[method](c, { page_size = 20, filter = { predicates = json.array({ { key = key,
+    [self.p.api == "v1beta1" and "op" or "operation"] = "EQUALS", string_value = name } }) } })
+  local out = {}
+  for _, x in ipairs(page.items) do
+    if x.name == name then out[#out + 1] = x end
+  end
+  return out
+end
+
+-- Looks up, by name, what the unanswered creates made (experiments,
+-- pipelines, runs) until all are found or `request_timeout` has passed
+-- since the last was sent: a create the server received can land after
+-- the client stopped waiting (Ctrl-C during a stalled create). Found
+-- objects join s.created (and their runs get their id), so cleanup
+-- deletes them.
+function Session:resolve_intents()
+  local aux, p = self.aux, self.p
+  local kinds = {
+    { list = self.intents.experiments, method = "list_experiments",
+      key = p.api == "v1beta1" and "name" or "display_name", into = self.created.experiments,
+      kind = "experiment" },
+    { list = self.intents.pipelines, method = "list_pipelines", key = "name",
+      into = self.created.pipelines, kind = "pipeline" },
+  }
+  local last_sent = 0
+  for _, k in ipairs(kinds) do
+    for _, it in ipairs(unresolved_intents(k.list)) do last_sent = math.max(last_sent, it.sent) end
+  end
+  for _, run in ipairs(unresolved(self.runs)) do last_sent = math.max(last_sent, run.sent) end
+  if last_sent == 0 then return end
+  local deadline = last_sent + p.request_timeout
+  local step = math.max(p.request_timeout / 15, 1e-3)
+  local lookup_error
+  while not self.cleanup_stopped do
+    local left = 0
+    for _, k in ipairs(kinds) do
+      for _, it in ipairs(unresolved_intents(k.list)) do
+        local ok, found = pcall(self.find_by_name, self, aux, k.method, k.key, it.name)
+        if not ok and kb.is_cancelled(found) then error(found, 0) end
+        if ok and #found > 0 then
+          for _, x in ipairs(found) do k.into[#k.into + 1] = x.id end
+          it.id, it.found = found[1].id, true
+          self:journal_write{ event = k.kind .. ".reconciled", id = it.id, name = it.name,
+            t = self:elapsed() }
+          log.info("storm: cleanup: found %s %s (%s) by name: its create's answer was lost",
+            k.kind, it.name, it.id)
+        else
+          if not ok then try(self, "look up " .. k.kind .. " " .. it.name, error, found) end
+          left = left + 1
+        end
+      end
+    end
+    local found, lerr = self:reconcile_runs(self.runs)
+    lookup_error = found == nil and message_of(lerr) or nil
+    left = left + #unresolved(self.runs)
+    if left == 0 or kb.now() >= deadline then break end
+    kb.sleep(math.min(step, math.max(deadline - kb.now(), 1e-3)))
+  end
+  for _, run in ipairs(unresolved(self.runs)) do
+    run.looked_up = true
+    if lookup_error then
+      run.unknown = true
+      run.unknown_reason = "unknown (created? intent journaled, the server's runs could not be "
+        .. "listed: " .. lookup_error .. ")"
+    else
+      run.create_error = string.format("not created: no run named %s on the server (looked up by "
+        .. "name until request_timeout after the create was sent; %s)", run.name,
+        run.create_error or "its answer never arrived")
+    end
+    run.maybe_created = false
+  end
 end
 
 -- Deletes our runs that are still there, then anything else the
@@ -801,15 +1167,17 @@ function Session:cleanup_runs()
     if try(s, "delete run " .. run.id, aux.delete_run, aux, run.id) then
       run.deleted = true
       s.cleaned.runs = s.cleaned.runs + 1
+      s:journal_deleted("run", run.id, run.name, run.index)
     end
   end)
   for _, eid in ipairs(self.created.experiments) do
-    if self.gone[eid] then goto next_experiment end
+    if self.gone[eid] or self.cleanup_stopped then goto next_experiment end
     local ok, items = pcall(aux.list_all_runs, aux, { experiment_id = eid, page_size = 200 })
     if not ok and kb.is_cancelled(items) then error(items, 0) end
     for _, r in ipairs(ok and items or {}) do
       if try(self, "delete leftover run " .. r.id, aux.delete_run, aux, r.id) then
         self.cleaned.leftover_runs = self.cleaned.leftover_runs + 1
+        self:journal_deleted("run", r.id, r.name)
       end
     end
     ::next_experiment::
@@ -825,6 +1193,7 @@ end
 function Session:cleanup()
   self.cleanup_errors = self.cleanup_errors or {}
   self.cleaned = self.cleaned or { runs = 0, leftover_runs = 0, pipelines = 0, experiments = 0 }
+  self:resolve_intents()
   self:cleanup_runs()
   local aux = self.aux
   for _, id in ipairs(self.created.pipelines) do
@@ -832,25 +1201,31 @@ function Session:cleanup()
         and try(self, "delete pipeline " .. id, aux.delete_pipeline, aux, id, { cascade = true }) then
       self.gone[id] = true
       self.cleaned.pipelines = self.cleaned.pipelines + 1
+      self:journal_deleted("pipeline", id)
     end
   end
   for _, id in ipairs(self.created.experiments) do
     if not self.gone[id] and try(self, "delete experiment " .. id, aux.delete_experiment, aux, id) then
       self.gone[id] = true
       self.cleaned.experiments = self.cleaned.experiments + 1
+      self:journal_deleted("experiment", id)
     end
   end
-  self:journal_write{ event = "cleanup", cleaned = self.cleaned, errors = self.cleanup_errors }
+  self:journal_write{ event = "cleanup", cleaned = self.cleaned, errors = self.cleanup_errors,
+    stopped = self.cleanup_stopped }
   return self.cleaned
 end
 
 --- The outcome of a run: Succeeded, Failed (finished otherwise), Timed out,
--- Not created, Lost (the server answered 404 for it: see Session:lose),
+-- Not created, Unknown (its state could not be read: polls refused or
+-- failing, or a rebuild could not reach the server to learn whether an
+-- unanswered create made it), Lost (the server answered 404 for it: see Session:lose),
 -- Terminated (stopped by terminate_runs, as the probe does), or
 -- Interrupted (still running when the storm stopped).
 function M.outcome(run)
-  if not run.id then return "Not created" end
+  if not run.id then return run.unknown and "Unknown" or "Not created" end
   if run.lost and not run.finished then return "Lost" end
+  if run.unknown and not run.finished then return "Unknown" end
   if run.timed_out then return "Timed out" end
   if run.finished then return run.state == "Succeeded" and "Succeeded" or "Failed" end
   if run.terminated then return "Terminated" end
@@ -891,12 +1266,30 @@ end
 function Session:add_retry_figures(r)
   -- only when there are any, so the runs table stays as it was otherwise
   if r.runs and r.outcomes and r.outcomes.Lost then r.runs.lost = r.outcomes.Lost end
+  if r.runs and r.outcomes and r.outcomes.Unknown then r.runs.unknown = r.outcomes.Unknown end
   local by_op, total = client_counters("kfp.retries", "reason")
   local exhausted, nexhausted = client_counters("kfp.retry_budget_exhausted")
   local recovered, nrecovered = client_counters("kfp.recovered")
   r.retries = { enabled = self.p.retry, total = total, by_op = by_op,
     budget_exhausted = nexhausted, budget_exhausted_by_op = exhausted,
     recovered = nrecovered, recovered_by_op = recovered }
+end
+
+--- The number of runs requested: every run create_runs was asked for
+-- (num_runs when the storm stopped before its first create_runs).
+function Session:requested()
+  local n = math.max(self.planned, #self.runs)
+  if n == 0 and self.kind == "runs" then n = self.p.num_runs or 0 end
+  return n
+end
+
+--- The runs requested but never sent (no record is kept for them): the
+-- indexes #s.runs + 1 .. s:requested(), and why they were not created.
+function Session:unstarted()
+  local first, last = #self.runs + 1, self:requested()
+  if last < first then return nil end
+  return { first = first, last = last, reason = "not created: "
+    .. (self.stop_reason or "the storm ended before creating it") }
 end
 
 --- Writes runs.csv, hands the samples and outcomes to the report, appends

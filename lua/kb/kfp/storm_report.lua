@@ -12,7 +12,8 @@ local states = require "kb.kfp.states"
 
 local M = {}
 
-local OUTCOMES = { "Succeeded", "Failed", "Timed out", "Not created", "Terminated", "Interrupted" }
+local OUTCOMES = { "Succeeded", "Failed", "Timed out", "Unknown", "Not created", "Lost", "Terminated",
+  "Interrupted" }
 
 -- ---- small statistics --------------------------------------------------------------
 
@@ -51,6 +52,12 @@ local function tally(s)
     if o == "Succeeded" and run.duration then durations[#durations + 1] = run.duration end
     if run.observed_lag then lags[#lags + 1] = run.observed_lag end
   end
+  local tail = s:unstarted()
+  if tail then
+    local n = tail.last - tail.first + 1
+    outcomes["Not created"] = (outcomes["Not created"] or 0) + n
+    by_state["Not created"] = (by_state["Not created"] or 0) + n
+  end
   return outcomes, by_state, durations, lags
 end
 
@@ -73,7 +80,7 @@ end
 function M.result(s)
   local outcomes, by_state, durations, lags = tally(s)
   local errors, nerr = error_table(s)
-  local n = #s.runs
+  local n = s:requested()
   local runs = {
     requested = n,
     created = s:count(function(r) return r.id ~= nil end),
@@ -95,7 +102,8 @@ function M.result(s)
       source = s.source and s.source.origin } or nil,
     experiment = s.experiment and { id = s.experiment.id, name = s.experiment.name } or nil,
     cleanup = s.cleaned and { deleted = s.cleaned, failures = s.cleanup_failures or 0,
-      errors = s.cleanup_errors } or nil,
+      errors = s.cleanup_errors, stopped = s.cleanup_stopped } or nil,
+    halted = s.halted, stop_reason = s.stop_reason, reconciled = s.reconciled,
     elapsed = s:elapsed(), calls = s.ncalls,
   }
 end
@@ -151,14 +159,17 @@ end
 -- ---- files -------------------------------------------------------------------------
 
 local RUN_COLUMNS = { "index", "id", "name", "state", "outcome", "created_at", "scheduled_at",
-  "finished_at", "duration", "observed_lag", "error" }
+  "finished_at", "duration", "observed_lag", "error", "deleted" }
 
 local function time_text(t) return t and states.format_time(t) or nil end
 
 local function run_error(run)
-  if run.create_error then return run.create_error end
+  if run.unknown and not run.finished then return run.unknown_reason end
+  if run.create_error and not run.id then return run.create_error end
   if run.timed_out then return run.timeout_reason end
-  return run.server_error or (not run.finished and run.poll_error) or nil
+  local e = run.server_error or (not run.finished and (run.lost and run.poll_error or run.poll_error)) or nil
+  if run.reconciled then return e and (run.reconciled .. "; " .. e) or run.reconciled end
+  return e
 end
 
 --- The rows of result/runs.csv: one per run, in creation order.
@@ -166,21 +177,40 @@ function M.run_rows(s)
   local storm = require "kb.kfp.storm"
   local rows = {}
   for i, run in ipairs(s.runs) do
+    local outcome = storm.outcome(run)
     rows[i] = { index = run.index, id = run.id, name = run.name,
-      state = run.id and (run.state or "Unknown") or "Not created", outcome = storm.outcome(run),
+      state = run.id and (run.state or "Unknown") or (outcome == "Unknown" and "Unknown" or "Not created"),
+      outcome = outcome,
       created_at = time_text(run.created_at), scheduled_at = time_text(run.scheduled_at),
       finished_at = time_text(run.finished_at), duration = run.duration,
-      observed_lag = run.observed_lag, error = run_error(run) }
+      observed_lag = run.observed_lag, error = run_error(run), deleted = run.deleted and true or nil }
   end
   return rows
 end
 
---- result/runs.csv (rows: M.run_rows(s) unless given). Also journaled
--- (event "storm.runs") so that kbrun report rebuilds the same file.
-function M.write_runs_csv(s, rows)
+--- The CSV text of the runs never sent (s:unstarted()): one "Not created"
+-- row each, with the reason; "" when there are none.
+function M.unstarted_text(tail)
+  if not tail then return "" end
+  local out, row = {}, {}
+  for i = tail.first, tail.last do
+    row[1], row[4], row[5], row[11] = i, "Not created", "Not created", tail.reason
+    row.n = #RUN_COLUMNS
+    out[#out + 1] = csv.encode_row(row) .. "\n"
+  end
+  return table.concat(out)
+end
+
+--- result/runs.csv (rows: M.run_rows(s) unless given), then a row per run
+-- never sent. Also journaled (event "storm.runs", the runs never sent as a
+-- range) so that kbrun report rebuilds the same file.
+function M.write_runs_csv(s, rows, tail)
   rows = rows or M.run_rows(s)
-  fs.write(s.exp:path("result", "runs.csv"), csv.encode(rows, RUN_COLUMNS))
-  if not s.rebuilt then s:journal_write{ event = "storm.runs", rows = json.array(rows) } end
+  if tail == nil then tail = s:unstarted() end
+  fs.write(s.exp:path("result", "runs.csv"), csv.encode(rows, RUN_COLUMNS) .. M.unstarted_text(tail))
+  if not s.rebuilt then
+    s:journal_write{ event = "storm.runs", rows = json.array(rows), unstarted = tail }
+  end
 end
 
 local function p50(name) local h = hist_summary(name) return h and h.p50 end
@@ -243,11 +273,63 @@ function Rebuilt:journal_write() end
 
 local LATENCY_COLUMNS = { "op", "start", "latency", "status", "error_class", "error" }
 
+local MAX_INDEX = 1000000 -- above any num_runs kb.kfp.storm accepts
+
+-- The run record of an event: by index (journals since intents), else a
+-- new one at the end.
+local function run_of(s, ev)
+  local i = math.tointeger(ev.index)
+  if i and i >= 1 and i <= MAX_INDEX then
+    for j = #s.runs + 1, i do s.runs[j] = { index = j } end
+    return s.runs[i]
+  end
+  local run = { index = #s.runs + 1 }
+  s.runs[run.index] = run
+  return run
+end
+
 -- Applies one storm event of the journal to the rebuilt session.
 local function absorb_event(s, ev, by_id)
   local kind = ev.event
   if kind == "start" then
     s.p, s.url, s.clock, s.started_wall = ev.params or {}, ev.url, ev.clock or { scale = 1 }, ev.wall
+    s.target, s.tag = ev.target, ev.tag
+  elseif kind == "run.intent" then
+    local run = run_of(s, ev)
+    run.name, run.sent, run.intent_t = ev.name, true, ev.t
+  elseif kind == "run.reconciled" then
+    local run = run_of(s, ev)
+    run.id, run.name, run.state, run.created_at, run.answered = ev.id, ev.name or run.name, ev.state,
+      ev.created_at, true
+    run.reconciled = "created on the server, found by name: the create's answer was lost"
+    run.create_error = nil
+    if ev.id then by_id[ev.id] = run end
+  elseif kind == "run.unknown" then
+    local run = (ev.id and by_id[ev.id]) or (ev.index and s.runs[ev.index])
+    if run then run.unknown, run.unknown_reason, run.state = true, ev.error, ev.state or run.state end
+  elseif kind == "storm.halted" then
+    s.halted = { reason = ev.reason, error = ev.error }
+  elseif kind == "deleted" then
+    if ev.kind == "run" then
+      local run = ev.id and by_id[ev.id]
+      if run then run.deleted = true end
+    end
+    s.deletes[#s.deletes + 1] = { kind = ev.kind, id = ev.id, name = ev.name }
+    s.gone[ev.id or ""] = true
+  elseif kind == "pipeline.intent" or kind == "experiment.intent" then
+    local list = kind == "pipeline.intent" and s.intents.pipelines or s.intents.experiments
+    list[#list + 1] = { name = ev.name, sent = true }
+  elseif kind == "pipeline.reconciled" or kind == "experiment.reconciled" then
+    local list = kind == "pipeline.reconciled" and s.intents.pipelines or s.intents.experiments
+    for _, it in ipairs(list) do
+      if it.name == ev.name then it.id = ev.id end
+    end
+    if kind == "experiment.reconciled" then
+      s.created.experiments[#s.created.experiments + 1] = ev.id
+      s.experiment = s.experiment or { id = ev.id, name = ev.name }
+    else
+      s.created.pipelines[#s.created.pipelines + 1] = ev.id
+    end
   elseif kind == "call" then
     s.ncalls = s.ncalls + 1
     s.calls[#s.calls + 1] = ev
@@ -259,9 +341,9 @@ local function absorb_event(s, ev, by_id)
       s.samples[ev.op] = list
     end
   elseif kind == "run.created" or kind == "run.create_failed" then
-    local run = { index = #s.runs + 1, id = ev.id, name = ev.name, state = ev.state,
-      created_at = ev.created_at, create_error = ev.error }
-    s.runs[run.index] = run
+    local run = run_of(s, ev)
+    run.id, run.name, run.state, run.created_at = ev.id, ev.name or run.name, ev.state, ev.created_at
+    run.create_error, run.answered, run.maybe_created = ev.error, true, ev.maybe
     if ev.id then by_id[ev.id] = run end
   elseif kind == "run.finished" or kind == "run.timeout" then
     local run = by_id[ev.id]
@@ -276,15 +358,23 @@ local function absorb_event(s, ev, by_id)
   elseif kind == "pipeline.created" then
     s.pipeline = s.pipeline or { id = ev.id, name = ev.name }
     s.source = s.source or { origin = ev.source }
+    s.created.pipelines[#s.created.pipelines + 1] = ev.id
+    for _, it in ipairs(s.intents.pipelines) do
+      if it.name == ev.name then it.id = ev.id end
+    end
   elseif kind == "experiment.created" then
     s.experiment = s.experiment or { id = ev.id, name = ev.name }
+    s.created.experiments[#s.created.experiments + 1] = ev.id
+    for _, it in ipairs(s.intents.experiments) do
+      if it.name == ev.name then it.id = ev.id end
+    end
   elseif kind == "cleanup" then
     s.cleaned, s.cleanup_errors = ev.cleaned, ev.errors
     s.cleanup_failures = type(ev.errors) == "table" and #ev.errors or 0
   elseif kind == "finish" then
     s.final = ev.result
   elseif kind == "storm.runs" then
-    s.rows = ev.rows
+    s.rows, s.rows_unstarted = ev.rows, ev.unstarted or false
   end
 end
 
@@ -295,8 +385,9 @@ end
 -- the storm had not created yet are counted as not created.
 function M.from_journal(events, exp)
   local s = setmetatable({ exp = exp, rebuilt = true, runs = {}, errors = {}, samples = {},
-    calls = {}, ncalls = 0, scrapes = {}, last_t = 0, name = "storm",
-    created = { pipelines = {}, experiments = {} }, gone = {} }, Rebuilt)
+    calls = {}, ncalls = 0, scrapes = {}, last_t = 0, name = "storm", planned = 0,
+    created = { pipelines = {}, experiments = {} }, gone = {}, deletes = {},
+    intents = { pipelines = {}, experiments = {} } }, Rebuilt)
   local by_id, started = {}, false
   for _, ev in ipairs(events) do
     if ev.event == "start" then started = true end
@@ -307,14 +398,147 @@ function M.from_journal(events, exp)
   end
   if not started then return nil end
   s.kind = s.p.num_pipelines ~= nil and "pipelines" or "runs"
-  local want = math.tointeger(s.p.num_runs)
-  if s.kind == "runs" and want and not s.final then
-    for i = #s.runs + 1, want do
-      s.runs[i] = { index = i, create_error = "not created before kbrun stopped" }
-    end
+  -- a record without an intent (a gap: intents journaled out of order)
+  for _, run in ipairs(s.runs) do
+    if not run.sent and not run.id then run.create_error = "not created: kbrun stopped before sending it" end
   end
+  s.planned = math.tointeger(s.p.num_runs) or 0
+  s.stop_reason = s.final and s.final.stop_reason or "kbrun stopped before sending it"
   s.scrape_error = "kbrun stopped before the second scrape of /metrics"
   return s
+end
+
+local function message_of(err)
+  local text = type(err) == "table" and (err.message or tostring(err)) or tostring(err)
+  return (text:gsub("%s+", " "))
+end
+
+-- Runs of a rebuilt storm whose create was sent (intent journaled) and whose
+-- answer never came, or failed in a way that may have created the run.
+local function unanswered(s)
+  local out = {}
+  for _, run in ipairs(s.runs) do
+    if not run.id and run.sent and (not run.answered or run.maybe_created) then out[#out + 1] = run end
+  end
+  return out
+end
+
+-- A KFP client on the journaled target, or nil and why there is none.
+local function target_client(s)
+  local t = s.target or { url = s.url, api = s.p.api, kind = s.clock and s.clock.kind }
+  if t.kind == "embedded simulator" then
+    return nil, "the server was kbrun's embedded simulator, which ended with it"
+  end
+  if type(t.url) ~= "string" or t.url == "" then return nil, "the journal does not name the server" end
+  local opts = { host = t.url, api = t.api or "v1beta1", namespace = t.namespace, timeout = 10,
+    retry = { max_attempts = 2 } }
+  if t.token_file then
+    if fs.exists(t.token_file) ~= "file" then
+      return nil, "token_file " .. t.token_file .. " is no longer there"
+    end
+    opts.token_file = t.token_file
+  end
+  local ok, c = pcall(require("kb.kfp").client, opts)
+  if not ok then return nil, message_of(c) end
+  return c, nil, t
+end
+
+--- Reconciles a storm rebuilt from a killed run's journal with the server
+-- it ran against (the journal's target): each run whose create was sent
+-- but not answered is looked up by name in the storm's experiment (itself
+-- found by name when its answer was lost too). A run the server holds gets
+-- its id and real state; one it does not hold is Not created; when the
+-- server cannot be asked, Unknown ("created? intent journaled, server
+-- unreachable"). Runs the journal knows get the server's current state.
+-- Creates still in flight at the kill can land a little later: the server
+-- is asked again until request_timeout after the journal's last write.
+function M.reconcile(s)
+  local todo = unanswered(s)
+  local exp_pending = {}
+  for _, it in ipairs(s.intents.experiments) do
+    if not it.id then exp_pending[#exp_pending + 1] = it end
+  end
+  if #todo == 0 and #exp_pending == 0 then return nil end
+  local c, why, t = target_client(s)
+  local info = { server = t and t.url or (s.target and s.target.url) or s.url, asked = c ~= nil,
+    unanswered = #todo, found = 0 }
+  if c then
+    local jpath = s.exp:path("output", "journal.jsonl")
+    local last_write = fs.exists(jpath) == "file" and fs.stat(jpath).mtime or kb.time()
+    local wait = math.min(tonumber(t.request_timeout) or 30, 60)
+    local deadline = kb.now() + math.max(0, last_write + wait - kb.time())
+    local by_name = {}
+    for _, run in ipairs(todo) do by_name[run.name] = run end
+    while true do
+      local ok, err = pcall(function()
+        for _, it in ipairs(exp_pending) do
+          if not it.id then
+            local found = s:find_by_name(c, "list_experiments",
+              (s.p.api or t.api) == "v2beta1" and "display_name" or "name", it.name)
+            if found[1] then
+              it.id = found[1].id
+              s.created.experiments[#s.created.experiments + 1] = it.id
+              s.experiment = s.experiment or { id = it.id, name = it.name }
+            end
+          end
+        end
+        for _, eid in ipairs(s.created.experiments) do
+          if not s.gone[eid] then
+            for _, r in ipairs(c:list_all_runs{ experiment_id = eid, page_size = 200 }) do
+              local run = r.name and by_name[r.name]
+              if run then
+                by_name[r.name] = nil
+                run.id, run.state, run.created_at = r.id, r.state, r.created_at
+                run.scheduled_at, run.finished_at = r.scheduled_at, r.finished_at
+                run.reconciled = "created on the server, found by name by kbrun report: the "
+                  .. "create's answer was lost (" .. (run.create_error or "kbrun stopped before it arrived") .. ")"
+                run.create_error = nil
+                info.found = info.found + 1
+              else
+                local known
+                for _, x in ipairs(s.runs) do
+                  if x.id == r.id then known = x break end
+                end
+                if known then
+                  known.state = r.state -- its state now
+                elseif not info.foreign_seen or not info.foreign_seen[r.id] then
+                  info.foreign_seen = info.foreign_seen or {}
+                  info.foreign_seen[r.id] = true
+                  info.foreign = info.foreign or json.array({})
+                  info.foreign[#info.foreign + 1] = { id = r.id, name = r.name, state = r.state }
+                end
+              end
+            end
+          end
+        end
+      end)
+      if not ok then
+        if kb.is_cancelled(err) then error(err, 0) end
+        why = message_of(err)
+        break
+      end
+      if next(by_name) == nil or kb.now() >= deadline then break end
+      kb.sleep(math.min(0.5, math.max(deadline - kb.now(), 0.01)))
+    end
+    info.foreign_seen = nil
+  end
+  for _, run in ipairs(unanswered(s)) do
+    if why then
+      run.unknown = true
+      run.unknown_reason = "unknown (created? intent journaled, server unreachable: " .. why .. ")"
+    else
+      run.create_error = string.format("not created: the server holds no run named %s in the "
+        .. "storm's experiment (asked by kbrun report)", tostring(run.name))
+      run.maybe_created = false
+    end
+  end
+  info.unreachable = why
+  if why then
+    log.warn("kbrun report: could not ask %s about %d unanswered create(s): %s; those runs are "
+      .. "reported Unknown", tostring(info.server), #todo, why)
+  end
+  s.reconciled = info
+  return info
 end
 
 --- Writes what a storm leaves in result/ from a rebuilt session: runs.csv
@@ -324,8 +548,10 @@ end
 function M.rebuild(s)
   local r = s.final
   if s.kind == "runs" then
+    if not r then M.reconcile(s) end
     r = r or M.result(s)
-    M.write_runs_csv(s, s.rows)
+    if s.final and s.deletes[1] then r.deleted_after = s.deletes end
+    if s.rows then M.write_runs_csv(s, s.rows, s.rows_unstarted or nil) else M.write_runs_csv(s) end
   end
   local rows = {}
   for i, c in ipairs(s.calls) do
@@ -382,7 +608,7 @@ function Progress:line()
   local ok = s:count(function(r) return r.finished and r.state == "Succeeded" and not r.timed_out end)
   local timed_out = s:count(function(r) return r.timed_out end)
   return string.format("runs: %d/%d created, %d running, %d finished (%d succeeded, %d failed), "
-    .. "%d timed out | %.0f s", created, #s.runs, created - finished - timed_out, finished, ok,
+    .. "%d timed out | %.0f s", created, s:requested(), created - finished - timed_out, finished, ok,
     finished - ok, timed_out, s:elapsed())
 end
 
@@ -398,7 +624,7 @@ function Progress:update()
     return
   end
   local s = self.s
-  local total = #s.runs
+  local total = s:requested()
   local done = s:count(function(r) return r.finished or r.timed_out end)
   local quarter = total > 0 and math.floor(4 * done / total) or 0
   if quarter > self.quarter and done > 0 then
