@@ -4,12 +4,15 @@
 -- kb.json, kb.yaml, kb.hist, kb.metrics, kb.fs, kb.log, ...) load on first
 -- use, so `kb.json.encode(t)` works without a separate require.
 local core = require "kb.core"
+-- spawn: core.spawn, the new task inheriting its spawner's kb.context
+-- (sweep cells' metric scopes); every task below is started with it
+local spawn = require("kb.context").spawn
 
 local kb = {}
 
 --- Starts `fn(...)` as a new task on the next loop iteration.
 -- @return task with :wait(), :cancel(), :status(), :done()
-kb.spawn = core.spawn
+kb.spawn = spawn
 
 --- Suspends the calling task for `seconds` on the scenario clock.
 kb.sleep = core.sleep
@@ -71,7 +74,7 @@ function Pool:spawn(fn, ...)
   local slots = self.slots
   -- The slot is released by a to-be-closed variable, so an error leaves
   -- fn's frame on the stack and the task's traceback points at the failure.
-  local task = core.spawn(function(...)
+  local task = spawn(function(...)
     local release <close> = setmetatable({}, { __close = function() slots:release() end })
     return fn(...)
   end, ...)
@@ -97,8 +100,8 @@ end
 --- Runs fn with a deadline on the scenario clock: returns fn's results, or
 -- raises {class = "timeout"} (fn's task is cancelled) after `seconds`.
 function kb.timeout(seconds, fn, ...)
-  local work = core.spawn(fn, ...)
-  local timer = core.spawn(function()
+  local work = spawn(fn, ...)
+  local timer = spawn(function()
     core.sleep(seconds)
     work:cancel()
   end)

@@ -24,7 +24,14 @@ local hist = require "kb.hist"
 
 local M = {}
 
-local entries = {} -- key -> { key, name, labels, kind, metric }
+-- Registries: the root one (the process's; the runner's journal and
+-- result.json) and scopes (M.scope), each {entries = {key -> {key, name,
+-- labels, kind, metric}}}. Every function below works on the calling
+-- task's registry: the scope in its kb.context (inherited by the tasks it
+-- spawns), else the root.
+local context = require "kb.context"
+local root = { name = "root", entries = {} }
+local function current() return context.get("metrics") or root end
 local sink        -- the kb.journal measurements go to (set_journal), or nil
 local through     -- sink writes every record at once (no batching)
 local journal_metric, journal_event -- (metric, delta), (record or entry): set below
@@ -156,7 +163,7 @@ function Gauge:__tostring() return string.format("gauge %s = %s", self.key, self
 
 local function lookup(kind, name, labels)
   local key, copy = identify_or_raise(name, labels)
-  local e = entries[key]
+  local e = current().entries[key]
   if e and e.kind ~= kind then
     error(string.format("kb.metrics: %s is a %s, not a %s", key, e.kind, kind), 3)
   end
@@ -165,8 +172,9 @@ end
 
 local function register(kind, key, name, labels, metric)
   local e = { key = key, name = name, labels = labels, kind = kind, metric = metric }
-  entries[key] = e
-  if sink then journal_event(e) end
+  local reg = current()
+  reg.entries[key] = e
+  if sink and reg == root then journal_event(e) end -- a scope's reach the journal when merged
   return metric
 end
 
@@ -211,14 +219,14 @@ end
 function M.get(name, labels)
   local key, why = identify(name, labels)
   if not key then error("kb.metrics: " .. why, 2) end
-  local e = entries[key]
+  local e = current().entries[key]
   if e then return e.metric, e.kind end
   return nil
 end
 
-local function sorted_entries(kind)
+local function sorted_entries(kind, reg)
   local list = {}
-  for _, e in pairs(entries) do
+  for _, e in pairs((reg or current()).entries) do
     if kind == nil or e.kind == kind then list[#list + 1] = e end
   end
   table.sort(list, function(a, b) return a.key < b.key end)
@@ -280,7 +288,7 @@ local function plan(i, m, pending)
   if type(m) ~= "table" then snapshot_error(i, "not a table") end
   local key, why = identify(m.name, m.labels)
   if not key then snapshot_error(i, why) end
-  local e = entries[key] or pending[key]
+  local e = current().entries[key] or pending[key]
   if e and e.kind ~= m.kind then
     snapshot_error(i, string.format("%s is a %s here, a %s in the snapshot", key, e.kind, tostring(m.kind)))
   end
@@ -324,17 +332,91 @@ end
 --- kb.metrics.reset() zeroes every metric in place: objects held by callers
 -- stay registered and valid.
 function M.reset()
-  if sink then journal_event({ k = "reset" }) end
-  for _, e in pairs(entries) do
+  local reg = current()
+  if sink and reg == root then journal_event({ k = "reset" }) end
+  for _, e in pairs(reg.entries) do
     if e.kind == "histogram" then c_reset(e.metric) else e.metric.n = 0 end
   end
 end
 
 --- kb.metrics.clear() forgets every metric (held objects are detached).
 function M.clear()
-  if sink then journal_event({ k = "clear" }) end
-  entries = {}
+  local reg = current()
+  if sink and reg == root then journal_event({ k = "clear" }) end
+  reg.entries = {}
 end
+
+-- ---- scopes ------------------------------------------------------------------------
+--
+-- A scope is a registry of its own for one part of a run (a sweep cell):
+-- while a task runs inside scope:run, every kb.metrics call of that task
+-- and of the tasks it spawns (kb.spawn, kb.pool, kb.timeout: they inherit
+-- the kb.context) works on the scope, so cells running side by side
+-- never see each other's figures. scope:close() adds the scope into the
+-- registry it was made in (exactly: histograms merge, counters and gauges
+-- add), so the process's totals stay whole.
+
+local Scope = { __name = "kb.metrics.scope" }
+Scope.__index = Scope
+
+--- kb.metrics.scope([name]) -> a new, empty scope, child of the calling
+-- task's registry.
+function M.scope(name)
+  return setmetatable({ name = name or "scope", entries = {}, parent = current() }, Scope)
+end
+
+--- kb.metrics.current_scope() -> the calling task's scope, or nil at the root.
+function M.current_scope()
+  local reg = current()
+  if reg ~= root then return reg end
+  return nil
+end
+
+-- Runs fn(...) in the calling task with `reg` as its registry.
+local function within(reg, fn, ...)
+  local saved = context.push({ metrics = reg ~= root and reg or false })
+  local res = table.pack(pcall(fn, ...))
+  context.restore(saved)
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+--- scope:run(fn, ...) -> fn's results: runs fn in the calling task with
+-- this scope as its registry (and that of every task it spawns); the
+-- task's registry is restored however fn ends.
+function Scope:run(fn, ...)
+  if self.closed then error("kb.metrics: scope " .. tostring(self.name) .. " is closed", 2) end
+  return within(self, fn, ...)
+end
+
+--- scope:snapshot() -> the scope's metrics, as kb.metrics.snapshot().
+function Scope:snapshot() return M.snapshot_of(sorted_entries(nil, self)) end
+
+--- scope:get(name [, labels]) -> the scope's metric and its kind, or nil.
+function Scope:get(name, labels) return within(self, M.get, name, labels) end
+
+--- scope:each([kind]) -> as kb.metrics.each, over the scope's metrics.
+function Scope:each(kind) return within(self, M.each, kind) end
+
+--- scope:close(): adds the scope's metrics into the registry it was made
+-- in and closes it (idempotent). Its objects stay readable.
+function Scope:close()
+  if self.closed then return end
+  self.closed = true
+  within(self.parent, function()
+    for _, e in ipairs(sorted_entries(nil, self)) do
+      if e.kind == "histogram" then
+        M.histogram(e.name, e.labels, e.metric:layout()):merge(e.metric)
+      elseif e.kind == "counter" then
+        M.counter(e.name, e.labels):inc(e.metric.n)
+      else
+        M.gauge(e.name, e.labels):inc(e.metric.n)
+      end
+    end
+  end)
+end
+
+function Scope:__tostring() return "kb.metrics.scope " .. tostring(self.name) end
 
 -- ---- the journal sink ----------------------------------------------------------
 --
@@ -525,7 +607,7 @@ function M.set_journal(j)
   hist_methods.record, hist_methods.record_corrected = record, record_corrected
   hist_methods.merge, hist_methods.reset = merge, reset
   j:on_flush(function(journal) if sink == journal then seal() end end)
-  for _, e in ipairs(sorted_entries()) do
+  for _, e in ipairs(sorted_entries(nil, root)) do
     journal_event(e)
     if e.kind == "histogram" then
       if e.metric:count() > 0 then journal_event({ k = "hm", m = e.key, e = e.metric:encode() }) end

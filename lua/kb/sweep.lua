@@ -28,6 +28,7 @@ local kb = require "kb"
 local fs = require "kb.fs"
 local json = require "kb.json"
 local log = require "kb.log"
+local kmetrics = require "kb.metrics"
 local experiment = require "kb.experiment"
 local sampling = require "kb.sweep.sampling"
 local sjournal = require "kb.sweep.journal"
@@ -266,16 +267,22 @@ function Sweep:run_one(c, rep)
     self.slot_sem:acquire()
     slot = table.remove(self.slots)
   end
+  -- The cell's own metric registry: what run() and the tasks it spawns
+  -- record (kb.metrics.*, a storm's figures) is this cell's alone, even
+  -- with cells side by side; added to the sweep's registry at the end.
+  local scope = kmetrics.scope(exp_id)
   local ctx = setmetatable({ sweep = self, cell = params, id = c.id, key = c.key, index = c.index, rep = rep,
     seed = seed, exp = exp, dir = exp.dir, target = slot, rng = sampling.rng(seed), sims = {},
-    speed = self.speed, name = self.name }, Ctx)
+    speed = self.speed, name = self.name, metrics = scope }, Ctx)
   local t0 = kb.now()
-  local ok, metrics = xpcall(self.def.run, function(e)
+  local ok, metrics = scope:run(xpcall, self.def.run, function(e)
     if kb.is_cancelled(e) then return e end
     if type(e) == "table" then return e end
     return debug.traceback(tostring(e), 2)
   end, copy(params), ctx)
   ctx:close()
+  local registry = scope:snapshot()
+  scope:close()
   if self.slots then
     self.slots[#self.slots + 1] = slot
     self.slot_sem:release()
@@ -298,7 +305,7 @@ function Sweep:run_one(c, rep)
   pcall(exp.write_json, exp, "result", "result.json", {
     sweep = self.name, experiment_id = exp_id, cell = c.id, key = c.key, ["repeat"] = rep, seed = seed,
     status = rec.status, error = rec.error, params = params, metrics = back.metrics, elapsed = rec.elapsed,
-    clock = { speed = require("kb.core").clock_speed() },
+    clock = { speed = require("kb.core").clock_speed() }, registry = registry,
   })
   self:progress(back, false)
   local okw, werr = pcall(self.write_reports, self, false, false)

@@ -220,4 +220,103 @@ T.case("reset and clear", function()
   T.ok(metrics.counter("c") ~= c)
 end)
 
+T.case("scopes: a task's registry is its scope's, inherited by what it spawns", function()
+  local kb = require "kb"
+  metrics.clear()
+  metrics.counter("calls"):inc(100) -- the root's
+  local a, b = metrics.scope("a"), metrics.scope("b")
+  T.eq(metrics.current_scope(), nil, "a task starts at the root")
+  -- two scopes used by tasks running side by side, each spawning tasks
+  -- through kb.spawn, kb.pool and kb.timeout
+  local function work(n)
+    T.ok(metrics.current_scope() ~= nil, "inside a scope")
+    local pool = kb.pool(2)
+    for _ = 1, n do
+      pool:spawn(function()
+        kb.sleep(0)
+        metrics.counter("calls"):inc()
+        metrics.histogram("lat"):record(n * 0.001)
+      end)
+    end
+    pool:wait()
+    kb.spawn(function() metrics.gauge("last"):set(n) end):wait()
+    kb.timeout(10, function() kb.sleep(0) metrics.counter("timed"):inc(n) end)
+    return metrics.counter("calls"):value()
+  end
+  local ta = kb.spawn(function() return a:run(work, 3) end)
+  local tb = kb.spawn(function() return b:run(work, 5) end)
+  T.eq(ta:wait(), 3, "scope a counted its own calls")
+  T.eq(tb:wait(), 5, "scope b counted its own calls")
+  T.eq(a:get("calls"):value(), 3)
+  T.eq(b:get("lat"):count(), 5)
+  T.near(a:get("lat"):max(), 0.003, 1e-5, "scope a recorded only its own values")
+  T.near(b:get("lat"):min(), 0.005, 1e-5, "scope b recorded only its own values")
+  T.eq(a:get("last"):value(), 3)
+  T.eq(b:get("timed"):value(), 5)
+  T.eq(metrics.counter("calls"):value(), 100, "the root saw none of it")
+  T.eq(metrics.get("lat"), nil)
+  local names = {}
+  for key in a:each() do names[#names + 1] = key end
+  T.same(names, { "calls", "last", "lat", "timed" })
+  T.eq(#a:snapshot().metrics, 4)
+  -- the registry is restored however run ends
+  T.raises(function() a:run(error, "boom", 0) end, "boom")
+  T.eq(metrics.current_scope(), nil)
+  -- closing adds a scope into the registry it was made in, exactly
+  a:close()
+  b:close()
+  a:close() -- idempotent
+  T.eq(metrics.counter("calls"):value(), 108)
+  T.eq(metrics.histogram("lat"):count(), 8)
+  T.eq(metrics.counter("timed"):value(), 8)
+  T.eq(metrics.gauge("last"):value(), 8, "gauges add, as in merge_snapshot")
+  T.raises(function() a:run(function() end) end, "scope a is closed")
+  -- a scope inside a scope adds into its parent
+  local outer = metrics.scope("outer")
+  outer:run(function()
+    local inner = metrics.scope("inner")
+    inner:run(function() metrics.counter("deep"):inc(2) end)
+    T.eq(metrics.get("deep"), nil, "not yet in the outer scope")
+    inner:close()
+    T.eq(metrics.counter("deep"):value(), 2, "in the outer scope once closed")
+  end)
+  T.eq(metrics.get("deep"), nil, "the root has it only when the outer scope closes")
+  outer:close()
+  T.eq(metrics.counter("deep"):value(), 2)
+  metrics.clear()
+end)
+
+T.case("scopes and the journal: a scope's measurements reach it when the scope closes", function()
+  local kjournal = require "kb.journal"
+  local fs = require "kb.fs"
+  local dir = fs.tmpdir("kb-metrics-scope")
+  local path = fs.join(dir, "j.jsonl")
+  local saved = metrics.journal()
+  metrics.set_journal(nil)
+  metrics.clear()
+  local j = kjournal.open(path, { interval = 0 })
+  metrics.set_journal(j)
+  local s = metrics.scope("cell")
+  s:run(function()
+    metrics.histogram("op"):record(0.25)
+    metrics.counter("n"):inc(3)
+  end)
+  j:flush()
+  local before = kjournal.read(path)
+  for _, rec in ipairs(before) do
+    T.ok(rec.m ~= "op" and rec.m ~= "n", "nothing of the open scope is journaled: " .. tostring(rec.k))
+  end
+  s:close()
+  metrics.set_journal(nil)
+  j:close()
+  local replayed = require("kb.rebuild").replay(kjournal.read(path))
+  local got = {}
+  for _, m in ipairs(replayed.metrics.metrics) do got[m.key] = m end
+  T.eq(got.n and got.n.value, 3, "the counter, replayed")
+  T.eq(got.op and got.op.summary.count, 1, "the histogram, replayed")
+  metrics.clear()
+  if saved then metrics.set_journal(saved) end
+  fs.remove(dir, { recursive = true })
+end)
+
 T.run()
