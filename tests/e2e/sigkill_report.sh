@@ -30,8 +30,9 @@ fail() { echo "FAIL: $*" >&2; failed=$((failed + 1)); }
 N=10
 
 cat >"$WORK/check.lua" <<'EOF'
--- kbrun check.lua dir=EXPERIMENT url=SIM_URL runs=N: the rebuilt result
--- against the simulator's /metrics.
+-- kbrun check.lua dir=EXPERIMENT metrics=FILE runs=N: the rebuilt result
+-- against the simulator's /metrics as saved before kbrun report (which
+-- lists the experiment's runs to reconcile them with the server).
 local kb = require "kb"
 local csv = require "kb.csv"
 local p = kb.params
@@ -56,7 +57,7 @@ local function requests(op)
   return n
 end
 local served = {}
-for line in kb.http.get(p.url .. "/metrics").body:gmatch("[^\n]+") do
+for line in kb.fs.read(p.metrics):gmatch("[^\n]+") do
   local name, v = line:match("^(run_server_[%w_]+_requests) (%d+)")
   if name then served[name] = tonumber(v) end
 end
@@ -120,13 +121,21 @@ PID=
 DIR=$(ls -d "$WORK"/killed/*/ 2>/dev/null | head -1 | sed 's:/$::')
 [ -f "$DIR/result/result.json" ] && fail "a killed run wrote result.json"
 
+# the simulator's counters at the kill (kbrun report then asks it about the runs)
+"$KBRUN" -q -o "$WORK/checks" /dev/stdin url="$URL" out="$WORK/metrics.txt" >"$WORK/save.out" 2>&1 <<'EOS' \
+  || fail "could not save the simulator's metrics: $(cat "$WORK/save.out")"
+local kb = require "kb"
+return { params = { url = "", out = "" }, run = function(p)
+  kb.fs.write(p.out, kb.http.get(p.url .. "/metrics").body)
+end }
+EOS
 "$KBRUN" report "$DIR" >"$WORK/report.out" 2>"$WORK/report.err"
 CODE=$?
 [ "$CODE" = 0 ] || fail "kbrun report exited with $CODE: $(cat "$WORK/report.err")"
 grep -qF "$DIR/result/report.html" "$WORK/report.out" || fail "kbrun report did not print the report's path: $(cat "$WORK/report.out")"
 grep -qF "rebuilt from output/journal.jsonl (no result/result.json; status killed)" "$WORK/report.err" \
   || fail "kbrun report did not say it rebuilt: $(cat "$WORK/report.err")"
-"$KBRUN" -q -o "$WORK/checks" "$WORK/check.lua" dir="$DIR" url="$URL" runs=$N >"$WORK/check.out" 2>&1 \
+"$KBRUN" -q -o "$WORK/checks" "$WORK/check.lua" dir="$DIR" metrics="$WORK/metrics.txt" runs=$N >"$WORK/check.out" 2>&1 \
   || fail "$(cat "$WORK/check.out")"
 
 # A second report: result.json is now newer than the journal, no rebuild.

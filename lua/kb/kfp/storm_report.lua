@@ -167,8 +167,10 @@ local function run_error(run)
   if run.unknown and not run.finished then return run.unknown_reason end
   if run.create_error and not run.id then return run.create_error end
   if run.timed_out then return run.timeout_reason end
-  local e = run.server_error or (not run.finished and (run.lost and run.poll_error or run.poll_error)) or nil
-  if run.reconciled then return e and (run.reconciled .. "; " .. e) or run.reconciled end
+  local e = run.server_error or (not run.finished and run.poll_error) or nil
+  for _, note in ipairs({ run.reconciled, run.gone_note }) do
+    e = e and (note .. "; " .. e) or note
+  end
   return e
 end
 
@@ -458,8 +460,9 @@ function M.reconcile(s)
   for _, it in ipairs(s.intents.experiments) do
     if not it.id then exp_pending[#exp_pending + 1] = it end
   end
-  if #todo == 0 and #exp_pending == 0 then return nil end
+  if #todo == 0 and #exp_pending == 0 and #s.created.experiments == 0 then return nil end
   local c, why, t = target_client(s)
+  if not c and #todo == 0 then return nil end -- nothing the server could change
   local info = { server = t and t.url or (s.target and s.target.url) or s.url, asked = c ~= nil,
     unanswered = #todo, found = 0 }
   if c then
@@ -467,7 +470,7 @@ function M.reconcile(s)
     local last_write = fs.exists(jpath) == "file" and fs.stat(jpath).mtime or kb.time()
     local wait = math.min(tonumber(t.request_timeout) or 30, 60)
     local deadline = kb.now() + math.max(0, last_write + wait - kb.time())
-    local by_name = {}
+    local by_name, listed = {}, {}
     for _, run in ipairs(todo) do by_name[run.name] = run end
     while true do
       local ok, err = pcall(function()
@@ -484,7 +487,9 @@ function M.reconcile(s)
         end
         for _, eid in ipairs(s.created.experiments) do
           if not s.gone[eid] then
+            listed[eid] = {}
             for _, r in ipairs(c:list_all_runs{ experiment_id = eid, page_size = 200 }) do
+              listed[eid][r.id] = true
               local run = r.name and by_name[r.name]
               if run then
                 by_name[r.name] = nil
@@ -521,6 +526,22 @@ function M.reconcile(s)
       kb.sleep(math.min(0.5, math.max(deadline - kb.now(), 0.01)))
     end
     info.foreign_seen = nil
+    -- a run the journal knows that its experiment no longer holds was
+    -- deleted: by the cleanup the kill cut short (its delete's answer, or
+    -- the journal line of it, lost) or by someone else
+    if not why and next(listed) then
+      local all = {}
+      for _, ids in pairs(listed) do
+        for id in pairs(ids) do all[id] = true end
+      end
+      for _, run in ipairs(s.runs) do
+        if run.id and not run.deleted and not all[run.id] then
+          run.deleted = true
+          run.gone_note = "not on the server at rebuild: deleted (by the interrupted cleanup, or by someone else)"
+          info.gone = (info.gone or 0) + 1
+        end
+      end
+    end
   end
   for _, run in ipairs(unanswered(s)) do
     if why then
