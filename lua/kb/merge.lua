@@ -146,19 +146,38 @@ local function rate_counts(t, key)
   return num, den
 end
 
-local function kind_of_float(key)
+-- How a number at `key` merges, decided by its name and never by its JSON
+-- type (a rate of 1.0 and a percentile of 632 s read back as integers):
+--   "rate"  recomputed from the merged counts (else weighted)
+--   "sum"   throughputs of shards running side by side
+--   "max"   elapsed times, and the maximum of a statistics table
+--   "min"   the minimum of a statistics table
+--   "mean"  weighted by the `count` next to it
+--   "pct"   a percentile (p50, p99, p99_9, median): only from merged raw
+--           material (histograms, run rows), else dropped
+--   "same"  settings (a clock's speed): kept when equal, else dropped
+--   "drop"  spreads (sd): cannot be merged from the parts shown
+--   nil     a count (integers add) or an unknown float (dropped)
+local SETTINGS = { speed = true, scale = true, concurrency = true, version = true, seed = true,
+  port = true, digits = true, lowest = true, highest = true, limit = true, tolerance = true,
+  published = true, index = true, interval = true }
+local function kind_of(key)
   if type(key) ~= "string" then return nil end
-  if key:match("rate$") or key:match("ratio$") then
-    if key:match("per_second") then return "sum" end
-    return "rate"
-  end
-  if key:match("per_second$") or key:match("_rps$") or key:match("^rps$") or key:match("throughput") then
+  if key:match("per_second") or key:match("_rps$") or key:match("^rps$") or key:match("throughput") then
     return "sum"
   end
+  if key:match("rate$") or key:match("ratio$") then return "rate" end
+  if key:match("^p%d+$") or key:match("^p%d+_%d+$") or key == "median" then return "pct" end
+  if key == "min" then return "min" end
+  if key == "max" then return "max" end
+  if key == "mean" or key == "avg" or key == "average" then return "mean" end
+  if key == "sd" or key == "stddev" or key == "std" or key == "variance" then return "drop" end
+  if SETTINGS[key] then return "same" end
   if key:match("^elapsed") or key:match("duration$") or key:match("^duration") or key:match("^wall") then
     return "max"
   end
 end
+M.kind_of = kind_of
 
 local merge_values
 
@@ -181,6 +200,17 @@ local function merge_tables(values, path, unmerged)
     local sub = path .. "." .. tostring(k)
     local v = merge_values(list, sub, unmerged, k)
     if v == "__rate" then rates[#rates + 1] = k
+    elseif v == "__mean" then
+      -- weighted by the shards' counts next to it (exact up to rounding)
+      local wsum, w = 0, 0
+      for _, t in pairs(values) do
+        local c = t.count or t.n
+        if type(t[k]) ~= "number" or type(c) ~= "number" then wsum = nil break end
+        wsum, w = wsum + t[k] * c, w + c
+      end
+      if wsum and w > 0 then out[k] = wsum / w
+      elseif wsum then out[k] = nil
+      else unmerged[#unmerged + 1] = sub end
     elseif v ~= nil then out[k] = v end
   end
   -- Rates last: they are recomputed from the merged counts.
@@ -219,25 +249,24 @@ merge_values = function(list, path, unmerged, key)
       return nil
     end
   end
-  if only == "integer" then
-    local s = 0
-    for _, v in pairs(list) do s = s + v end
-    return s
-  elseif only == "float" then
-    local how = kind_of_float(key)
+  if only == "integer" or only == "float" then
+    local how = kind_of(key)
     if how == "rate" then return "__rate" end
-    if how == "sum" then
+    if how == "mean" then return "__mean" end
+    if how == "sum" or (how == nil and only == "integer") then
       local s = 0
       for _, v in pairs(list) do s = s + v end
       return s
-    elseif how == "max" then
-      local m = -math.huge
-      for _, v in pairs(list) do if v > m then m = v end end
+    elseif how == "max" or how == "min" then
+      local m = how == "max" and -math.huge or math.huge
+      for _, v in pairs(list) do
+        if (how == "max" and v > m) or (how == "min" and v < m) then m = v end
+      end
       return m
     end
     local same = true
     for _, v in pairs(list) do same = same and v == first end
-    if same and n == 1 then return first end
+    if same and (n == 1 or how == "same") then return first end
     unmerged[#unmerged + 1] = path
     return nil
   elseif only == "table" then
@@ -284,6 +313,137 @@ function M.results(list, n)
   if v == "__rate" then v, unmerged[#unmerged + 1] = nil, "result" end
   table.sort(unmerged)
   return v, unmerged
+end
+
+-- ---- run storms: figures re-derived from the run rows ------------------------------
+
+-- Nearest-rank statistics of a list, as kb.kfp.storm_report.stats (the
+-- figures one process running every run computes).
+local function stats(list)
+  return require("kb.kfp.storm_report").stats(list)
+end
+
+local function is_storm(r)
+  return type(r) == "table" and type(r.runs) == "table" and r.runs.requested ~= nil
+    and type(r.durations) == "table"
+end
+
+local function hist_summary(snap, key)
+  for _, m in ipairs(snap.metrics) do
+    if m.key == key and m.kind == "histogram" then return m.summary end
+  end
+end
+
+local CLIENT_PREFIXES = { "poll.", "aux." }
+
+--- merge.storm(result, inputs, metrics, rows, notes): re-derives the
+-- figures of merged KFP run storms (kb.kfp.storm) that merge_values
+-- cannot: durations and observed_lag from the concatenated run rows
+-- (runs.csv of every shard; without them these are dropped), the success
+-- rate from the merged run counts, server_vs_client's client side from
+-- the merged histograms (the server side is each shard's own scrape
+-- window: dropped), the comparison rows against the merged figures.
+-- server_metrics (each shard's window of the server) is dropped. notes
+-- collects "path: why" for everything dropped.
+function M.storm(result, inputs, metrics, rows, notes)
+  local all_rows = rows and #rows > 0
+  if all_rows then
+    local durations, lags = {}, {}
+    for _, row in ipairs(rows) do
+      local d, lag = tonumber(row.duration), tonumber(row.observed_lag)
+      if row.outcome == "Succeeded" and d then durations[#durations + 1] = d end
+      if lag then lags[#lags + 1] = lag end
+    end
+    result.durations, result.observed_lag = stats(durations), stats(lags)
+  else
+    result.durations, result.observed_lag = nil, nil
+    notes[#notes + 1] = "result.durations, result.observed_lag: no runs.csv in the inputs to recompute them from"
+  end
+  local runs = result.runs or {}
+  local n = tonumber(runs.requested) or 0
+  result.success_rate = n > 0 and (tonumber(runs.succeeded) or 0) / n or 0
+  if result.server_metrics ~= nil then
+    result.server_metrics = { available = false, reason = "merged shards: each shard scraped its own window; see shards[i].result.server_metrics" }
+    notes[#notes + 1] = "result.server_metrics: each shard's own scrape window of the server (not additive); kept per shard"
+  end
+  local ops, seen = {}, {}
+  for _, r in ipairs(inputs) do
+    for _, row in ipairs(type(r) == "table" and type(r.server_vs_client) == "table" and r.server_vs_client or {}) do
+      if row.op and not seen[row.op] then seen[row.op], ops[#ops + 1] = true, row.op end
+    end
+  end
+  if #ops > 0 then
+    local out = json.array({})
+    for _, op in ipairs(ops) do
+      local c = hist_summary(metrics, op)
+      local extra = 0
+      for _, prefix in ipairs(CLIENT_PREFIXES) do
+        local h = hist_summary(metrics, prefix .. op)
+        extra = extra + (h and h.count or 0)
+      end
+      out[#out + 1] = { op = op, client = c and c.count > 0 and { count = c.count, p50 = c.p50, p90 = c.p90,
+        p99 = c.p99, other_calls = extra } or nil }
+    end
+    result.server_vs_client = out
+    notes[#notes + 1] = "result.server_vs_client: client side from the merged histograms; the server side is each shard's own window (dropped)"
+  end
+  local first
+  for _, r in ipairs(inputs) do
+    if type(r) == "table" and type(r.comparison) == "table" then first = r.comparison break end
+  end
+  if first then
+    local out = json.array({})
+    for _, ref in ipairs(first) do
+      local source = ref.metric == "durations" and result.durations or hist_summary(metrics, ref.metric) or {}
+      local measured = source[ref.stat]
+      local diff = measured and ref.published and (measured - ref.published) / ref.published or nil
+      out[#out + 1] = { label = ref.label, metric = ref.metric, stat = ref.stat, published = ref.published,
+        measured = measured, diff = diff, unit = ref.unit, tolerance = ref.tolerance, source = ref.source,
+        within = diff ~= nil and ref.tolerance ~= nil and math.abs(diff) <= ref.tolerance }
+    end
+    result.comparison = out
+  end
+end
+
+-- The shards' splits (kb.shard's describe().split): every `what` split by
+-- range must be covered exactly once, by parts of the same total.
+local function check_splits(docs, count, problem, warnings)
+  local any, by_what = false, {}
+  for i, d in ipairs(docs) do
+    local s = type(d.shard) == "table" and d.shard or nil
+    if s and type(s.split) == "table" then
+      any = true
+      for what, rec in pairs(s.split) do
+        if rec.total ~= nil then
+          local w = by_what[what] or { total = rec.total, parts = {} }
+          by_what[what] = w
+          if rec.total ~= w.total then
+            problem("input %d split %d %s, input 1 %s", i, rec.total, what, tostring(w.total))
+          end
+          w.parts[#w.parts + 1] = { first = rec.first, last = rec.last, input = i }
+        end
+      end
+    end
+  end
+  if count and count > 1 and not any then
+    warnings[#warnings + 1] = "the shards recorded no split of their work (a scenario that ignores kb.shard "
+      .. "does all of it in every shard: its counts are added as many times)"
+  end
+  for what, w in pairs(by_what) do
+    table.sort(w.parts, function(a, b) return a.first < b.first end)
+    local expect = 1
+    for _, part in ipairs(w.parts) do
+      if part.first ~= expect then
+        problem("the shards' %s overlap or leave a gap at %d (input %d takes %d..%d)", what, expect,
+          part.input, part.first, part.last)
+        break
+      end
+      expect = part.last + 1
+    end
+    if count and #w.parts == count and expect ~= w.total + 1 then
+      problem("the shards' %s end at %d of %d", what, expect - 1, w.total)
+    end
+  end
 end
 
 -- ---- result documents ---------------------------------------------------------
@@ -344,6 +504,7 @@ function M.documents(docs, opts)
     for k = 0, count - 1 do if not seen_index[k] then missing[#missing + 1] = tostring(k) end end
     if #missing > 0 then problem("shard(s) %s of %d missing", table.concat(missing, ", "), count) end
   end
+  check_splits(docs, count, problem, warnings)
 
   local snaps, results, shards = {}, {}, {}
   local status, exit_code, duration = "passed", 0, 0
@@ -364,6 +525,22 @@ function M.documents(docs, opts)
   end
   local metrics = M.snapshots(snaps)
   local result, unmerged = M.results(results, #docs)
+  local notes = {}
+  local storms = #docs > 0
+  for i = 1, #docs do storms = storms and is_storm(results[i]) end
+  if storms and type(result) == "table" then
+    M.storm(result, results, metrics, opts.rows, notes)
+    -- what the storm re-derived is merged, not dropped
+    local kept = {}
+    for _, path in ipairs(unmerged) do
+      local top = path:match("^result%.([^%.]+)")
+      if top ~= "durations" and top ~= "observed_lag" and top ~= "server_vs_client" and top ~= "comparison"
+          and top ~= "server_metrics" and top ~= "success_rate" then
+        kept[#kept + 1] = path
+      end
+    end
+    unmerged = kept
+  end
   local doc = {
     kbrun = first.kbrun,
     scenario = first.scenario,
@@ -379,7 +556,7 @@ function M.documents(docs, opts)
     metrics = metrics,
     result = result,
     merge = { inputs = #docs, shards = count, unmerged = json.array(unmerged),
-      warnings = json.array(warnings) },
+      notes = json.array(notes), warnings = json.array(warnings), runs_rows = opts.rows and #opts.rows or nil },
     shards = json.array(shards),
   }
   local spec = thresholds_spec(first.thresholds)
@@ -413,17 +590,51 @@ end
 -- (config/params.json, result/result.json, result/report.html) under
 -- opts.out (default: the folder holding the first input), named
 -- "<scenario>-merged" unless opts.name.
+-- The rows of result/<name> of every input that has one (nil when none
+-- has), each shard's `index` column made global by its split of `what`
+-- (its first item - 1 added), and the header of the first.
+local function concat_csv(dirs, docs, name, what)
+  local csv = require "kb.csv"
+  local rows, header = {}, nil
+  for i, dir in ipairs(dirs) do
+    local path = fs.join(dir, "result", name)
+    if fs.exists(dir) ~= "dir" or fs.exists(path) ~= "file" then return nil end -- all or none
+    do
+      local list, h = csv.parse(fs.read(path), { header = true })
+      header = header or h
+      local split = type(docs[i].shard) == "table" and type(docs[i].shard.split) == "table"
+        and docs[i].shard.split[what] or nil
+      local offset = split and tonumber(split.first) and split.first - 1 or 0
+      for _, row in ipairs(list) do
+        if what and offset ~= 0 and tonumber(row.index) then row.index = tostring(math.tointeger(tonumber(row.index) + offset)) end
+        rows[#rows + 1] = row
+      end
+    end
+  end
+  if what then -- in the order of the whole run
+    table.sort(rows, function(a, b) return (tonumber(a.index) or 0) < (tonumber(b.index) or 0) end)
+  end
+  return rows, header
+end
+
 function M.experiments(dirs, opts)
   opts = opts or {}
   local docs = {}
   for i, dir in ipairs(dirs) do docs[i] = M.read(dir) end
-  local doc = M.documents(docs, { force = opts.force, dirs = dirs })
+  local rows, run_header = concat_csv(dirs, docs, "runs.csv", "runs")
+  local calls, call_header = concat_csv(dirs, docs, "latencies.csv", nil)
+  local doc = M.documents(docs, { force = opts.force, dirs = dirs, rows = rows })
   local out = opts.out or fs.dirname(fs.abspath(dirs[1]))
   local name = opts.name or ((doc.scenario and doc.scenario.name or "experiment") .. "-merged")
   local exp = require("kb.experiment").create({ out = out, name = name })
   doc.experiment_id = exp.id
   exp:write_json("config", "params.json", { scenario = doc.scenario and doc.scenario.file,
     params = doc.params, merged_from = json.array(dirs) })
+  -- a storm's run rows and timed calls, concatenated (the raw material
+  -- the merged figures were derived from)
+  local csv = require "kb.csv"
+  if rows then fs.write(exp:path("result", "runs.csv"), csv.encode(rows, run_header)) end
+  if calls then fs.write(exp:path("result", "latencies.csv"), csv.encode(calls, call_header)) end
   exp:write_json("result", "result.json", doc)
   local ok, err = pcall(require("kb.report").write, exp, doc)
   if not ok then doc.merge.warnings[#doc.merge.warnings + 1] = "report: " .. tostring(err) end

@@ -14,7 +14,17 @@
 -- Kubernetes completion indices do. Unsharded, index = 0 and count = 1:
 -- range(n) is 1..n and owns(i) is always true, so a scenario written for
 -- shards runs unchanged on its own.
-local M = { index = 0, count = 1, sharded = false }
+--
+-- How a scenario splits its work is recorded (describe().split, in
+-- result.json's `shard`), so `kbrun merge` can check that the shards' parts
+-- are disjoint and whole: range(total, what) records {total, first, last}
+-- under `what` (default "items"), owns(i, what) records {by =
+-- "round-robin", items = how many it owned}. The bundled scenarios:
+--   kb.kfp.storm (taxi_50runs, sweep cells' storms)  range(num_runs, "runs")
+--   kb.sweep (sweep_taxi)                            owns(cell index, "cells")
+-- A sharded run that split nothing did all the work in every shard: merge
+-- refuses it (unless --force).
+local M = { index = 0, count = 1, sharded = false, splits = {} }
 
 local function parse_int(text, what)
   if type(text) == "number" then text = tostring(text) end
@@ -87,6 +97,7 @@ function M.set(index, count)
   local ok, why = check(i, n)
   if not ok then error("kb.shard.set: " .. why, 2) end
   M.index, M.count, M.sharded = i, n, n > 1
+  M.splits = {}
 end
 
 --- kb.shard.configure(cli_text [, getenv]) -> true, or nil and a message:
@@ -114,38 +125,67 @@ end
 -- items 1..total. Parts differ in size by at most one (the first
 -- total % count shards take one more); a shard with nothing gets
 -- first = last + 1, so `for i = first, last` runs zero times.
-function M.range(total)
-  total = check_total(total, "range")
-  local base, extra = total // M.count, total % M.count
-  local first = M.index * base + math.min(M.index, extra) + 1
-  local size = base + (M.index < extra and 1 or 0)
+-- The part of 1..total that shard `index` of `count` takes.
+local function part(total, index, count)
+  local base, extra = total // count, total % count
+  local first = index * base + math.min(index, extra) + 1
+  local size = base + (index < extra and 1 or 0)
   return first, first + size - 1
 end
 
---- kb.shard.size(total) -> how many of total items this shard takes (range).
-function M.size(total)
-  local first, last = M.range(check_total(total, "size"))
+--- kb.shard.range(total [, what]) -> first, last (see above); recorded
+-- as this shard's part of `what` (default "items").
+function M.range(total, what)
+  total = check_total(total, "range")
+  local first, last = part(total, M.index, M.count)
+  M.splits[what or "items"] = { total = total, first = first, last = last }
+  return first, last
+end
+
+--- kb.shard.size(total [, what]) -> how many of total items this shard
+-- takes (range, recorded as range records it).
+function M.size(total, what)
+  local first, last = M.range(check_total(total, "size"), what)
   return last - first + 1
 end
+
+--- kb.shard.part(total, index, count) -> first, last of shard `index`
+-- of `count` (what range gives that shard), for checks and merges.
+function M.part(total, index, count) return part(check_total(total, "part"), index, count) end
 
 --- kb.shard.owns(i) -> whether item i (counting from 1) is this shard's,
 -- round-robin: item i belongs to shard (i - 1) % count. Unlike range it
 -- needs no total and spreads neighbours (e.g. sweep cells of increasing
 -- load) over all shards.
-function M.owns(i)
+function M.owns(i, what)
   if math.type(i) ~= "integer" then
     if type(i) == "number" and i == math.floor(i) then i = math.tointeger(i)
     else error("kb.shard.owns: item must be an integer, got " .. tostring(i), 2) end
   end
   if i < 1 then error("kb.shard.owns: items count from 1, got " .. i, 2) end
-  return (i - 1) % M.count == M.index
+  local mine = (i - 1) % M.count == M.index
+  local rec = M.splits[what or "items"]
+  if not rec or rec.by ~= "round-robin" then
+    rec = { by = "round-robin", items = 0 }
+    M.splits[what or "items"] = rec
+  end
+  if mine then rec.items = rec.items + 1 end
+  return mine
 end
 
---- kb.shard.describe() -> { index =, count = } (recorded in result.json),
--- or nil when unsharded.
+--- kb.shard.describe() -> { index =, count = [, split = {[what] = ...}] }
+-- (recorded in result.json), or nil when unsharded. split is absent when
+-- the scenario split nothing (then every shard did all the work).
 function M.describe()
   if not M.sharded then return nil end
-  return { index = M.index, count = M.count }
+  local split
+  for what, rec in pairs(M.splits) do
+    split = split or {}
+    local copy = {}
+    for k, v in pairs(rec) do copy[k] = v end
+    split[what] = copy
+  end
+  return { index = M.index, count = M.count, split = split }
 end
 
 return M

@@ -379,6 +379,9 @@ function M.run(def)
   local self = setmetatable({ def = def, name = def.name, repeats = repeats, parallel = parallel,
     speed = def.speed or target.defaults.speed or 600, finished = 0, skipped = 0, ran = 0, tasks = {} }, Sweep)
   self.dir = fs.join(out, experiment.sanitize(def.name))
+  -- sharded (kbrun --shard I/N): this shard's cells, in a folder of its own
+  local shard = require "kb.shard"
+  if shard.sharded then self.dir = format("%s-shard%dof%d", self.dir, shard.index, shard.count) end
   local quiet = log.level() == "warn" or log.level() == "error" or log.level() == "off"
   self.print = def.print ~= false and not quiet
   -- One sweep at a time per folder (kb.sweep.lock): a second one is
@@ -441,6 +444,16 @@ function M.run(def)
     end
     self.dims = dims
     if def.search then bases = list else cells = list end
+  end
+  if shard.sharded then
+    local function mine(list)
+      local kept = {}
+      for _, c in ipairs(list) do
+        if shard.owns(c.index, "cells") then kept[#kept + 1] = c end
+      end
+      return kept
+    end
+    if cells then cells = mine(cells) else bases = mine(bases) end
   end
   self.varying, self.param_names = {}, {}
   local seen = {}
