@@ -700,7 +700,8 @@ end
 -- timeout the remaining runs are not created. Returns the new run records.
 function Session:create_runs(n)
   assert(self.pipeline, "kb.kfp.storm: create_pipeline() before create_runs()")
-  n = n or self.p.num_runs
+  -- sharded (kb.shard, kbrun --shard I/N): this shard's part of num_runs
+  n = n or require("kb.shard").size(self.p.num_runs, "runs")
   self.planned = self.planned + n
   -- a record only for a run about to be sent (pool:spawn waits for a
   -- slot), so memory follows the runs started; the rest are counted
@@ -1279,7 +1280,7 @@ end
 -- (num_runs when the storm stopped before its first create_runs).
 function Session:requested()
   local n = math.max(self.planned, #self.runs)
-  if n == 0 and self.kind == "runs" then n = self.p.num_runs or 0 end
+  if n == 0 and self.kind == "runs" then n = require("kb.shard").size(self.p.num_runs or 0, "runs") end
   return n
 end
 
