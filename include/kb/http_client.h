@@ -47,11 +47,13 @@ typedef enum {
   KB_HTTP_ERR_TOO_MANY_REDIRECTS,
   KB_HTTP_ERR_CANCELLED,
   KB_HTTP_ERR_RESOURCE,  /* out of file descriptors or memory */
-  KB_HTTP_ERR_OTHER
+  KB_HTTP_ERR_OTHER,
+  KB_HTTP_ERR_BODY_TOO_LARGE /* the body passed kb_http_request_set_max_body */
 } kb_http_error;
 
 /* "connect", "timeout", "tls", "dns", "reset", "protocol",
- * "too_many_redirects", "cancelled", "resource", "other" ("ok" for 0). */
+ * "too_many_redirects", "cancelled", "resource", "other", "body_too_large"
+ * ("ok" for 0). */
 const char *kb_http_error_name(kb_http_error e);
 
 /* ---- client ---------------------------------------------------------------- */
@@ -201,6 +203,18 @@ typedef struct kb_http_options {
  * -ENOMEM. TLS settings take part in connection reuse as curl defines it
  * (CA, verification, client certificate; not the private key). */
 int kb_http_request_set_options(kb_http_request *r, const kb_http_options *o);
+
+/* The most body bytes the response may have (after decoding, with
+ * compressed); 0, the default, is no limit. A longer body stops the
+ * transfer as soon as it passes the limit, so no more than max bytes are
+ * ever held, and fails with KB_HTTP_ERR_BODY_TOO_LARGE (the message names
+ * the limit and the redacted URL). Streams (set_stream) hold no body and
+ * ignore it. Returns 0, or -EINVAL once started. */
+int kb_http_request_set_max_body(kb_http_request *r, size_t max);
+
+/* The response a finished request delivered to its done callback (valid
+ * until the request is freed), for a caller that reads it later. */
+const kb_http_response *kb_http_request_response(const kb_http_request *r);
 
 /* Starts the transfer; cb runs later from a loop callback (never from
  * inside this call) with the response or the error. Returns 0, or a

@@ -7,27 +7,52 @@
  *
  * How a binding performs an asynchronous operation:
  *
- *   static int l_sleep(lua_State *L) {
+ *   static int l_op(lua_State *L) {
  *     kb_task *t = kb_task_running(L);          // raises if not in a task
  *     my_op *op = ...;                          // start the operation
  *     return kb_task_await(L, t, my_op_cancel, op);
  *   }
  *
  *   static void my_op_done(my_op *op) {          // later, from a loop callback
- *     lua_State *co = kb_task_thread(op->task);
- *     lua_pushinteger(co, 42);                  // results go on the task's stack
- *     kb_task_wake(op->task, 1);                // l_sleep "returns" 42
+ *     op->answer = 42;                          // record what to deliver
+ *     kb_task_deliver(op->task, my_op_deliver); // op now belongs to the task
  *   }
  *
+ *   static int my_op_deliver(lua_State *L, void *p) { // runs inside the task
+ *     my_op *op = p;
+ *     lua_Integer answer = op->answer;
+ *     my_op_free(op);                           // take what is needed first
+ *     lua_pushinteger(L, answer);               // may raise: it is protected
+ *     return 1;                                 // l_op "returns" 42
+ *   }
+ *
+ * Why the values are pushed by the task and not by the loop callback: a
+ * suspended coroutine has no error handler, so a push that fails there
+ * (out of memory, a stack that cannot grow) would abort the process. The
+ * deliver function runs as the awaiting call's continuation, inside
+ * lua_resume, where such an error just fails the task.
+ *
  * Rules:
- *  - kb_task_wake / kb_task_fail are called from loop callbacks only, never
- *    synchronously inside the binding that awaits (complete synchronously by
- *    returning results instead).
+ *  - kb_task_deliver / kb_task_wake / kb_task_fail are called from loop
+ *    callbacks (or from Lua code for another task), never synchronously
+ *    inside the binding that awaits (complete synchronously by returning
+ *    results instead). The task may run inside the call: the caller touches
+ *    nothing that the task may free afterwards.
+ *  - Ownership: from kb_task_await until the task is woken, the operation
+ *    owns op. After kb_task_deliver the task owns it: exactly one of
+ *    deliver(L, op) (when the task resumes) or cancel(op) (when it is
+ *    cancelled first, or at shutdown) is called, once. deliver must release
+ *    what it needs to before anything in it can raise.
  *  - If the task is cancelled while it awaits, the runtime calls cancel(op)
  *    exactly once; after that the operation must not wake the task. The
- *    operation still owns (and frees) its memory.
- *  - kb_task_fail raises the value on top of the task's stack as the error of
- *    the awaiting call.
+ *    operation still owns (and frees) its memory. A cancel that comes after
+ *    kb_task_deliver means "the result was not taken": give back what was
+ *    handed over (a semaphore unit) and free op.
+ *  - kb_task_wake / kb_task_fail are the older form: the waker pushes the
+ *    values onto the task's stack itself (unprotected, so only for values
+ *    that cannot fail: none, or with lua_checkstack checked). kb_task_fail
+ *    raises the value on top of the task's stack as the error of the
+ *    awaiting call.
  */
 #ifndef KB_RT_H
 #define KB_RT_H
@@ -39,6 +64,9 @@
 typedef struct kb_rt kb_rt;
 typedef struct kb_task kb_task;
 typedef void (*kb_cancel_fn)(void *op);
+/* Pushes an awaiting call's results on L (the task's own thread) and
+ * returns their number, or raises the call's error. */
+typedef int (*kb_deliver_fn)(lua_State *L, void *op);
 
 /* ---- the scenario clock -------------------------------------------------
  * Everything time-based goes through the runtime's clock: kb.now, kb.sleep,
@@ -101,6 +129,9 @@ kb_task *kb_task_of(lua_State *L);        /* NULL outside a task */
 lua_State *kb_task_thread(kb_task *t);
 kb_rt *kb_task_rt(kb_task *t);
 int kb_task_await(lua_State *L, kb_task *t, kb_cancel_fn cancel, void *op);
+/* Wakes t, which awaits with (cancel, op): when it resumes, deliver(L, op)
+ * gives the awaiting call's results (see the rules above). */
+void kb_task_deliver(kb_task *t, kb_deliver_fn deliver);
 void kb_task_wake(kb_task *t, int nresults);
 void kb_task_fail(kb_task *t);
 /* Suspends the running task behind every task that is ready now (use as

@@ -94,10 +94,13 @@ static int l_clock_speed(lua_State *L) {
 
 /* ---- semaphores ------------------------------------------------------------------ */
 
+/* A task in sem:acquire(). Owned by the wait: freed when the unit is
+ * delivered (sem_deliver) or the wait is cancelled (waiter_cancel). */
 typedef struct sem_waiter {
   kb_task *task;
   struct sem_waiter *next;
   struct semaphore *sem;
+  int granted; /* release() handed it a unit it has not taken yet */
 } sem_waiter;
 
 typedef struct semaphore {
@@ -118,9 +121,31 @@ static void waiter_unlink(semaphore *s, sem_waiter *w) {
   if (s->tail == w) s->tail = prev;
 }
 
+static int sem_deliver(lua_State *L, void *p) {
+  (void)L;
+  free(p); /* the unit is the caller's now */
+  return 0;
+}
+
+/* One unit comes free: to the oldest waiter, else back to the count. */
+static void sem_give(semaphore *s) {
+  sem_waiter *w = s->head;
+  if (!w) {
+    s->count++;
+    return;
+  }
+  waiter_unlink(s, w);
+  w->granted = 1;
+  kb_task_deliver(w->task, sem_deliver); /* w belongs to the task now */
+}
+
+/* A waiter cancelled before it resumed with its unit passes the unit on:
+ * otherwise it would be lost for good (and a kb.pool with it a slot). The
+ * semaphore is alive: the waiter's acquire() holds it on its stack. */
 static void waiter_cancel(void *p) {
   sem_waiter *w = p;
-  waiter_unlink(w->sem, w);
+  if (w->granted) sem_give(w->sem);
+  else waiter_unlink(w->sem, w);
   free(w);
 }
 
@@ -148,23 +173,16 @@ static int sem_acquire(lua_State *L) {
   w->task = t;
   w->next = NULL;
   w->sem = s;
+  w->granted = 0;
   if (s->tail) s->tail->next = w;
   else s->head = w;
   s->tail = w;
   return kb_task_await(L, t, waiter_cancel, w);
 }
 
+/* The unit goes straight to the oldest waiter, if any. */
 static int sem_release(lua_State *L) {
-  semaphore *s = luaL_checkudata(L, 1, SEM_META);
-  sem_waiter *w = s->head;
-  if (w) { /* hand the unit straight to the oldest waiter */
-    waiter_unlink(s, w);
-    kb_task *t = w->task;
-    free(w);
-    kb_task_wake(t, 0);
-  } else {
-    s->count++;
-  }
+  sem_give(luaL_checkudata(L, 1, SEM_META));
   return 0;
 }
 

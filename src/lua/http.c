@@ -769,42 +769,43 @@ int kb__lhttp_raise_start_error(lua_State *L, int err, const char *method) {
                         strerror(-err));
 }
 
-/* While a request is built its owner is a to-be-closed guard on the Lua
- * stack, so a raise in the middle (a metamethod of an option table, out of
- * memory) frees it at once instead of leaking it. */
-#define GUARD_META "kb.http.request_guard"
-
+/* build_protected(args, slots...): build_request under lua_pcall, with
+ * copies of the spec's slots as its arguments from index 2. */
 typedef struct {
   kb_http_request *r;
-} request_guard;
+  const kb_lhttp_spec *s;
+  int err;
+} build_args;
 
-static int guard_release(lua_State *L) {
-  request_guard *g = lua_touserdata(L, 1);
-  if (g->r) kb_http_request_free(g->r);
-  g->r = NULL;
+static int build_protected(lua_State *L) {
+  build_args *a = lua_touserdata(L, 1);
+  kb_lhttp_spec s = *a->s;
+  s.slot = 2;
+  a->err = build_request(L, a->r, &s);
   return 0;
 }
 
-/* The request s describes, not started; raises when it cannot be built. */
+/* The request s describes, not started; raises when it cannot be built.
+ * The building runs protected, so a raise in the middle (a metamethod of
+ * an option table, out of memory) frees the request instead of leaking
+ * it. (Not a to-be-closed guard: the calling C function yields later,
+ * which a function with to-be-closed slots must not.) */
 kb_http_request *kb__lhttp_new_request(lua_State *L, kb_http_client *c, const kb_lhttp_spec *s) {
-  request_guard *g = lua_newuserdatauv(L, sizeof *g, 0);
-  g->r = NULL;
-  if (luaL_newmetatable(L, GUARD_META)) {
-    lua_pushcfunction(L, guard_release);
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, guard_release);
-    lua_setfield(L, -2, "__gc");
+  luaL_checkstack(L, NSLOTS + 4, "kb.http: building a request");
+  build_args a = {kb_http_request_new(c, s->method, s->url), s, 0};
+  if (!a.r) kb_error_raise(L, "resource", "kb.http: out of memory building a request");
+  lua_pushcfunction(L, build_protected);
+  lua_pushlightuserdata(L, &a);
+  for (int i = 0; i < NSLOTS; i++) lua_pushvalue(L, slot(s, i));
+  if (lua_pcall(L, 1 + NSLOTS, 0, 0) != LUA_OK) {
+    kb_http_request_free(a.r);
+    lua_error(L);
   }
-  lua_setmetatable(L, -2);
-  lua_toclose(L, -1);
-  if (!(g->r = kb_http_request_new(c, s->method, s->url)))
-    kb_error_raise(L, "resource", "kb.http: out of memory building a request");
-  int err = build_request(L, g->r, s);
-  if (err != 0) kb__lhttp_raise_start_error(L, err, s->method); /* the guard frees it */
-  kb_http_request *r = g->r;
-  g->r = NULL;
-  lua_pop(L, 1); /* closes the guard, which owns nothing now */
-  return r;
+  if (a.err != 0) {
+    kb_http_request_free(a.r);
+    kb__lhttp_raise_start_error(L, a.err, s->method);
+  }
+  return a.r;
 }
 
 static int do_request(lua_State *L, kb_http_client *c, const char *method, int url, int body,

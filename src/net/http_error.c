@@ -21,6 +21,7 @@ const char *kb_http_error_name(kb_http_error e) {
   case KB_HTTP_ERR_TOO_MANY_REDIRECTS: return "too_many_redirects";
   case KB_HTTP_ERR_CANCELLED: return "cancelled";
   case KB_HTTP_ERR_RESOURCE: return "resource";
+  case KB_HTTP_ERR_BODY_TOO_LARGE: return "body_too_large";
   case KB_HTTP_ERR_OTHER: break;
   }
   return "other";
@@ -124,6 +125,10 @@ static void write_hint(char *out, size_t outsz, kb_http_error cls, CURLcode rc,
     break;
   case KB_HTTP_ERR_TOO_MANY_REDIRECTS:
     snprintf(out, outsz, "raise max_redirects or look for a redirect loop");
+    break;
+  case KB_HTTP_ERR_BODY_TOO_LARGE:
+    snprintf(out, outsz, "raise the max_body option (bytes) if the body is meant to be "
+             "this large, or read it piece by piece as a stream");
     break;
   case KB_HTTP_ERR_RESOURCE:
     if (rc == CURLE_OUT_OF_MEMORY) {

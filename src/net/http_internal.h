@@ -58,6 +58,8 @@ struct kb_http_request {
   struct curl_slist *connect_to;    /* owned; the real host for tls_server_name */
 
   hbuf resp_body;    /* the body; for a stream, what awaits on_data */
+  size_t max_body;   /* plain requests: most body bytes kept; 0 = no limit */
+  int body_too_large; /* on_body refused a piece past max_body */
   hbuf resp_headers;
   int follow;        /* follow_redirects: a 3xx with Location is not final */
 

@@ -32,6 +32,12 @@
 static size_t on_body(char *p, size_t size, size_t n, void *ud) {
   kb_http_request *r = ud;
   size_t len = size * n;
+  /* Refusing the piece ends the transfer (CURLE_WRITE_ERROR) before the
+   * buffer passes the limit; fill_outcome says why. */
+  if (r->max_body && len > r->max_body - r->resp_body.len) {
+    r->body_too_large = 1;
+    return 0;
+  }
   return hbuf_append(&r->resp_body, p, len) == 0 ? len : 0;
 }
 
@@ -190,6 +196,8 @@ static void request_release(kb_http_request *r) {
   hbuf_reset(&r->resp_headers, KEEP_SMALL);
   hbuf_reset(&r->msg, KEEP_SMALL);
   if (r->stream) stream_clear(r);
+  r->max_body = 0;
+  r->body_too_large = 0;
   r->follow = 0;
   r->nheaders = 0;
   r->has_body = 0;
@@ -464,6 +472,7 @@ int kb_http_request_start(kb_http_request *r, kb_http_done_cb cb, void *ud) {
   r->ud = ud;
   r->errbuf[0] = '\0';
   r->sock_errno = 0;
+  r->body_too_large = 0;
   r->resp_body.len = 0;
   r->resp_headers.len = 0;
   int err;
@@ -478,6 +487,14 @@ int kb_http_request_start(kb_http_request *r, kb_http_done_cb cb, void *ud) {
   kb__http_request_activate(r);
   return 0;
 }
+
+int kb_http_request_set_max_body(kb_http_request *r, size_t max) {
+  if (r->started) return -EINVAL;
+  r->max_body = max;
+  return 0;
+}
+
+const kb_http_response *kb_http_request_response(const kb_http_request *r) { return &r->resp; }
 
 int kb_http_request_set_stream(kb_http_request *r, kb_http_head_cb on_head,
                                kb_http_data_cb on_data, void *ud) {
@@ -577,6 +594,11 @@ static void fill_outcome(kb_http_request *r, CURLcode rc) {
   kb_http_response *resp = &r->resp;
   resp->curl_code = (int)rc;
   resp->error = kb__http_classify(rc, r->sock_errno);
+  if (rc == CURLE_WRITE_ERROR && r->body_too_large) {
+    resp->error = KB_HTTP_ERR_BODY_TOO_LARGE;
+    snprintf(r->errbuf, sizeof r->errbuf, "the response body is larger than max_body "
+             "(%zu bytes)", r->max_body);
+  }
   if (resp->error) {
     kb__http_describe_error(r, rc);
   } else {

@@ -29,8 +29,9 @@ struct kb_task {
   task_state state;
   uint64_t id;
 
-  kb_cancel_fn cancel;  /* set while awaiting */
+  kb_cancel_fn cancel;  /* set while awaiting, and until a delivery is made */
   void *op;
+  kb_deliver_fn deliver; /* set by kb_task_deliver: the continuation pushes */
   wake_mode wake;       /* how the pending resume continues */
   int resume_nargs;     /* values waiting on co's stack for the resume */
   int queued;           /* in the ready queue */
@@ -57,6 +58,7 @@ struct kb_rt {
   int nlive;
   uint64_t next_task_id;
   int in_lua;           /* > 0 while Lua code runs on this runtime */
+  int abandoning;       /* kb__tasks_abandon runs: nothing is resumed */
   lua_State *volatile running; /* the coroutine executing now, for signals */
 
   int stopping;
@@ -69,6 +71,7 @@ struct kb_rt {
 
 void kb__task_queue(kb_task *t);
 void kb__task_resume(kb_task *t, int nargs);
+void kb__task_release(kb_task *t);
 void kb__tasks_abandon(kb_rt *rt);
 void kb__signals_stop(kb_rt *rt);
 void kb_task_register(lua_State *L);

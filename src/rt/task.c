@@ -5,7 +5,12 @@
  *                    |                  |  +------- wake -----------+
  *                    |                  +--> DONE | FAILED | CANCELLED
  * The coroutine's stack keeps the results (or the error) after it finished,
- * so waiters copy them from there; nothing else stores them. */
+ * so waiters copy them from there; nothing else stores them.
+ *
+ * The registry reference that keeps an unfinished task alive is dropped
+ * when it finishes, unless it is still in the ready queue (a task
+ * cancelled before it started): then the queue drops it when it gets
+ * there, so the collector never frees a task the queue still links. */
 #include <stdio.h>
 #include <string.h>
 
@@ -95,7 +100,10 @@ kb_task *kb_task_spawn(lua_State *L, int nargs) {
   lua_pushvalue(L, -1);
   t->ref = luaL_ref(L, LUA_REGISTRYINDEX);
 
-  /* Move the function and its arguments onto the coroutine. */
+  /* Move the function and its arguments onto the coroutine, which starts
+   * with room for LUA_MINSTACK values only. */
+  if (!lua_checkstack(t->co, nargs + 1))
+    luaL_error(L, "kb.spawn: too many arguments (%d)", nargs);
   lua_insert(L, fn);             /* task, fn, args... */
   lua_xmove(L, t->co, nargs + 1);
   t->state = TASK_READY;
@@ -107,24 +115,39 @@ kb_task *kb_task_spawn(lua_State *L, int nargs) {
 
 /* ---- finishing ------------------------------------------------------------ */
 
+/* Results are copied through the finished coroutine's own stack this many
+ * at a time: it already holds all of them and may have no room for as many
+ * again (a task may return as many values as a Lua stack takes). */
+#define COPY_CHUNK 64
+
 /* Copies a finished task's outcome onto `to`: its results, or its error.
- * Returns the number of values pushed, or -1 when an error was pushed. */
+ * Returns the number of values pushed, or -1 when an error was pushed.
+ * Raises (on `to`) when they do not fit: call it only where that is
+ * protected, from a Lua call or a task's continuation. */
 static int push_outcome(kb_task *t, lua_State *to) {
   lua_State *co = t->co;
-  t->observed = 1;
   if (t->state == TASK_DONE) {
     int n = t->nresults;
     luaL_checkstack(to, n + 1, "too many task results");
-    for (int i = 1; i <= n; i++) lua_pushvalue(co, i);
-    lua_xmove(co, to, n);
+    for (int i = 1; i <= n; i += COPY_CHUNK) {
+      int k = n - i + 1 < COPY_CHUNK ? n - i + 1 : COPY_CHUNK;
+      if (!lua_checkstack(co, k)) luaL_error(to, "kb task: out of memory copying results");
+      for (int j = 0; j < k; j++) lua_pushvalue(co, i + j);
+      lua_xmove(co, to, k);
+    }
+    t->observed = 1;
     return n;
   }
   if (t->state == TASK_CANCELLED) {
     kb_task_push_cancelled(to);
+    t->observed = 1;
     return -1;
   }
+  luaL_checkstack(to, 2, "kb task: no room for an error");
+  if (!lua_checkstack(co, 1)) luaL_error(to, "kb task: out of memory copying an error");
   lua_pushvalue(co, -1);
   lua_xmove(co, to, 1);
+  t->observed = 1;
   return -1;
 }
 
@@ -137,22 +160,34 @@ static void forget_failed(kb_task *t) {
   lua_pop(L, 1);
 }
 
+/* task:wait()'s delivery, in the waiter (op) once it resumes: the outcome
+ * of the task it waited on, which its own stack keeps alive (argument 1). */
+static int deliver_outcome(lua_State *L, void *op) {
+  kb_task *w = op, *t = w->waiting_on;
+  w->waiting_on = NULL;
+  int n = push_outcome(t, L);
+  if (t->state == TASK_FAILED) forget_failed(t);
+  return n < 0 ? lua_error(L) : n;
+}
+
+/* Runs from finish(), outside any protected call: nothing is pushed here.
+ * Each waiter is queued (never resumed from inside another task's resume)
+ * and copies the outcome itself when it runs. A waiter cancelled before
+ * then never takes it, and a failure nobody took stays unobserved. */
 static void wake_waiters(kb_task *t) {
   kb_task *w = t->waiters;
   t->waiters = NULL;
   while (w) {
     kb_task *next = w->next_waiter;
-    w->next_waiter = NULL;
-    w->waiting_on = NULL;
-    w->cancel = NULL;
-    w->op = NULL;
-    int n = push_outcome(t, w->co);
-    w->wake = n < 0 ? WAKE_ERROR : WAKE_OK;
-    w->resume_nargs = n < 0 ? 1 : n;
-    kb__task_queue(w);
+    w->next_waiter = NULL; /* w->waiting_on stays: deliver_outcome reads it */
+    if (w->state == TASK_AWAITING && !w->queued) {
+      w->deliver = deliver_outcome;
+      w->wake = WAKE_OK;
+      w->resume_nargs = 0;
+      kb__task_queue(w);
+    }
     w = next;
   }
-  if (t->state == TASK_FAILED && t->observed) forget_failed(t);
 }
 
 /* Adds the traceback to an error once: appended to a string message, or as
@@ -222,16 +257,25 @@ static void finish(kb_task *t, task_state state) {
     lua_rawsetp(L, -2, t);
     lua_pop(L, 1);
   }
-  luaL_unref(L, LUA_REGISTRYINDEX, t->ref);
-  t->ref = LUA_NOREF;
+  if (!t->queued) kb__task_release(t); /* else the ready queue does */
   wake_waiters(t);
+}
+
+/* Drops the reference of a finished task: the collector may free it. */
+void kb__task_release(kb_task *t) {
+  if (t->ref == LUA_NOREF) return;
+  luaL_unref(t->rt->L, LUA_REGISTRYINDEX, t->ref);
+  t->ref = LUA_NOREF;
 }
 
 /* ---- resuming ---------------------------------------------------------------- */
 
 void kb__task_resume(kb_task *t, int nargs) {
   kb_rt *rt = t->rt;
-  if (t->state == TASK_CANCELLED) return; /* cancelled before it started */
+  if (t->state != TASK_READY && t->state != TASK_AWAITING) {
+    kb__task_release(t); /* finished while queued (cancelled before it started) */
+    return;
+  }
   t->state = TASK_RUNNING;
   rt->in_lua++;
   rt->running = t->co;
@@ -264,10 +308,17 @@ void kb__task_resume(kb_task *t, int nargs) {
 
 /* ---- awaiting ----------------------------------------------------------------- */
 
+/* The awaiting call's continuation, inside lua_resume: what it pushes or
+ * raises is protected. */
 static int await_continue(lua_State *L, int status, lua_KContext base) {
   kb_task *t = kb_task_of(L);
   wake_mode mode = t->wake;
+  kb_deliver_fn deliver = t->deliver;
+  void *op = t->op;
   t->wake = WAKE_OK;
+  t->deliver = NULL;
+  t->cancel = NULL;
+  t->op = NULL;
   if (t->cancel_pending) {
     t->cancel_pending = 0;
     mode = WAKE_CANCEL;
@@ -277,6 +328,7 @@ static int await_continue(lua_State *L, int status, lua_KContext base) {
     return lua_error(L);
   }
   if (mode == WAKE_ERROR) return lua_error(L);
+  if (deliver) return deliver(L, op);
   return lua_gettop(L) - (int)base;
 }
 
@@ -291,6 +343,7 @@ int kb_task_await(lua_State *L, kb_task *t, kb_cancel_fn cancel, void *op) {
   t->state = TASK_AWAITING;
   t->cancel = cancel;
   t->op = op;
+  t->deliver = NULL;
   t->wake = WAKE_OK;
   return lua_yieldk(L, 0, (lua_KContext)lua_gettop(L), await_continue);
 }
@@ -304,10 +357,16 @@ int kb_task_yield(lua_State *L) {
   return kb_task_await(L, t, NULL, NULL);
 }
 
-static void wake(kb_task *t, int nargs, wake_mode mode) {
-  if (t->state != TASK_AWAITING || t->queued) return;
-  t->cancel = NULL;
-  t->op = NULL;
+static void wake(kb_task *t, int nargs, wake_mode mode, kb_deliver_fn deliver) {
+  /* At shutdown nothing runs again; a delivery's op is then cancelled by
+   * kb__tasks_abandon, which still finds it in t->op. */
+  if (t->state != TASK_AWAITING || t->queued || t->rt->abandoning) return;
+  if (deliver) {
+    t->deliver = deliver; /* cancel and op stay until delivered */
+  } else {
+    t->cancel = NULL;
+    t->op = NULL;
+  }
   t->wake = mode;
   t->resume_nargs = nargs;
   /* Resume right away from a loop callback; defer when Lua is running. */
@@ -315,8 +374,9 @@ static void wake(kb_task *t, int nargs, wake_mode mode) {
   else kb__task_resume(t, nargs);
 }
 
-void kb_task_wake(kb_task *t, int nresults) { wake(t, nresults, WAKE_OK); }
-void kb_task_fail(kb_task *t) { wake(t, 1, WAKE_ERROR); }
+void kb_task_deliver(kb_task *t, kb_deliver_fn deliver) { wake(t, 0, WAKE_OK, deliver); }
+void kb_task_wake(kb_task *t, int nresults) { wake(t, nresults, WAKE_OK, NULL); }
+void kb_task_fail(kb_task *t) { wake(t, 1, WAKE_ERROR, NULL); }
 
 void kb_task_cancel(kb_task *t) {
   switch (t->state) {
@@ -325,6 +385,19 @@ void kb_task_cancel(kb_task *t) {
     finish(t, TASK_CANCELLED);
     break;
   case TASK_AWAITING:
+    if (t->queued && t->deliver) {
+      /* Woken with a delivery it has not taken: the operation gets it
+       * back (a semaphore's unit goes to the next waiter) and frees op. */
+      kb_cancel_fn cancel = t->cancel;
+      void *op = t->op;
+      t->deliver = NULL;
+      t->cancel = NULL;
+      t->op = NULL;
+      t->wake = WAKE_CANCEL;
+      t->resume_nargs = 0;
+      if (cancel) cancel(op);
+      break;
+    }
     if (t->queued) { /* already woken: the continuation raises instead */
       t->cancel_pending = 1;
       break;
@@ -357,13 +430,16 @@ int kb_task_cancel_all(kb_rt *rt, kb_task *except) {
 
 /* At shutdown: cancel every pending operation without running Lua again. */
 void kb__tasks_abandon(kb_rt *rt) {
+  rt->abandoning = 1;
   rt->ready_head = rt->ready_tail = NULL;
   uv_idle_stop(&rt->ready_idle);
   while (rt->live) {
     kb_task *t = rt->live;
+    /* Pending deliveries too: their ops are released by cancel. */
     if (t->state == TASK_AWAITING && t->cancel) t->cancel(t->op);
     t->cancel = NULL;
     t->op = NULL;
+    t->deliver = NULL;
     live_remove(t);
     t->state = TASK_CANCELLED;
   }
@@ -375,6 +451,8 @@ static kb_task *check_task(lua_State *L, int idx) {
   return luaL_checkudata(L, idx, TASK_META);
 }
 
+/* Also after the target finished (the waiter was queued with the outcome
+ * and is cancelled before it took it): it is no longer on the list then. */
 static void cancel_wait(void *op) {
   kb_task *w = op, *target = w->waiting_on, **p;
   if (!target) return;
@@ -475,6 +553,7 @@ int kb_task_push_unobserved(lua_State *L) {
       lua_createtable(L, 0, 2);
       lua_pushinteger(L, (lua_Integer)t->id);
       lua_setfield(L, -2, "id");
+      if (!lua_checkstack(t->co, 1)) luaL_error(L, "kb task: out of memory reporting a failure");
       lua_pushvalue(t->co, -1);
       lua_xmove(t->co, L, 1);
       lua_setfield(L, -2, "error");

@@ -225,4 +225,157 @@ T.case("a pool slot is released when its task fails", function()
   T.raises(function() pool:wait() end, "first fails")
 end)
 
+-- ---- memory safety: many results, cancel before start, units not lost ----------
+
+local function range(n)
+  local t = {}
+  for i = 1, n do t[i] = i end
+  return t
+end
+
+-- Checks that `got` (a table.pack) is exactly 1..n.
+local function check_range(got, n, what)
+  T.eq(got.n, n, what .. ": count")
+  for i = 1, n do
+    if got[i] ~= i then T.eq(got[i], i, what .. ": value " .. i) end
+  end
+end
+
+T.case("a task returning 5,000 values: wait (before and after it ends), kb.all, kb.timeout", function()
+  local N = 5000
+  local values = range(N)
+  local function many() kb.sleep(0) return table.unpack(values, 1, N) end
+  -- Waiting while it runs: the results are handed over when it finishes.
+  local t = kb.spawn(many)
+  check_range(table.pack(t:wait()), N, "wait while running")
+  -- Waiting on a finished task copies them again.
+  check_range(table.pack(t:wait()), N, "wait after the end")
+  -- Several waiters at once each get all of them.
+  local target = kb.spawn(many)
+  local waiters = {}
+  for i = 1, 3 do waiters[i] = kb.spawn(function() return select("#", target:wait()) end) end
+  T.same(kb.all(waiters), { N, N, N })
+  T.eq(kb.all({ kb.spawn(many) })[1], 1, "kb.all's first result")
+  check_range(table.pack(kb.timeout(30, many)), N, "kb.timeout")
+  -- Arguments too: a new coroutine starts with room for 20 values.
+  local args = kb.spawn(function(...) return select("#", ...), (select(N, ...)) end,
+    table.unpack(values, 1, N))
+  local n, last = args:wait()
+  T.eq(n, N)
+  T.eq(last, N)
+end)
+
+T.case("as many results as a Lua stack holds (200,000) pass through wait", function()
+  local N = 200000
+  local values = range(N)
+  local t = kb.spawn(function() kb.sleep(0) return table.unpack(values, 1, N) end)
+  local got = table.pack(t:wait())
+  T.eq(got.n, N)
+  T.eq(got[N], N)
+  T.eq(select("#", t:wait()), N)
+end)
+
+T.case("cancelling tasks that have not started, then collecting garbage", function()
+  local ran = 0
+  for round = 1, 50 do
+    local tasks = {}
+    for i = 1, 20 do tasks[i] = kb.spawn(function() ran = ran + 1 end) end
+    for i = 1, 20, 2 do tasks[i]:cancel() end
+    for i = 1, 20, 2 do T.eq(tasks[i]:status(), "cancelled") end
+    -- Only the cancelled ones become garbage: they are still linked in
+    -- the ready queue, which must not touch freed memory.
+    for i = 1, 20, 2 do tasks[i] = nil end
+    collectgarbage()
+    collectgarbage()
+    kb.sleep(0)
+    for i = 2, 20, 2 do T.eq(tasks[i]:status(), "done", "round " .. round) end
+  end
+  T.eq(ran, 50 * 10, "only the tasks not cancelled ran")
+  -- A task cancelled by another task in the same ready-queue pass.
+  for _ = 1, 50 do
+    local victim
+    local killer = kb.spawn(function()
+      victim:cancel()
+      victim = nil
+      collectgarbage()
+    end)
+    victim = kb.spawn(function() error("must not run") end)
+    kb.sleep(0)
+    T.eq(killer:status(), "done")
+  end
+end)
+
+T.case("a semaphore unit granted to a waiter cancelled before it resumed goes on", function()
+  local sem = kb.semaphore(1)
+  sem:acquire()
+  local first = kb.spawn(function() sem:acquire() return "first" end)
+  local second = kb.spawn(function() sem:acquire() sem:release() return "second" end)
+  kb.sleep(0)
+  T.eq(first:status(), "awaiting")
+  sem:release() -- the unit is handed to `first`...
+  first:cancel() -- ...which is cancelled before it could take it
+  T.eq(second:wait(), "second", "the next waiter got the unit")
+  T.eq(first:status(), "cancelled")
+  T.eq(sem:available(), 1, "the unit is back")
+  -- Without another waiter the unit returns to the count.
+  sem:acquire()
+  local lone = kb.spawn(function() sem:acquire() end)
+  kb.sleep(0)
+  sem:release()
+  lone:cancel()
+  T.eq(sem:available(), 1)
+  T.ok(not pcall(lone.wait, lone), "the waiter was cancelled")
+end)
+
+T.case("a pool keeps its capacity when a spawner is cancelled after it was granted a slot", function()
+  local pool = kb.pool(2)
+  for _ = 1, 20 do
+    local gate = kb.semaphore(0)
+    local a = pool:spawn(function() gate:acquire() end)
+    local b = pool:spawn(function() gate:acquire() end)
+    -- The pool is full: this spawner waits for a slot.
+    local spawner = kb.spawn(function() pool:spawn(function() end) end)
+    kb.sleep(0)
+    T.eq(spawner:status(), "awaiting")
+    -- a's slot is released when a ends; the spawner is cancelled before it runs.
+    gate:release()
+    a:wait()
+    spawner:cancel()
+    gate:release()
+    b:wait()
+    T.eq(pool.slots:available(), 2, "both slots are free again")
+  end
+  -- And the pool still runs work at full width.
+  local running, peak = 0, 0
+  local gate = kb.semaphore(0)
+  for i = 1, 2 do
+    pool:spawn(function()
+      running = running + 1
+      peak = math.max(peak, running)
+      gate:acquire()
+      running = running - 1
+    end)
+  end
+  kb.sleep(0)
+  T.eq(peak, 2)
+  gate:release()
+  gate:release()
+  pool:wait()
+end)
+
+T.case("a waiter cancelled before it took a failure leaves the failure unobserved", function()
+  local failing = kb.spawn(function() kb.sleep(0) error("nobody saw this", 0) end)
+  local waiter = kb.spawn(function() return failing:wait() end)
+  kb.sleep(0) -- both run; the waiter awaits
+  kb.sleep(0) -- failing fails: the waiter is queued with the outcome
+  waiter:cancel()
+  T.eq(waiter:status(), "awaiting")
+  T.ok(kb.is_cancelled(select(2, pcall(waiter.wait, waiter))), "the waiter was cancelled")
+  T.eq(waiter:status(), "cancelled")
+  T.eq(failing:status(), "failed")
+  -- It is still an unobserved failure until someone waits for it.
+  local err = T.raises(function() failing:wait() end)
+  T.contains(err, "nobody saw this")
+end)
+
 T.run()
