@@ -76,10 +76,13 @@ return {
   end,
 
   cleanup_timeout = 300,       -- real seconds for cleanup after an error or Ctrl-C
+  -- After an error or Ctrl-C: what the storm made is deleted (also what a
+  -- create whose answer was lost made), and runs.csv has a row per
+  -- requested run; the result table is returned for the runner.
   cleanup = function()
     if session then
       session:cleanup()
-      session:finish()
+      return session:finish()
     end
   end,
 

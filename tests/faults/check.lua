@@ -24,12 +24,12 @@ local r = doc.result
 local rows = csv.parse(fs.read(fs.join(dir, "result", "runs.csv")), { header = true })
 local calls = csv.parse(fs.read(fs.join(dir, "result", "latencies.csv")), { header = true })
 
--- ---- the verdict: passed (exit 0) or failed by the success_rate threshold (exit 1)
+-- ---- the verdict: passed (exit 0) or failed by the success_rate threshold (exit 99)
 
 if p.status then
   check(doc.status == p.status, "status %s, expected %s (%s)", tostring(doc.status), p.status,
     tostring(doc.error))
-  check(doc.exit_code == (p.status == "passed" and 0 or 1), "exit_code %s", tostring(doc.exit_code))
+  check(doc.exit_code == (p.status == "passed" and 0 or 99), "exit_code %s", tostring(doc.exit_code))
   if p.status == "failed" then
     local failed_sr = false
     for _, c in ipairs(doc.thresholds or {}) do
@@ -51,9 +51,10 @@ for o, n in pairs(r.outcomes) do
 end
 check(total == N, "result.json accounts for %d runs of %d: %s", total, N, json.encode(r.outcomes))
 check(r.runs.requested == N, "runs.requested %s", tostring(r.runs.requested))
-r.runs.lost = r.runs.lost or 0
+r.runs.lost, r.runs.unknown = r.runs.lost or 0, r.runs.unknown or 0
 check(r.runs.succeeded + r.runs.failed + r.runs.timed_out + r.runs.not_created + r.runs.lost
-  + r.runs.terminated + r.runs.interrupted == N, "runs do not add up: %s", json.encode(r.runs))
+  + r.runs.unknown + r.runs.terminated + r.runs.interrupted == N, "runs do not add up: %s",
+  json.encode(r.runs))
 if p.succeeded then
   check(r.runs.succeeded == tonumber(p.succeeded), "succeeded %d, expected %s", r.runs.succeeded,
     p.succeeded)
