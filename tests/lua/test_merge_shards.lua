@@ -150,11 +150,60 @@ T.case("merge.documents refuses shards that do not belong together", function()
   T.raises(function() merge.documents({ doc(0, 2), doc(1, 2, { n = 2 }) }) end,
     "input 2 was run with other parameters than input 1")
   local d = merge.documents({ doc(0, 3), doc(2, 3) }, { force = true })
-  T.same(d.merge.warnings, { "shard(s) 1 of 3 missing" })
+  T.same(d.merge.warnings, { "shard(s) 1 of 3 missing", "the shards recorded no split of their work "
+    .. "(a scenario that ignores kb.shard does all of it in every shard: its counts are added as many times)" })
   T.eq(d.result.n, 2)
   T.raises(function() merge.documents({}) end, "nothing to merge")
   T.raises(function() merge.documents({ doc(0, 2), doc(1, 2), d }) end,
     "input 3 is itself a merge of 2 experiments (its inputs would count twice)")
+end)
+
+T.case("merge.results: numbers merge by what they are, never by their JSON type", function()
+  -- a taxi storm's shards as result.json reads back: 1.0 and 632.0 are integers
+  local r, unmerged = merge.results({
+    { success_rate = 1, runs = { requested = 5, succeeded = 5 },
+      durations = { count = 5, min = 600, max = 660, p50 = 632, p99 = 660, mean = 631.5, sd = 3 },
+      clock = { speed = 600, scale = 1, kind = "sim" }, elapsed = 800, calls = 90, other = 1.5 },
+    { success_rate = 0.75, runs = { requested = 4, succeeded = 3 },
+      durations = { count = 3, min = 610, max = 650, p50 = 630, p99 = 650, mean = 628.0, sd = 2 },
+      clock = { speed = 600, scale = 1, kind = "sim" }, elapsed = 810, calls = 80, other = 1.5 },
+  })
+  T.eq(r.success_rate, 8 / 9, "a rate is recomputed from the merged counts, never summed")
+  T.eq(r.runs.requested, 9)
+  T.eq(r.durations.count, 8, "counts add")
+  T.eq(r.durations.min, 600, "min of the minima")
+  T.eq(r.durations.max, 660, "max of the maxima")
+  T.eq(r.durations.mean, (631.5 * 5 + 628.0 * 3) / 8, "means weighted by their counts")
+  T.eq(r.durations.p50, nil, "a percentile cannot come from the shards' percentiles")
+  T.eq(r.durations.p99, nil)
+  T.eq(r.durations.sd, nil)
+  T.eq(r.clock.speed, 600, "a setting equal in every shard is kept")
+  T.eq(r.clock.scale, 1)
+  T.eq(r.elapsed, 810)
+  T.eq(r.calls, 170)
+  T.eq(r.other, nil, "an unknown float is dropped")
+  T.same(unmerged, { "result.durations.p50", "result.durations.p99", "result.durations.sd", "result.other" })
+  local r2, un3 = merge.results({ { clock = { speed = 600 } }, { clock = { speed = 60 } } })
+  T.eq(r2.clock.speed, nil, "settings that differ are dropped")
+  T.same(un3, { "result.clock.speed" })
+  local r3 = merge.results({ { latency = { mean = 0.5 } }, { latency = { mean = 0.7 } } })
+  T.eq(r3.latency.mean, nil, "a mean without counts is dropped")
+end)
+
+T.case("merge.documents checks the shards' splits", function()
+  local function doc(index, first, last, total)
+    return { scenario = { name = "s" }, params = { n = 1 }, status = "passed",
+      shard = { index = index, count = 2, split = { runs = { total = total or 10, first = first, last = last } } },
+      metrics = { version = 1, metrics = {} }, result = { n = 1 } }
+  end
+  local d = merge.documents({ doc(0, 1, 5), doc(1, 6, 10) })
+  T.same(d.merge.warnings, {})
+  T.raises(function() merge.documents({ doc(0, 1, 6), doc(1, 6, 10) }) end,
+    "the shards' runs overlap or leave a gap at 7 (input 2 takes 6..10)")
+  T.raises(function() merge.documents({ doc(0, 1, 4), doc(1, 6, 10) }) end,
+    "the shards' runs overlap or leave a gap at 5 (input 2 takes 6..10)")
+  T.raises(function() merge.documents({ doc(0, 1, 5), doc(1, 6, 9, 9) }) end, "input 2 split 9 runs, input 1 10")
+  T.raises(function() merge.documents({ doc(0, 1, 5), doc(1, 6, 9) }) end, "the shards' runs end at 9 of 10")
 end)
 
 -- ---- the real thing: kbrun processes ------------------------------------------------
