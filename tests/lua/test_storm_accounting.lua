@@ -291,5 +291,57 @@ T.case("killed while creates are in flight: kbrun report reconciles with the ser
   end
 end)
 
+-- Last: the embedded simulator switches the scenario clock to its virtual one.
+T.case("401 on polls against the simulator: the runs finish there, the storm says Unknown, not Timed out", function()
+  metrics.clear()
+  local kfp = require "kb.kfp"
+  local SRC = os.getenv("KBRUN_SOURCE_DIR") or ".."
+  -- a proxy in the storm's HTTP path: every GET of one run is refused
+  local refused = 0
+  local proxy = { request = function(_, req)
+    if (req.method or "GET") == "GET" and req.url:match("/apis/v1beta1/runs/[^/?]+$") then
+      refused = refused + 1
+      return { status = 401, body = '{"code":16,"message":"Jwt is expired"}',
+        headers = { ["content-type"] = "application/json" }, time = { total = 0.001 } }
+    end
+    return kb.http.request(req)
+  end }
+  local exp = new_exp("sim-401")
+  local s = storm.new({ host = "", api = "v1beta1", num_runs = 10, concurrency = 5,
+    pipeline_file_url = SRC .. "/scenarios/pipelines/taxi_updated_pool.yaml",
+    run_status_polling_interval_sec = 30, progress = false, scrape_metrics = false },
+    { exp = exp, http = proxy })
+  s:create_pipeline()
+  s:create_experiment()
+  s:create_runs()
+  capture_errors(function() s:wait_runs() end)
+  -- 3 refusals stop the polls (storm.MAX_AUTH_FAILURES), plus those in flight
+  T.ok(refused <= 3 + 5, "refusals: " .. refused)
+  -- the server's own view: every run finishes
+  local direct = kfp.client{ host = s.url, api = "v1beta1" }
+  local finished = 0
+  for _ = 1, 200 do
+    finished = 0
+    for _, run in ipairs(s.runs) do
+      local r = direct:get_run(run.id)
+      if r.finished then
+        finished = finished + 1
+        T.eq(r.state, "Succeeded")
+      end
+    end
+    if finished == #s.runs then break end
+    kb.sleep(60)
+  end
+  T.eq(finished, 10, "the simulator finished every run")
+  s:get_runs()
+  s:delete_runs()
+  s:cleanup()
+  local r = s:finish()
+  T.eq(r.outcomes.Unknown, 10)
+  T.eq(r.runs.timed_out, 0)
+  T.eq(r.runs.succeeded, 0, "the storm could not see them succeed")
+  T.eq(#direct:list_all_runs{ experiment_id = s.experiment.id }, 0, "cleanup deleted them")
+end)
+
 T.run()
 fs.remove(tmp, { recursive = true })
