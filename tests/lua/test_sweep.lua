@@ -307,5 +307,35 @@ T.case("kb.sweep{...} is sweep.run", function()
   T.eq(r.runs, 1)
 end)
 
+T.case("sharded: each shard runs its own cells (round-robin) in a folder of its own", function()
+  local shard = require "kb.shard"
+  local saved_i, saved_n = shard.index, shard.count
+  local ran = {}
+  local function once(index)
+    shard.set(index, 2)
+    local r = sweep.run {
+      name = "sharded", out = OUT, seed = 1, print = false,
+      matrix = { a = { 1, 2, 3, 4, 5 } },
+      run = function(cell, ctx)
+        T.ok(not ran[ctx.id], ctx.id .. " ran in two shards")
+        ran[ctx.id] = index
+        return { a = cell.a }
+      end,
+    }
+    local split = shard.describe().split
+    shard.set(saved_i, saved_n)
+    return r, split
+  end
+  local r0, s0 = once(0)
+  local r1, s1 = once(1)
+  T.eq(r0.dir, fs.join(OUT, "sharded-shard0of2"))
+  T.eq(r1.dir, fs.join(OUT, "sharded-shard1of2"))
+  T.eq(r0.runs, 3)
+  T.eq(r1.runs, 2)
+  T.same(ran, { c001 = 0, c002 = 1, c003 = 0, c004 = 1, c005 = 0 })
+  T.same(s0.cells, { by = "round-robin", items = 3 })
+  T.same(s1.cells, { by = "round-robin", items = 2 })
+end)
+
 T.run()
 fs.remove(OUT, { recursive = true })
