@@ -24,7 +24,30 @@
 --   kb.sweep (sweep_taxi)                            owns(cell index, "cells")
 -- A sharded run that split nothing did all the work in every shard: merge
 -- refuses it (unless --force).
+--
+-- Work is split once: code running inside a part already split (a sweep
+-- cell, M.within_part) sees range/owns/size as unsharded, so a storm in a
+-- cell of a sharded sweep runs all its runs.
 local M = { index = 0, count = 1, sharded = false, splits = {} }
+
+local context = require "kb.context"
+
+-- The shard the calling task splits by: unsharded inside a split part.
+local function current()
+  if context.get("shard.part") then return 0, 1 end
+  return M.index, M.count
+end
+
+--- kb.shard.within_part(what, fn, ...) -> fn's results: runs fn (in the
+-- calling task and the tasks it spawns) as inside one item of a split
+-- already made (`what`, e.g. "cells"): range and owns take everything.
+function M.within_part(what, fn, ...)
+  local saved = context.push({ ["shard.part"] = what or true })
+  local res = table.pack(pcall(fn, ...))
+  context.restore(saved)
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
 
 local function parse_int(text, what)
   if type(text) == "number" then text = tostring(text) end
@@ -137,8 +160,9 @@ end
 -- as this shard's part of `what` (default "items").
 function M.range(total, what)
   total = check_total(total, "range")
-  local first, last = part(total, M.index, M.count)
-  M.splits[what or "items"] = { total = total, first = first, last = last }
+  local index, count = current()
+  local first, last = part(total, index, count)
+  if count == M.count then M.splits[what or "items"] = { total = total, first = first, last = last } end
   return first, last
 end
 
@@ -163,7 +187,9 @@ function M.owns(i, what)
     else error("kb.shard.owns: item must be an integer, got " .. tostring(i), 2) end
   end
   if i < 1 then error("kb.shard.owns: items count from 1, got " .. i, 2) end
-  local mine = (i - 1) % M.count == M.index
+  local index, count = current()
+  if count ~= M.count then return true end -- inside a split part: everything
+  local mine = (i - 1) % count == index
   local rec = M.splits[what or "items"]
   if not rec or rec.by ~= "round-robin" then
     rec = { by = "round-robin", items = 0 }

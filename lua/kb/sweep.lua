@@ -275,7 +275,9 @@ function Sweep:run_one(c, rep)
     seed = seed, exp = exp, dir = exp.dir, target = slot, rng = sampling.rng(seed), sims = {},
     speed = self.speed, name = self.name, metrics = scope }, Ctx)
   local t0 = kb.now()
-  local ok, metrics = scope:run(xpcall, self.def.run, function(e)
+  -- a cell is one item of the sweep's shard split: what it runs (a storm)
+  -- is not split again (kb.shard.within_part)
+  local ok, metrics = scope:run(require("kb.shard").within_part, "cells", xpcall, self.def.run, function(e)
     if kb.is_cancelled(e) then return e end
     if type(e) == "table" then return e end
     return debug.traceback(tostring(e), 2)

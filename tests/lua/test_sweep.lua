@@ -319,6 +319,10 @@ T.case("sharded: each shard runs its own cells (round-robin) in a folder of its 
       run = function(cell, ctx)
         T.ok(not ran[ctx.id], ctx.id .. " ran in two shards")
         ran[ctx.id] = index
+        -- a cell is one item of the split: a storm inside it is not split again
+        T.same({ shard.range(10, "runs") }, { 1, 10 }, "inside a cell, range takes everything")
+        T.ok(shard.owns(2) and shard.owns(1), "inside a cell, owns takes everything")
+        T.eq(kb.spawn(function() return shard.size(7) end):wait(), 7, "so do the cell's tasks")
         return { a = cell.a }
       end,
     }
@@ -333,8 +337,9 @@ T.case("sharded: each shard runs its own cells (round-robin) in a folder of its 
   T.eq(r0.runs, 3)
   T.eq(r1.runs, 2)
   T.same(ran, { c001 = 0, c002 = 1, c003 = 0, c004 = 1, c005 = 0 })
-  T.same(s0.cells, { by = "round-robin", items = 3 })
-  T.same(s1.cells, { by = "round-robin", items = 2 })
+  T.same(s0, { cells = { by = "round-robin", items = 3 } }, "only the cells are recorded as split")
+  T.same(s1, { cells = { by = "round-robin", items = 2 } })
+  T.same({ shard.range(10) }, { 1, 10 }, "unsharded again")
 end)
 
 T.run()
