@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# A full disk never changes what is measured (docs/results.md, "When a
+# result file cannot be written"): taxi_50runs (50 runs, embedded
+# simulator) writes its experiment into a 64 KiB tmpfs, which fills up in
+# the middle of the storm (the journal and latencies.csv alone need about
+# 90 KiB). Expected:
+#   - the terminal summary shows what the simulator did: 50 succeeded,
+#     0 failed, none timed out, success rate 100% (the same storm with room
+#     to write, run first, is the reference);
+#   - stderr names the files and the system's message ("No space left on
+#     device"), once per file as it happens and in the final list;
+#   - the files that were written end with a whole line (an append the disk
+#     cut is taken back);
+#   - the exit code is 3 (results not fully saved).
+# Needs a tmpfs mount (root, or a user namespace allowing it); without
+# one the test is skipped (exit 77), it never passes without checking.
+set -u
+KBRUN=${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}
+SRC=${KBRUN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+mkdir -p "${KBRUN_TEST_OUT:-/tmp}"
+WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/full_disk.XXXXXX") && [ -d "$WORK" ] || { echo "cannot make a work folder" >&2; exit 1; }
+MNT="$WORK/full"
+mkdir -p "$MNT" "$WORK/roomy"
+mounted=0
+cleanup() {
+  [ "$mounted" = 1 ] && umount "$MNT" 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+if ! mount -t tmpfs -o size=64k,mode=0755 tmpfs "$MNT" 2>"$WORK/mount.err"; then
+  echo "SKIP: cannot mount a tmpfs: $(cat "$WORK/mount.err")" >&2
+  exit 77
+fi
+mounted=1
+failed=0
+fail() { echo "FAIL: $*" >&2; failed=$((failed + 1)); }
+
+# The reference: the same storm with room to write.
+"$KBRUN" -o "$WORK/roomy" --seed 11 "$SRC/scenarios/taxi_50runs.lua" >"$WORK/roomy.out" 2>"$WORK/roomy.err"
+rc=$?
+[ "$rc" = 0 ] || fail "the reference run exited $rc: $(tail -5 "$WORK/roomy.err")"
+grep -Eq '^  Succeeded +50 ' "$WORK/roomy.out" || fail "the reference run did not have 50 successes: $(head -8 "$WORK/roomy.out")"
+
+"$KBRUN" -o "$MNT" --seed 11 "$SRC/scenarios/taxi_50runs.lua" >"$WORK/full.out" 2>"$WORK/full.err"
+rc=$?
+[ "$rc" = 3 ] || fail "exit code $rc, expected 3 (results not fully saved)"
+
+# what was measured: the same outcome table as with room to write
+for line in '^  Succeeded +50 ' '^  Failed +0 ' 'success rate 100.0%'; do
+  grep -Eq "$line" "$WORK/full.out" || fail "summary: no line matching '$line': $(head -8 "$WORK/full.out")"
+done
+grep -Eq 'Timed out +[1-9]' "$WORK/full.out" && fail "summary: runs timed out: $(head -8 "$WORK/full.out")"
+grep -q 'Not created' "$WORK/full.out" && fail "summary: runs not created: $(head -8 "$WORK/full.out")"
+
+# the error: path and the system's message, printed as it happens (once
+# per file) and listed at the end
+EXP=$(ls -d "$MNT"/taxi-50runs-* 2>/dev/null | head -1)
+[ -n "$EXP" ] || fail "no experiment folder in $MNT"
+for f in result/latencies.csv output/journal.jsonl; do
+  n=$(grep -c "cannot write '$EXP/$f': No space left on device" "$WORK/full.err")
+  [ "$n" = 1 ] || fail "stderr has $n first-failure messages for $f, expected 1"
+  grep -q "results not fully saved: $EXP/$f: No space left on device" "$WORK/full.err" ||
+    fail "the final list does not name $f"
+done
+grep -q "results not fully saved: .*result.json.*No space left on device" "$WORK/full.err" ||
+  fail "result.json's failure is not reported"
+
+# whole lines only in what reached the disk
+for f in result/latencies.csv output/journal.jsonl; do
+  if [ -s "$EXP/$f" ] && [ "$(tail -c 1 "$EXP/$f" | od -An -c | tr -d ' ')" != '\n' ]; then
+    fail "$f ends in the middle of a line"
+  fi
+done
+
+if [ "$failed" -gt 0 ]; then
+  echo "--- stdout" >&2; head -12 "$WORK/full.out" >&2
+  echo "--- stderr" >&2; cat "$WORK/full.err" >&2
+  exit 1
+fi
+echo "full disk: 50 runs succeeded as measured, exit 3, the unsaved files named"
