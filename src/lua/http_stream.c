@@ -15,7 +15,14 @@
  * stream() aborts the request; one cancelled in read()/lines() only stops
  * waiting (kb.timeout around read() polls). The callbacks of the C stream
  * run from loop callbacks and may resume the reading task at once, which
- * may close or drop the stream: they touch nothing after waking it. */
+ * may close or drop the stream: they touch nothing after waking it.
+ *
+ * Nothing is pushed from those callbacks (a suspended coroutine has no
+ * error handler): they buffer what arrived, keep the head's fields in C,
+ * and wake the reader with kb_task_deliver; stream_deliver, running in the
+ * reader's continuation, builds the values. Until it has run the reader
+ * stays the stream's (st->waiter, with st->pending set), so no other task
+ * reads in between and nothing is handed out twice. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +61,11 @@ typedef struct lstream {
   kb_http_error error; /* of a failed transfer, raised by read() */
   kb_lhttp_err_text err;       /* its texts, in err_buf; err_buf NULL: out of memory */
   char *err_buf;
+  int pending;        /* the waiter was woken and has not taken its values */
+  int open_failed;    /* failed before the head: stream() raises err */
+  char *head_buf;     /* the head's header block, then its URL (until delivered) */
+  size_t head_len;    /* of the header block */
+  long redirects;
 } lstream;
 
 static size_t buffered(const lstream *st) { return st->len - st->off; }
@@ -137,40 +149,93 @@ static void push_saved_error(lua_State *L, const lstream *st) {
   else kb_error_new(L, "resource", "kb.http: out of memory in a streamed response");
 }
 
-/* Hands the waiter its results (on its stack already) and forgets it. The
- * task may run at once, inside this call, and close or drop the stream:
- * callers touch nothing of st afterwards. */
-static void stream_wake(lstream *st, int nresults, int failed) {
-  kb_task *t = st->waiter;
+/* In the reader, once it resumes: what it waited for, taken from the
+ * stream's state now (more may have arrived since the wake). */
+static int stream_deliver(lua_State *L, void *op) {
+  lstream *st = op;
+  int mode = st->wait;
   st->waiter = NULL;
   st->wait = WAIT_NONE;
-  if (failed) kb_task_fail(t);
-  else kb_task_wake(t, nresults);
+  st->pending = 0;
+  luaL_checkstack(L, 8, "kb.http: delivering a stream");
+  if (mode == WAIT_HEAD) {
+    if (st->open_failed) {
+      push_saved_error(L, st);
+      return lua_error(L);
+    }
+    /* stream() pushed the userdata last before it suspended: it is the
+     * top of the stack, and becomes stream()'s result. */
+    kb_http_response head = {0};
+    head.headers = st->head_buf ? st->head_buf : "";
+    head.headers_len = st->head_buf ? st->head_len : 0;
+    lua_createtable(L, 0, 3);
+    kb__lhttp_push_headers(L, &head);
+    lua_setfield(L, -2, "headers");
+    if (st->redirects > 0) {
+      lua_pushinteger(L, st->redirects);
+      lua_setfield(L, -2, "redirects");
+      lua_pushstring(L, st->head_buf ? st->head_buf + st->head_len + 1 : "");
+      lua_setfield(L, -2, "url");
+    }
+    lua_setiuservalue(L, -2, 1);
+    free(st->head_buf);
+    st->head_buf = NULL;
+    lua_pushvalue(L, -1);
+    return 1;
+  }
+  if (mode == WAIT_LINE && push_line(L, st, st->off)) {
+    maybe_resume(st);
+    return 1;
+  }
+  if (mode == WAIT_CHUNK && buffered(st) > 0) {
+    push_all(L, st);
+    maybe_resume(st);
+    return 1;
+  }
+  if (st->state == ST_FAILED) {
+    push_saved_error(L, st);
+    return lua_error(L);
+  }
+  /* The end: the last unterminated line, then nil. */
+  if (buffered(st) > 0) push_all(L, st);
+  else lua_pushnil(L);
+  return 1;
+}
+
+/* Wakes the waiter; stream_deliver gives it its values. The task may run
+ * at once, inside this call, and close or drop the stream: callers touch
+ * nothing of st afterwards. */
+static void stream_wake(lstream *st) {
+  if (!st->waiter || st->pending) return;
+  st->pending = 1;
+  kb_task_deliver(st->waiter, stream_deliver);
 }
 
 static void on_stream_head(kb_http_request *r, const kb_http_response *head, void *ud) {
   lstream *st = ud;
-  lua_State *co = kb_task_thread(st->waiter);
   st->state = ST_OPEN;
   st->status = head->status;
   st->version = head->http_version;
   st->head_time = head->time;
   st->sim = kb__lhttp_sim_timing_of(head);
-  lua_checkstack(co, 8);
-  /* stream() pushed the userdata last before it suspended: it is the top
-   * of the task's stack, and becomes stream()'s result. */
-  lua_createtable(co, 0, 3);
-  kb__lhttp_push_headers(co, head);
-  lua_setfield(co, -2, "headers");
-  if (head->redirects > 0) {
-    lua_pushinteger(co, head->redirects);
-    lua_setfield(co, -2, "redirects");
-    lua_pushstring(co, head->url);
-    lua_setfield(co, -2, "url");
+  st->redirects = head->redirects;
+  /* The head is valid during this call only: its header block and URL are
+   * kept for stream_deliver. Without memory for them the stream still
+   * opens, with no headers, and fails on read. */
+  size_t ulen = head->url ? strlen(head->url) : 0;
+  st->head_buf = malloc(head->headers_len + ulen + 2);
+  if (st->head_buf) {
+    memcpy(st->head_buf, head->headers, head->headers_len);
+    st->head_buf[head->headers_len] = '\0';
+    memcpy(st->head_buf + head->headers_len + 1, head->url ? head->url : "", ulen + 1);
+    st->head_len = head->headers_len;
+  } else {
+    kb_http_request_cancel(r); /* allowed from inside on_head */
+    st->r = NULL;
+    st->state = ST_FAILED;
+    st->error = KB_HTTP_ERR_RESOURCE;
   }
-  lua_setiuservalue(co, -2, 1);
-  lua_pushvalue(co, -1);
-  stream_wake(st, 1, 0);
+  stream_wake(st);
 }
 
 /* The transfer's memory error: it stops, read() raises. */
@@ -179,67 +244,43 @@ static void stream_oom(lstream *st) {
   st->r = NULL;
   st->state = ST_FAILED;
   st->error = KB_HTTP_ERR_RESOURCE;
-  if (st->waiter) {
-    push_saved_error(kb_task_thread(st->waiter), st);
-    stream_wake(st, 1, 1);
-  }
+  stream_wake(st);
 }
 
 static int on_stream_data(kb_http_request *r, const char *data, size_t len, void *ud) {
   lstream *st = ud;
-  lua_State *co = st->waiter ? kb_task_thread(st->waiter) : NULL;
-  if (st->wait == WAIT_CHUNK && buffered(st) == 0) { /* the common case: no copy */
-    lua_pushlstring(co, data, len);
-    stream_wake(st, 1, 0);
-    return 0;
-  }
-  size_t from = st->len;
   if (buf_append(st, data, len) != 0) {
     stream_oom(st);
     return 0;
   }
-  if (st->wait == WAIT_CHUNK) {
-    push_all(co, st);
-    stream_wake(st, 1, 0);
+  /* A line waiter found no complete line before: only the new bytes (the
+   * last len of the buffer) can end one. */
+  if (st->waiter && !st->pending &&
+      (st->wait == WAIT_CHUNK ||
+       (st->wait == WAIT_LINE && memchr(st->buf + st->len - len, '\n', len)))) {
+    stream_wake(st);
     return 0;
   }
-  if (st->wait == WAIT_LINE && push_line(co, st, from)) {
-    stream_wake(st, 1, 0);
-    return 0;
-  }
-  /* A waiter for a line keeps reading however long the line gets. */
-  if (!st->waiter && buffered(st) >= STREAM_BUFFER_MAX) {
+  /* A waiter for a line keeps reading however long the line gets; one
+   * whose values are being delivered reads soon. */
+  if ((!st->waiter || st->pending) && buffered(st) >= STREAM_BUFFER_MAX) {
     st->held = 1;
     return KB_HTTP_STREAM_PAUSE;
   }
   return 0;
 }
 
-/* The end (or the failure) reaches a task waiting in read() or lines():
- * the last unterminated line, nil, or the error. */
-static void wake_at_end(lstream *st) {
-  lua_State *co = kb_task_thread(st->waiter);
-  lua_checkstack(co, 4);
-  if (st->state == ST_FAILED) {
-    push_saved_error(co, st);
-    stream_wake(st, 1, 1);
-    return;
-  }
-  if (buffered(st) > 0) push_all(co, st);
-  else lua_pushnil(co);
-  stream_wake(st, 1, 0);
-}
-
 static void on_stream_done(kb_http_request *r, const kb_http_response *resp, void *ud) {
   lstream *st = ud;
   if (st->state == ST_OPENING) { /* failed before the head: stream() raises */
-    lua_State *co = kb_task_thread(st->waiter);
-    lua_checkstack(co, 8);
-    kb__lhttp_push_error(co, resp);
+    kb_lhttp_err_text e = {resp->message, resp->safe_url, resp->detail, resp->hint, resp->method,
+                  resp->curl_code};
+    err_save(st, resp->error, &e);
     kb_http_request_free(r);
     st->r = NULL;
     st->state = ST_CLOSED;
-    stream_wake(st, 1, 1);
+    st->open_failed = 1;
+    stream_wake(st);
     return;
   }
   st->total = resp->time.total;
@@ -254,7 +295,7 @@ static void on_stream_done(kb_http_request *r, const kb_http_response *resp, voi
   kb_http_request_free(r);
   st->r = NULL;
   st->held = 0;
-  if (st->waiter) wake_at_end(st);
+  stream_wake(st); /* a reader waiting for more gets the end */
 }
 
 /* A task cancelled in stream(): nobody will get the stream, abort it. */
@@ -262,7 +303,8 @@ static void cancel_open(void *op) {
   lstream *st = op;
   st->waiter = NULL;
   st->wait = WAIT_NONE;
-  kb_http_request_cancel(st->r);
+  st->pending = 0;
+  if (st->r) kb_http_request_cancel(st->r); /* NULL: it failed, not delivered */
   st->r = NULL;
   st->state = ST_CLOSED;
 }
@@ -273,6 +315,7 @@ static void cancel_read(void *op) {
   lstream *st = op;
   st->waiter = NULL;
   st->wait = WAIT_NONE;
+  st->pending = 0;
 }
 
 static void stream_close(lstream *st) {
@@ -283,6 +326,8 @@ static void stream_close(lstream *st) {
   st->off = st->len = st->cap = 0;
   free(st->err_buf);
   st->err_buf = NULL;
+  free(st->head_buf);
+  st->head_buf = NULL;
   st->state = ST_CLOSED;
 }
 
@@ -344,12 +389,8 @@ static int stream_lines(lua_State *L) {
 /* s:close(): aborts the transfer; a task waiting in read() gets nil. */
 static int stream_close_m(lua_State *L) {
   lstream *st = check_stream(L, 1);
-  kb_task *w = st->waiter;
   stream_close(st);
-  if (w) {
-    lua_pushnil(kb_task_thread(w));
-    stream_wake(st, 1, 0); /* deferred: Lua is running */
-  }
+  stream_wake(st); /* deferred (Lua is running): the reader gets nil */
   return 0;
 }
 
@@ -442,6 +483,9 @@ int kb__lhttp_stream_open(lua_State *L, kb_http_client *c, int client, int opts)
   kb_lhttp_spec s = {.method = "GET", .o = KB_HTTP_OPTIONS_INIT};
   luaL_checktype(L, opts, LUA_TTABLE);
   kb__lhttp_read_call(L, &s, 0, 0, opts);
+  if (s.max_body_given)
+    luaL_error(L, "kb.http.stream: option 'max_body' is for whole bodies; a stream holds at "
+               "most %d bytes unread", STREAM_BUFFER_MAX);
   lstream *st = push_stream(L, client);
   kb_http_request *r = kb__lhttp_new_request(L, c, &s);
   int err = kb_http_request_set_stream(r, on_stream_head, on_stream_data, st);

@@ -21,7 +21,13 @@
  * docs/process.md has the details. Every child leads its own process group
  * (UV_PROCESS_DETACHED -> setsid), so terminating it also reaches what it
  * started (a shell's children), and a Ctrl-C meant for kbrun reaches the
- * children only through kbrun's own orderly shutdown. */
+ * children only through kbrun's own orderly shutdown.
+ *
+ * The loop callbacks push nothing into the suspended tasks (which have no
+ * error handler): they record the outcome and wake the task with
+ * kb_task_deliver; the *_deliver functions build the values in the task's
+ * continuation. A kproc waiting to deliver run's outcome is pinned (it is
+ * not freed, even abandoned) until it is delivered or the task cancelled. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -51,7 +57,7 @@ enum { FAIL_TIMEOUT = 1, FAIL_OUTPUT, FAIL_NOMEM };
 
 typedef struct kproc kproc;
 
-/* A task suspended in p:wait(). */
+/* A task suspended in p:wait(). Freed by its delivery or its cancel. */
 typedef struct waiter {
   kb_task *task;
   kproc *p;
@@ -90,9 +96,12 @@ struct kproc {
 
   kb_task *task;             /* run: the awaiting task */
   int check;
+  int outcome;               /* run: 0 settled, else FAIL_*, once delivering */
+  int pinned;                /* run: its outcome awaits delivery */
 
   int owned;                 /* spawn: the Lua object still exists */
   kb_task *reader;           /* spawn: the task in read_line */
+  int reader_woken;          /* spawn: its line awaits delivery */
   waiter *waiters;
   size_t off, scanned;       /* spawn: obuf consumed / searched for '\n' */
   int paused;                /* spawn: reading stopped, too much unread */
@@ -151,9 +160,14 @@ static void kproc_free(kproc *p) {
   free(p);
 }
 
+static void maybe_free(kproc *p) {
+  if (p->live == 0 && p->abandoned && !p->pinned) kproc_free(p);
+}
+
 static void on_closed(uv_handle_t *h) {
   kproc *p = h->data;
-  if (--p->live == 0 && p->abandoned) kproc_free(p);
+  p->live--;
+  maybe_free(p);
 }
 
 static uv_handle_t *handle_of(kproc *p, unsigned which) {
@@ -200,6 +214,10 @@ static void terminate(kproc *p) {
 /* Nobody needs the results any more: stop reading, end the child, and let
  * the struct go once the child is reaped and every handle is closed. */
 static void abandon(kproc *p) {
+  if (p->abandoned) { /* twice: once settled, once delivered or cancelled */
+    maybe_free(p);
+    return;
+  }
   p->abandoned = 1;
   p->task = NULL;
   p->reader = NULL;
@@ -211,7 +229,7 @@ static void abandon(kproc *p) {
   if (p->exited && p->mode == MODE_RUN && (!p->out_eof || !p->err_eof))
     send_signal(p, SIGKILL); /* what it left behind still holds the pipes */
   close_handles(p, H_PROC | H_TIMER);
-  if (p->live == 0) kproc_free(p);
+  maybe_free(p);
 }
 
 /* ---- results ------------------------------------------------------------- */
@@ -282,22 +300,10 @@ static int push_run_outcome(lua_State *L, kproc *p) {
   return failed;
 }
 
-/* run: the child exited and both pipes reached end of file. */
-static void run_settle(kproc *p) {
-  if (!p->task || !p->exited || !p->out_eof || !p->err_eof) return;
-  kb_task *t = p->task;
-  int failed = push_run_outcome(kb_task_thread(t), p);
-  abandon(p);
-  if (failed) kb_task_fail(t);
-  else kb_task_wake(t, 1);
-}
-
-/* run: gives up on the child (deadline, too much output) and raises. */
-static void run_fail(kproc *p, int why) {
-  kb_task *t = p->task;
-  if (!t) return;
-  lua_State *co = kb_task_thread(t);
-  lua_checkstack(co, 4);
+/* run's error for a child given up (deadline, too much output), on L. */
+static void push_run_failure(lua_State *L, kproc *p, int why) {
+  lua_State *co = L;
+  lua_checkstack(co, 6);
   if (why == FAIL_TIMEOUT) {
     char secs[32];
     snprintf(secs, sizeof secs, "%g", p->timeout);
@@ -314,9 +320,60 @@ static void run_fail(kproc *p, int why) {
   set_output_fields(co, p, -1);
   lua_pushinteger(co, p->pid);
   lua_setfield(co, -2, "pid");
-  abandon(p);
-  kb_task_fail(t);
 }
+
+/* run_outcome(p) -> value, failed: under lua_pcall in run_deliver. */
+static int run_outcome(lua_State *L) {
+  kproc *p = lua_touserdata(L, 1);
+  int failed = 1;
+  if (p->outcome) push_run_failure(L, p, p->outcome);
+  else failed = push_run_outcome(L, p);
+  lua_pushboolean(L, failed);
+  return 2;
+}
+
+static void run_unpin(kproc *p) {
+  p->pinned = 0;
+  abandon(p); /* already abandoned: frees it once its handles are closed */
+}
+
+/* In the task of run, once it resumes: the result table or the error,
+ * built protected so the kproc is released whatever happens. */
+static int run_deliver(lua_State *L, void *op) {
+  kproc *p = op;
+  if (!lua_checkstack(L, 4)) {
+    run_unpin(p);
+    return luaL_error(L, "kb.process.run: out of memory");
+  }
+  lua_pushcfunction(L, run_outcome);
+  lua_pushlightuserdata(L, p);
+  int status = lua_pcall(L, 1, 2, 0);
+  run_unpin(p);
+  if (status != LUA_OK) return lua_error(L);
+  int failed = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return failed ? lua_error(L) : 1;
+}
+
+/* Hands run's outcome (0, or FAIL_*) to its task: the child is ended and
+ * its handles closed now; the kproc stays, pinned, for the delivery. */
+static void run_finish(kproc *p, int outcome) {
+  kb_task *t = p->task;
+  if (!t) return;
+  p->outcome = outcome;
+  p->pinned = 1;
+  abandon(p); /* clears p->task: nothing reports twice */
+  kb_task_deliver(t, run_deliver);
+}
+
+/* run: the child exited and both pipes reached end of file. */
+static void run_settle(kproc *p) {
+  if (!p->task || !p->exited || !p->out_eof || !p->err_eof) return;
+  run_finish(p, 0);
+}
+
+/* run: gives up on the child (deadline, too much output) and raises. */
+static void run_fail(kproc *p, int why) { run_finish(p, why); }
 
 /* ---- run: I/O callbacks -------------------------------------------------- */
 
@@ -425,17 +482,40 @@ static void resume_reading(kproc *p) {
   uv_read_start((uv_stream_t *)&p->out, spawn_alloc, spawn_read);
 }
 
-/* Hands the reader its line when one is there. */
-static void reader_try(kproc *p) {
-  if (!p->reader) return;
-  kb_task *t = p->reader;
-  lua_State *co = kb_task_thread(t);
-  lua_checkstack(co, 3);
-  int r = take_line(p, co);
-  if (r == 0) return;
+/* Whether take_line has something to give (a line, the end, or the error
+ * of a line too long), without taking it. */
+static int line_ready(kproc *p) {
+  if (p->obuf.len > p->scanned &&
+      memchr(p->obuf.data + p->scanned, '\n', p->obuf.len - p->scanned))
+    return 1;
+  p->scanned = p->obuf.len;
+  return p->out_eof || p->obuf.len - p->off >= p->max_output;
+}
+
+static void reader_cancel(void *op);
+
+/* In the reader, once it resumes: its line (or nil, or the error). The
+ * process object is on its stack, so p is alive. */
+static int reader_deliver(lua_State *L, void *op) {
+  kproc *p = op;
   p->reader = NULL;
-  if (r > 0) kb_task_wake(t, 1);
-  else kb_task_fail(t);
+  p->reader_woken = 0;
+  luaL_checkstack(L, 4, "kb.process: reading a line");
+  int r = take_line(p, L);
+  if (r < 0) return lua_error(L);
+  if (r == 0) { /* not expected (line_ready said there was one): wait on */
+    p->reader = kb_task_running(L);
+    return kb_task_await(L, p->reader, reader_cancel, p);
+  }
+  if (p->obuf.len - p->off < PAUSE_AT) resume_reading(p);
+  return 1;
+}
+
+/* Wakes the reader when its line is there; it takes it itself. */
+static void reader_try(kproc *p) {
+  if (!p->reader || p->reader_woken || !line_ready(p)) return;
+  p->reader_woken = 1;
+  kb_task_deliver(p->reader, reader_deliver);
 }
 
 static void spawn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
@@ -464,16 +544,24 @@ static void push_exit_table(lua_State *L, kproc *p) {
   set_exit_fields(L, p, -1);
 }
 
+/* In a task of p:wait(), once it resumes. Its stack holds the process
+ * object, so w->p is alive. */
+static int exit_deliver(lua_State *L, void *op) {
+  waiter *w = op;
+  kproc *p = w->p;
+  free(w);
+  push_exit_table(L, p);
+  return 1;
+}
+
 static void spawn_exited(kproc *p) {
   close_handles(p, H_IN);
   waiter *w = p->waiters;
   p->waiters = NULL;
   while (w) { /* a woken task may run at once: nothing of w is used after */
     waiter *next = w->next;
-    kb_task *t = w->task;
-    free(w);
-    push_exit_table(kb_task_thread(t), p);
-    kb_task_wake(t, 1);
+    w->next = NULL; /* off the list: waiter_cancel just frees it */
+    kb_task_deliver(w->task, exit_deliver);
     w = next;
   }
 }
@@ -749,7 +837,9 @@ static kproc *start(lua_State *L, int mode) {
 /* ---- kb.process.run ------------------------------------------------------ */
 
 static void run_cancel(void *op) {
-  abandon(op); /* the task is gone: end the child and clean up */
+  kproc *p = op;
+  p->pinned = 0; /* an outcome not delivered is dropped */
+  abandon(p);    /* the task is gone: end the child and clean up */
 }
 
 /* kb.process.run{cmd = {...}, ...} -> {code, signal, stdout, stderr, time, pid} */
@@ -785,6 +875,7 @@ static int l_spawn(lua_State *L) {
 static void reader_cancel(void *op) {
   kproc *p = op;
   p->reader = NULL;
+  p->reader_woken = 0; /* a line not delivered stays for the next read */
 }
 
 /* p:read_line() -> the next line of stdout without its newline, or nil at
@@ -793,6 +884,8 @@ static int p_read_line(lua_State *L) {
   kproc *p = check_proc(L);
   if (!p->piped_out)
     return luaL_error(L, "kb.process: read_line needs stdout = \"pipe\"");
+  /* Before taking a line: one may be there for a reader not resumed yet. */
+  if (p->reader) return luaL_error(L, "kb.process: another task is already reading this process");
   int r = take_line(p, L);
   if (r > 0) {
     if (p->obuf.len - p->off < PAUSE_AT) resume_reading(p);
@@ -800,38 +893,50 @@ static int p_read_line(lua_State *L) {
   }
   if (r < 0) return lua_error(L);
   kb_task *t = kb_task_running(L);
-  if (p->reader) return luaL_error(L, "kb.process: another task is already reading this process");
   p->reader = t;
   resume_reading(p);
   return kb_task_await(L, t, reader_cancel, p);
 }
 
+/* Owned by libuv until on_written, then by the writer's delivery (or its
+ * cancel); freed by on_written itself when the writer was cancelled. */
 typedef struct {
   uv_write_t req;
   kb_task *task; /* NULL once the writer was cancelled */
   kproc *p;
+  int written;   /* on_written ran: status holds its outcome */
+  int status;
   size_t len;
   char data[];
 } write_op;
 
-static void on_written(uv_write_t *req, int status) {
-  write_op *w = req->data;
-  kb_task *t = w->task;
+/* In the writer, once it resumes; its stack holds the process object. */
+static int write_deliver(lua_State *L, void *op) {
+  write_op *w = op;
+  int status = w->status;
   const char *name = w->p->name;
   free(w);
-  if (!t) return;
-  if (status == 0) {
-    kb_task_wake(t, 0);
+  if (status == 0) return 0;
+  kb_error_new(L, "io", "kb.process: cannot write to the stdin of '%s': %s (%s)", name,
+               uv_strerror(status), uv_err_name(status));
+  return lua_error(L);
+}
+
+static void on_written(uv_write_t *req, int status) {
+  write_op *w = req->data;
+  if (!w->task) {
+    free(w);
     return;
   }
-  kb_error_new(kb_task_thread(t), "io", "kb.process: cannot write to the stdin of '%s': %s (%s)",
-               name, uv_strerror(status), uv_err_name(status));
-  kb_task_fail(t);
+  w->written = 1;
+  w->status = status;
+  kb_task_deliver(w->task, write_deliver);
 }
 
 static void write_cancel(void *op) {
   write_op *w = op;
-  w->task = NULL; /* libuv still owns the request until on_written */
+  if (w->written) free(w); /* written, not delivered: nobody else has it */
+  else w->task = NULL;     /* libuv still owns the request until on_written */
 }
 
 /* p:write(s): suspends until s was handed to the child's stdin. */
@@ -850,6 +955,8 @@ static int p_write(lua_State *L) {
   if (!w) return luaL_error(L, "kb.process: out of memory");
   memcpy(w->data, s, len);
   w->len = len;
+  w->written = 0;
+  w->status = 0;
   w->task = t;
   w->p = p;
   w->req.data = w;
