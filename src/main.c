@@ -104,13 +104,17 @@ static void set_lua_path(lua_State *L, const char *scenario) {
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   const char *extra = getenv("KBRUN_PATH");
-  if (extra && *extra) {
-    char *copy = strdup(extra), *save = NULL;
-    for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
-      lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", dir, dir);
-      luaL_addvalue(&b);
+  /* Walked in place: no copy to allocate (and to leak if a push raises). */
+  for (const char *dir = extra; dir && *dir;) {
+    size_t n = strcspn(dir, ":");
+    if (n > 0) {
+      luaL_addlstring(&b, dir, n);
+      luaL_addstring(&b, "/?.lua;");
+      luaL_addlstring(&b, dir, n);
+      luaL_addstring(&b, "/?/init.lua;");
     }
-    free(copy);
+    dir += n;
+    if (*dir == ':') dir++;
   }
   if (scenario) {
     char dir[PATH_MAX];
