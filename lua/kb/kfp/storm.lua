@@ -26,6 +26,13 @@
 -- scraped before and after (`scrape_metrics`). `notebook = true` turns the
 -- improvements off at once.
 --
+-- Every requested run is accounted for (docs/storm.md, "Outcomes"): each
+-- create's intent (name) is journaled and flushed before it is sent, so a
+-- create whose answer is lost (truncated, interrupted, killed) is found by
+-- name on the server, by reconcile_runs, by cleanup and by `kbrun report`
+-- (kb.kfp.storm_report.reconcile); polls refused or failing stop after a
+-- few rounds and leave the runs Unknown, never Timed out.
+--
 -- Time parameters are cluster seconds. Against the embedded simulator the
 -- scenario clock is the simulator's virtual clock; against a standalone
 -- simulator (`kbrun sim`) they are scaled by its speed.
@@ -1164,7 +1171,10 @@ function Session:cleanup_runs()
   local aux = self.aux
   self:each_created(nil, function(s, run)
     if run.deleted or run.lost then return end
-    if pending(run) then try(s, "terminate run " .. run.id, aux.terminate_run, aux, run.id) end
+    -- an Unknown run may still be running: terminated first like a pending one
+    if pending(run) or (run.unknown and not run.finished) then
+      try(s, "terminate run " .. run.id, aux.terminate_run, aux, run.id)
+    end
     if try(s, "delete run " .. run.id, aux.delete_run, aux, run.id) then
       run.deleted = true
       s.cleaned.runs = s.cleaned.runs + 1
