@@ -1175,6 +1175,8 @@ function Session:cleanup_runs()
     if pending(run) or (run.unknown and not run.finished) then
       try(s, "terminate run " .. run.id, aux.terminate_run, aux, run.id)
     end
+    -- journaled first: a rebuild after a kill here waits for this delete
+    s:journal_intent{ event = "delete.intent", kind = "run", id = run.id, t = s:elapsed() }
     if try(s, "delete run " .. run.id, aux.delete_run, aux, run.id) then
       run.deleted = true
       s.cleaned.runs = s.cleaned.runs + 1

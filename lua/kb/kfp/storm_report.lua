@@ -311,6 +311,9 @@ local function absorb_event(s, ev, by_id)
     if run then run.unknown, run.unknown_reason, run.state = true, ev.error, ev.state or run.state end
   elseif kind == "storm.halted" then
     s.halted = { reason = ev.reason, error = ev.error }
+  elseif kind == "delete.intent" then
+    local run = ev.kind == "run" and ev.id and by_id[ev.id]
+    if run then run.delete_sent = true end
   elseif kind == "deleted" then
     if ev.kind == "run" then
       local run = ev.id and by_id[ev.id]
@@ -522,7 +525,16 @@ function M.reconcile(s)
         why = message_of(err)
         break
       end
-      if next(by_name) == nil or kb.now() >= deadline then break end
+      -- a delete sent before the kill may still land: wait for it too
+      local deleting = false
+      for _, run in ipairs(s.runs) do
+        if run.delete_sent and not run.deleted then
+          for _, ids in pairs(listed) do
+            if ids[run.id] then deleting = true end
+          end
+        end
+      end
+      if (next(by_name) == nil and not deleting) or kb.now() >= deadline then break end
       kb.sleep(math.min(0.5, math.max(deadline - kb.now(), 0.01)))
     end
     info.foreign_seen = nil
