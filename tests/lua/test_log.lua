@@ -116,5 +116,38 @@ T.case("-v shows debug, -q hides info", function()
   T.contains(quiet, " WARN w-line")
 end)
 
+T.case("a stderr nobody reads never stops kbrun: the child still finishes", function()
+  local kb = require "kb"
+  local bin = T.ok(os.getenv("KBRUN_BIN"), "KBRUN_BIN names the kbrun binary")
+  local script = fs.join(root, "flood.lua")
+  -- 8 MB of log lines: far more than the pipe, the socket and the 1 MiB
+  -- this test's kb.process buffers before it stops reading
+  fs.write(script, [[
+local log = require "kb.log"
+local pad = string.rep("x", 100)
+for i = 1, 80000 do log.info("line %d %s", i, pad) end
+]])
+  -- stderr into our stdout pipe, which this test never reads while the
+  -- child runs; the child's own stdout (the summary) to /dev/null
+  local p <close> = kb.process.spawn {
+    cmd = { "sh", "-c", 'exec "$0" -o "$1" "$2" 2>&1 >/dev/null', bin, fs.join(root, "out"), script },
+    stdin = "null", stdout = "pipe" }
+  local ok, r = pcall(kb.timeout, 120, p.wait, p) -- bounded; it takes about a second
+  T.ok(ok, "the child kbrun finished: " .. tostring(r))
+  T.eq(r.code, 0)
+  -- what got through is whole lines, in order
+  local last = 0
+  for _ = 1, 1000 do
+    local line = p:read_line()
+    if not line then break end
+    local n = tonumber(line:match(" INFO line (%d+) x+$"))
+    if n then
+      T.ok(n > last, "in order: " .. line)
+      last = n
+    end
+  end
+  T.ok(last > 0, "log lines came through")
+end)
+
 T.run()
 if not os.getenv("KBRUN_TEST_OUT") then fs.remove(root, { recursive = true }) end
