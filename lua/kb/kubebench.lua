@@ -545,6 +545,14 @@ function M.scenario(def)
     thresholds = { passed = 1 },
     experiment = exp,
     run = function(p)
+      -- one experiment is one item: N shards would run it N times
+      local _, shards = require("kb.shard").current()
+      if shards > 1 then
+        error(setmetatable({ class = "usage", message = format("kb.kubebench: %s runs one experiment, which "
+          .. "cannot be split into %d shards (it would run %d times); run it without --shard, or sweep "
+          .. "experiments with kb.sweep, whose cells split", exp.name, shards, shards) },
+          { __tostring = function(e) return e.message end }), 0)
+      end
       local target = require "kb.target"
       if sim_config and target.is_sim(p.host) and not target.defaults.config_file and not target.defaults.config then
         target.defaults.config_file = sim_config

@@ -38,6 +38,10 @@ local function current()
   return M.index, M.count
 end
 
+--- kb.shard.current() -> index, count the calling task splits by: the
+-- process's shard, or 0, 1 inside a part already split (within_part).
+function M.current() return current() end
+
 --- kb.shard.within_part(what, fn, ...) -> fn's results: runs fn (in the
 -- calling task and the tasks it spawns) as inside one item of a split
 -- already made (`what`, e.g. "cells"): range and owns take everything.
