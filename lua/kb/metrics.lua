@@ -15,6 +15,11 @@
 -- Asking twice for the same name and labels returns the same object; asking
 -- for it as another kind of metric is an error.
 --
+-- Scopes: kb.metrics.scope(name) is a registry of its own; inside
+-- scope:run(fn) every call here (of that task and of the tasks it spawns)
+-- works on the scope, and scope:close() adds it into its parent. kb.sweep
+-- runs each cell in one, so cells side by side keep their figures apart.
+--
 -- Journal: kb.metrics.set_journal(j) (kbrun's runner does it with
 -- output/journal.jsonl) sends every measurement of a registered metric to
 -- the kb.journal j, so the results can be rebuilt from it (kb.rebuild):
