@@ -111,7 +111,14 @@ start_sim() { # start_sim [ARGS...]: a fresh kbrun sim at speed 1; sets URL
     [ -n "$URL" ] && break
     sleep 0.1
   done
-  [ -n "$URL" ] || fail "kbrun sim did not start: $(cat "$WORK/sim.out")"
+  [ -n "$URL" ] || { fail "kbrun sim did not start: $(cat "$WORK/sim.out")"; return; }
+  # and accepts connections
+  local port=${URL##*:}
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return
+    sleep 0.05
+  done
+  fail "kbrun sim at $URL does not accept connections (alive: $(kill -0 "$SIM_PID" 2>/dev/null && echo yes || echo no)): $(cat "$WORK/sim.out")"
 }
 start_storm() { # start_storm OUT [ARGS...]: taxi_50runs in the background; sets PID
   local out=$1
@@ -146,7 +153,7 @@ report() { # report OUT: kbrun report of the killed experiment; sets DIR
 check() { # check ARGS...: check.lua on DIR
   "$KBRUN" -q -o "$WORK/checks" "$WORK/check.lua" dir="$DIR" url="$URL" runs=$N "$@" >"$WORK/check.out" 2>&1 \
     || fail "$(cat "$WORK/check.out")"
-  [ "$CASE_FAILED" = 0 ] && echo "     $(tail -1 "$WORK/check.out")"
+  [ "$CASE_FAILED" = 0 ] && echo "     $(grep '^server' "$WORK/check.out")"
 }
 
 for at in 1 20 40; do
