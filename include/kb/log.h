@@ -7,11 +7,19 @@
  * terminal or a CI log. Messages below the threshold (default INFO; kbrun
  * sets WARN for -q and DEBUG for -v) cost one comparison.
  *
- * Needs libc only (no Lua, no libuv), and is safe from any thread: the
- * settings are atomics and each line goes out in one writev(2), so lines
- * from the simulator thread and the main loop do not interleave (up to
- * PIPE_BUF bytes on a pipe). Writing to stderr blocks the caller briefly,
- * like any terminal output. */
+ * Needs libc and pthreads only (no Lua, no libuv), and is safe from any
+ * thread: the settings are atomics and each line goes out in one write(2)
+ * under a mutex, so lines from the simulator thread and the main loop do
+ * not interleave.
+ *
+ * Logging never blocks the caller on a full stderr (a pipe nobody reads, a
+ * stopped terminal): a line is written directly only when poll(2) says the
+ * descriptor can take it; otherwise it joins an in-memory backlog (1 MiB)
+ * that a writer thread drains with blocking writes, in order. Lines beyond
+ * the backlog are dropped and counted; the writer then logs "kbrun: N log
+ * line(s) dropped: stderr was not being read" once it catches up. At exit
+ * the backlog gets up to a second without progress to drain. Output by
+ * other means (fprintf(stderr), io.stderr) can overtake queued lines. */
 #ifndef KB_LOG_H
 #define KB_LOG_H
 

@@ -9,7 +9,8 @@
  *   log.redact(text)                             -- kb_redact for reports
  *
  * Every line is redacted (see include/kb/redact.h) before it reaches
- * stderr. Writing blocks the loop for the duration of one write(2). */
+ * stderr. Logging never waits for a full stderr (include/kb/log.h): a line
+ * stderr cannot take at once is queued for a writer thread. */
 #include <lauxlib.h>
 #include <lualib.h>
 

@@ -327,5 +327,47 @@ T.case("journal: records written before a SIGKILL survive", function()
   T.eq(records[3].i, 3)
 end)
 
+T.case("big writes and reads run off the loop: other tasks run while they happen", function()
+  local dir = scratch()
+  local file = fs.join(dir, "big.bin")
+  local data = string.rep("0123456789abcdef", 4 << 20) -- 64 MiB
+  -- a task that counts loop turns: it runs whenever the loop is free
+  local ticks, running = 0, true
+  local ticker = kb.spawn(function()
+    while running do
+      ticks = ticks + 1
+      kb.sleep(0)
+    end
+  end)
+  fs.write(file, data) -- with fsync: the thread pool, the task awaits
+  local during_write = ticks
+  local back = fs.read(file)
+  local during_read = ticks - during_write
+  running = false
+  ticker:wait()
+  T.ok(during_write > 0, "the ticker ran while 64 MiB were written and fsynced")
+  T.ok(during_read > 0, "the ticker ran while 64 MiB were read")
+  T.eq(#back, #data)
+  T.ok(back == data, "read back the same bytes")
+  T.same(fs.list(dir), { "big.bin" }, "no temp file left")
+  -- the errors are the same as on the loop
+  local err = T.raises(fs.write, nil, fs.join(dir, "missing", "x"), data)
+  T.eq(err.message, "kb.fs.write: cannot create '" .. fs.join(dir, "missing", "x") ..
+    "': No such file or directory")
+  err = T.raises(fs.read, nil, fs.join(dir, "nope"))
+  T.eq(err.code, "ENOENT")
+end)
+
+T.case("outside a yieldable task (with_lock's function) big files are read and written in place", function()
+  local dir = scratch()
+  local file = fs.join(dir, "big.bin")
+  local data = string.rep("z", 1 << 20)
+  local back = fs.with_lock(file, function()
+    fs.write(file, data)
+    return fs.read(file)
+  end)
+  T.ok(back == data)
+end)
+
 T.run()
 if not os.getenv("KBRUN_TEST_OUT") then fs.remove(root, { recursive = true }) end
