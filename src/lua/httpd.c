@@ -29,7 +29,11 @@
  *   {status =, headers =, body =}          status defaults to 200
  *   {chunks = {...}, chunk_delay = s, status =, headers =}
  *                                          a chunked response, chunk_delay
- *                                          scenario seconds between chunks
+ *                                          scenario seconds between chunks;
+ *                                          a function in chunks is called
+ *                                          (in the handler's task, so it may
+ *                                          wait) when its turn comes and
+ *                                          returns the chunk's text
  *   {reset = true, partial = "raw bytes"}  writes partial, then resets the
  *                                          connection (fault injection)
  * A handler that raises (or returns something else) yields a 500 whose
@@ -262,23 +266,30 @@ static int respond_plain(lua_State *L, lreq *q, int si, int bi, int hi) {
   return 0;
 }
 
-/* Writes chunks[i..] with the delay between them. ctx = 2 * i + slept. */
+/* Writes chunks[i..] with the delay between them. ctx = 4 * i + phase:
+ * 0 chunk i not begun, 1 the delay before it slept, 2 its function
+ * returned (the text is on top). */
 static int chunks_k(lua_State *L, int status, lua_KContext ctx) {
   lreq *q = lua_touserdata(L, 1);
-  lua_Integer i = (lua_Integer)(ctx >> 1);
-  int slept = (int)(ctx & 1);
+  lua_Integer i = (lua_Integer)(ctx >> 2);
+  int phase = (int)(ctx & 3);
   lua_Integer n = (lua_Integer)lua_rawlen(L, 2);
   lua_Number delay = lua_tonumber(L, 3);
-  for (; i <= n; i++, slept = 0) {
+  for (; i <= n; i++, phase = 0) {
     if (!q->req) return 0; /* the client left */
-    if (i > 1 && delay > 0 && !slept) {
+    if (phase == 0 && i > 1 && delay > 0) {
       luaL_requiref(L, "kb.core", luaopen_kb_core, 0);
       lua_getfield(L, -1, "sleep");
       lua_remove(L, -2);
       lua_pushnumber(L, delay);
-      lua_callk(L, 1, 0, (lua_KContext)(2 * i + 1), chunks_k);
+      lua_callk(L, 1, 0, (lua_KContext)(4 * i + 1), chunks_k);
     }
-    lua_rawgeti(L, 2, i);
+    if (phase < 2 && lua_rawgeti(L, 2, i) == LUA_TFUNCTION)
+      lua_callk(L, 0, 1, (lua_KContext)(4 * i + 2), chunks_k);
+    if (!q->req) return 0; /* left while the function waited */
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "chunks[%d]: the function returned %s; expected a string", (int)i,
+                 luaL_typename(L, -1));
     size_t len;
     const char *s = lua_tolstring(L, -1, &len);
     kb_httpd_stream_write(q->req, s, len);
@@ -294,8 +305,10 @@ static int chunks_k(lua_State *L, int status, lua_KContext ctx) {
 static int respond_chunks(lua_State *L, lreq *q, int t, int ci) {
   lua_Integer n = (lua_Integer)lua_rawlen(L, ci);
   for (lua_Integer i = 1; i <= n; i++) {
-    if (lua_rawgeti(L, ci, i) != LUA_TSTRING)
-      luaL_error(L, "chunks[%d] must be a string, got %s", (int)i, luaL_typename(L, -1));
+    int vt = lua_rawgeti(L, ci, i);
+    if (vt != LUA_TSTRING && vt != LUA_TFUNCTION)
+      luaL_error(L, "chunks[%d] must be a string or a function, got %s", (int)i,
+                 luaL_typename(L, -1));
     lua_pop(L, 1);
   }
   lua_getfield(L, t, "chunk_delay");
@@ -319,7 +332,7 @@ static int respond_chunks(lua_State *L, lreq *q, int t, int ci) {
   lua_pushnumber(L, delay);
   lua_replace(L, 3);
   lua_settop(L, 3); /* lreq, chunks, delay */
-  return chunks_k(L, LUA_OK, 2 * 1);
+  return chunks_k(L, LUA_OK, 4 * 1);
 }
 
 /* deliver(lreq, results...): turns what the handler returned into the
