@@ -317,14 +317,31 @@ function Run:finish()
     end
     self:escalate(EXIT_FAILED, "failed", "a task failed and nobody waited for it", doc)
   end
+  -- kb.outputs: files a write failed for (a full disk) get one more try;
+  -- what stays unsaved means exit 3 (checked before the journal's end
+  -- record, after it for the journal itself, and after the report)
+  local outputs, told = require "kb.outputs", {}
+  local function unsaved(list)
+    for _, f in ipairs(list) do
+      if not told[f.path] then
+        told[f.path] = true
+        self:results_not_saved(string.format("%s: %s%s", f.path, f.error,
+          f.unsaved and " (" .. f.unsaved .. " not written)" or ""), doc)
+      end
+    end
+  end
+  unsaved(outputs.retry())
   self:close_journal(doc)
+  unsaved(outputs.failed())
   local ok, err = pcall(self.exp.write_json, self.exp, "result", "result.json", doc)
   if not ok then self:results_not_saved("result.json: " .. message_of(err)) end
+  if not ok then told[kb.fs.abspath(self.exp:path("result", "result.json"))] = true end
   -- The report is derived from result.json; a broken report never loses it.
   local okr, rerr = pcall(function()
     require("kb.report").write(self.exp, doc, { scenario = self.scenario })
   end)
   if not okr then kb.log.warn("report: %s", message_of(rerr)) end
+  unsaved(outputs.failed())
   -- -q keeps the verdict and every failed threshold
   local okp, perr = pcall(function()
     local summary = require "kb.summary"
