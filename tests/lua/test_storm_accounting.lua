@@ -95,6 +95,9 @@ T.case("401 on polls: named at once, polling stops, runs Unknown with the error,
     T.contains(row.error, "HTTP 401")
   end
   T.same(m:leftovers(), { pipelines = 0, experiments = 0, runs = 0 }, "cleanup still ran")
+  local report = read_csv(fs.join(exp.out, "report.csv"))
+  T.eq(report[#report].unknown, "5")
+  T.eq(report[#report].timed_out, "0")
   m:close()
 end)
 
@@ -283,6 +286,10 @@ T.case("killed while creates are in flight: kbrun report reconciles with the ser
   T.eq(n.Unknown, 3)
   T.eq(n.Interrupted, 2)
   T.eq(n["Not created"], 5)
+  doc = json.decode(fs.read(exp:path("result", "result.json")))
+  T.eq(doc.result.runs.unknown, 3)
+  T.eq(doc.result.runs.created, 2)
+  T.contains(doc.result.reconciled.unreachable, "connect")
   for _, row in ipairs(rows) do
     if row.outcome == "Unknown" then
       T.contains(row.error, "unknown (created? intent journaled, server unreachable")

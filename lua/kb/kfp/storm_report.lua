@@ -89,6 +89,8 @@ function M.result(s)
     terminated = outcomes.Terminated or 0, interrupted = outcomes.Interrupted or 0,
     deleted = s:count(function(r) return r.deleted end),
   }
+  -- only when there are any, so the table stays as it was otherwise
+  runs.lost, runs.unknown = outcomes.Lost, outcomes.Unknown
   local server = s:server_metrics()
   return {
     runs = runs, outcomes = outcomes, states = by_state,
@@ -227,13 +229,14 @@ function M.write_report_row(s, r)
     host = s.url, api = s.p.api, clock = s.clock.kind, num_runs = r.runs.requested,
     concurrency = s.p.concurrency, created = r.runs.created, succeeded = r.runs.succeeded,
     failed = r.runs.failed, timed_out = r.runs.timed_out, not_created = r.runs.not_created,
-    success_rate = r.success_rate, duration_p50 = r.durations.p50, lag_p50 = r.observed_lag.p50,
+    unknown = r.runs.unknown or 0, lost = r.runs.lost or 0, success_rate = r.success_rate, duration_p50 = r.durations.p50, lag_p50 = r.observed_lag.p50,
     run_create_p50 = p50("run.create"), run_create_p99 = p99("run.create"),
     run_get_p50 = p50("run.get"), run_get_p99 = p99("run.get"),
     run_delete_p50 = p50("run.delete"), run_list_p50 = p50("run.list"), errors = r.error_count,
   }
   local header = { "experiment_id", "scenario", "started_at", "host", "api", "clock", "num_runs",
-    "concurrency", "created", "succeeded", "failed", "timed_out", "not_created", "success_rate",
+    "concurrency", "created", "succeeded", "failed", "timed_out", "not_created", "unknown", "lost",
+    "success_rate",
     "duration_p50", "lag_p50", "run_create_p50", "run_create_p99", "run_get_p50", "run_get_p99",
     "run_delete_p50", "run_list_p50", "errors" }
   local w = csv.writer(fs.join(s.exp.out, "report.csv"), header, { extend = true, lock = true })
