@@ -852,7 +852,7 @@ function Session:poll_in_order(list)
 end
 
 -- Every pending run, `concurrency` GETs in flight.
-function Session:poll_pending(list)
+function Session:poll_pending(list, count_rounds)
   local pool = kb.pool(self.p.concurrency)
   local tasks = {}
   for _, run in ipairs(list) do
@@ -860,7 +860,8 @@ function Session:poll_pending(list)
     if pending(run) then tasks[#tasks + 1] = pool:spawn(self.poll_one, self, run) end
   end
   local results = pool:wait()
-  self:count_round(results, #tasks)
+  -- wait_runs stops after rounds of failures; the probe's rounds measure them
+  if count_rounds then self:count_round(results, #tasks) end
 end
 
 -- A poll round in which every poll failed counts towards halting.
@@ -987,7 +988,7 @@ function Session:wait_runs(list)
   while not self.halted do
     if self:count(pending, list) == 0 then break end
     if self.p.measure_list then self:list_runs() end
-    if self.p.poll_all then self:poll_pending(list) else self:poll_in_order(list) end
+    if self.p.poll_all then self:poll_pending(list, true) else self:poll_in_order(list) end
     if self.halted then break end
     self:enforce_timeouts(list)
     self.progress:update()
