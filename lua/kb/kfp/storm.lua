@@ -1140,7 +1140,10 @@ function Session:resolve_intents()
           log.info("storm: cleanup: found %s %s (%s) by name: its create's answer was lost",
             k.kind, it.name, it.id)
         else
-          if not ok then try(self, "look up " .. k.kind .. " " .. it.name, error, found) end
+          if not ok and not it.lookup_failed then -- kept once, not once a round
+            it.lookup_failed = true
+            try(self, "look up " .. k.kind .. " " .. it.name, error, found)
+          end
           left = left + 1
         end
       end
