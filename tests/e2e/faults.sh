@@ -82,10 +82,11 @@ expect_fast "$ELAPSED"
 check status=passed succeeded=$N reasons=timeout served=timeouts
 end
 
-# 5. 30% of the steps fail: the failed runs are the ones the simulator failed.
+# 5. 30% of the steps fail: the failed runs are the ones the simulator failed
+# (success_rate fails: exit 99).
 begin step-failures
 storm step_fail_prob=0.3
-expect_code "$CODE" 1
+expect_code "$CODE" 99
 expect_fast "$ELAPSED"
 check failed=sim status=failed
 end
@@ -93,7 +94,7 @@ end
 # 6. The node pool the taxi pipeline is pinned to is lost mid-run.
 begin pool-lost
 storm pool_fail=pool-1 pool_fail_after=120
-expect_code "$CODE" 1
+expect_code "$CODE" 99
 expect_fast "$ELAPSED"
 check failed=sim succeeded=0 status=failed
 end
@@ -137,7 +138,7 @@ else
   wait "$STORM_PID"
   CODE=$?
   STORM_PID=
-  expect_code "$CODE" 1
+  expect_code "$CODE" 99
   expect_fast "$((SECONDS - t0))"
   check lost=$N served=none reasons=connect status=failed budget_ok=true
 fi

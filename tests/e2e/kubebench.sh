@@ -3,7 +3,7 @@
 # embedded simulator. kubebench_tf_cnn.lua must leave the Kubebench layout
 # (config/kf-job-manifest.yaml + the params, output/worker0.log,
 # result/result.json) and one new row in report.csv; a main job the
-# simulator fails (annotation sim.kbrun.io/fail) must exit 1 with a
+# simulator fails (annotation sim.kbrun.io/fail) must exit 99 (its threshold) with a
 # "failed" row; pytorch and mpi must pass; argo_storm must account for
 # every workflow, job_storm for every Job (and its failures); kbrun render
 # must create nothing.
@@ -67,7 +67,7 @@ local s = kubebench.scenario { experiment = "$WORK/failing.yaml" }
 return s
 LUA
 run "$OUT" "$WORK/failing.lua"
-expect_code $? 1
+expect_code $? 99
 [ "$(rows "$OUT/report.csv")" = 3 ] || fail "report.csv has $(rows "$OUT/report.csv") rows, expected 3"
 tail -1 "$OUT/report.csv" | grep -q '^failing-[0-9]*-[0-9a-z]*,[^,]*,failed,' || fail "last row: $(tail -1 "$OUT/report.csv")"
 expect_in "$OUT/report.csv" "has failed because 1 Worker replica(s) failed"
@@ -114,7 +114,7 @@ end
 begin "job_storm: failing pods are reported, the threshold fails"
 run "$WORK/jobsfail" scenarios/job_storm.lua jobs=5 concurrency=5 duration=fixed:10 \
   fail_probability=1
-expect_code $? 1
+expect_code $? 99
 RES=$(ls -d "$WORK"/jobsfail/*/ | head -1)result/result.json
 expect_in "$RES" '"failed": 5'
 expect_in "$RES" '"completed_rate": 0'

@@ -78,7 +78,7 @@ local function check_timeout(dir, p)
   local f = files(dir)
   if #problems > 0 then return end
   local doc = read_json(f.result)
-  check(doc.status == "failed" and doc.exit_code == 1, "status %s, exit %s", doc.status, doc.exit_code)
+  check(doc.status == "failed" and doc.exit_code == 99, "status %s, exit %s", doc.status, doc.exit_code)
   check(doc.result.runs.timed_out == p.runs, "timed out %s", json.encode(doc.result.runs))
   local failed = {}
   for _, t in ipairs(doc.thresholds or {}) do if not t.passed then failed[#failed + 1] = t.name end end
