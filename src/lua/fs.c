@@ -324,6 +324,7 @@ typedef struct {
   kb_task *task; /* NULL once cancelled: the job then only cleans up */
   lua_State *L;  /* the main state: the write hook runs there */
   int kind, sync, err;
+  int delivered; /* handed to the task: it frees the job (deliver or cancel) */
   const char *what;
   const char *data; /* write: the string anchored by ref */
   size_t dlen, plen;
@@ -348,42 +349,76 @@ static void job_work(uv_work_t *req) {
                           &job->what);
 }
 
-static void job_done(uv_work_t *req, int status) {
-  fs_job *job = req->data;
-  lua_State *L = job->L;
-  if (job->ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, job->ref);
-  if (status == UV_ECANCELED) { /* cancelled before a thread took it */
-    free(job->buf);
-    free(job);
-    return;
-  }
-  const char *fn = job->kind == JOB_READ ? "read" : "write";
-  if (job->err) {
-    /* built on the main state: the hook runs there, then the error moves
-     * to the task's (suspended) stack */
-    fs_push_error(L, fn, job->what, job->path, job->err);
-    if (job->kind == JOB_WRITE) notify_write(L, job->path, lua_gettop(L));
-    if (job->task) {
-      lua_xmove(L, kb_task_thread(job->task), 1);
-      kb_task_fail(job->task);
-    } else {
-      lua_pop(L, 1);
-    }
-  } else {
-    if (job->kind == JOB_WRITE) notify_write(L, job->path, 0);
-    if (job->task) {
-      if (job->kind == JOB_READ) lua_pushlstring(kb_task_thread(job->task), job->buf, job->len);
-      kb_task_wake(job->task, job->kind == JOB_READ);
-    }
-  }
+/* Pushes the content of a finished read (protected: a 200 MB string may
+ * not fit). */
+static int push_content(lua_State *L) {
+  fs_job *job = lua_touserdata(L, 1);
+  lua_pushlstring(L, job->buf, job->len);
+  return 1;
+}
+
+static void job_free(fs_job *job) {
   free(job->buf);
   free(job);
 }
 
-/* A cancelled task stops waiting at once; a job a thread already runs
- * still completes (a write still replaces the file whole), then frees. */
+/* In the task, once it resumes: the outcome, built where an error (out of
+ * memory) just fails the call, with the job freed whatever happens. */
+static int job_deliver(lua_State *L, void *op) {
+  fs_job *job = op;
+  if (job->err) {
+    fs_push_error(L, job->kind == JOB_READ ? "read" : "write", job->what, job->path, job->err);
+    if (job->kind == JOB_WRITE) notify_write(L, job->path, lua_gettop(L));
+    job_free(job);
+    return lua_error(L);
+  }
+  if (job->kind == JOB_WRITE) {
+    notify_write(L, job->path, 0);
+    job_free(job);
+    return 0;
+  }
+  if (!lua_checkstack(L, 3)) {
+    job_free(job);
+    return luaL_error(L, "kb.fs.read: out of memory");
+  }
+  lua_pushcfunction(L, push_content);
+  lua_pushlightuserdata(L, job);
+  int status = lua_pcall(L, 1, 1, 0);
+  job_free(job);
+  return status == LUA_OK ? 1 : lua_error(L);
+}
+
+/* From the loop, once a pool thread is done (or the job was cancelled
+ * before one took it). The results are built by the task (job_deliver). */
+static void job_done(uv_work_t *req, int status) {
+  fs_job *job = req->data;
+  lua_State *L = job->L;
+  if (job->ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, job->ref);
+  job->ref = LUA_NOREF;
+  if (status == UV_ECANCELED || !job->task) {
+    /* nobody waits any more; a write that failed is still an unsaved file */
+    if (status != UV_ECANCELED && job->err && job->kind == JOB_WRITE) {
+      fs_push_error(L, "write", job->what, job->path, job->err);
+      notify_write(L, job->path, lua_gettop(L));
+      lua_pop(L, 1);
+    }
+    job_free(job);
+    return;
+  }
+  job->delivered = 1;
+  kb_task_deliver(job->task, job_deliver);
+}
+
+/* Before delivery: a cancelled task stops waiting at once; a job a thread
+ * already runs still completes (a write still replaces the file whole),
+ * then job_done frees it. After delivery (the task was cancelled before it
+ * resumed): the result is not taken, free it. */
 static void job_cancel(void *op) {
   fs_job *job = op;
+  if (job->delivered) {
+    job_free(job);
+    return;
+  }
   job->task = NULL;
   uv_cancel((uv_req_t *)&job->req);
 }
