@@ -916,6 +916,43 @@ static void test_redact(void) {
   KB_CHECK_STR(kb_http_error_name(KB_HTTP_ERR_RESOURCE), "resource");
 }
 
+/* max_body: a body at the limit passes, one byte more fails with its own
+ * class and a message naming the limit; a recycled request has no limit. */
+static void test_max_body(void) {
+  static char big[1001];
+  memset(big, 'b', sizeof big);
+  result at = {0};
+  kb_http_request *r = new_request(C, "POST", "/echo");
+  KB_CHECK(kb_http_request_set_body(r, big, 1000) == 0);
+  KB_CHECK(kb_http_request_set_max_body(r, 1000) == 0);
+  perform(r, &at);
+  KB_CHECK(at.error == KB_HTTP_OK);
+  KB_CHECK(at.body_len == 1000);
+  result_clear(&at);
+
+  result over = {0};
+  r = new_request(C, "POST", "/echo?token=s3cret");
+  KB_CHECK(kb_http_request_set_body(r, big, 1001) == 0);
+  KB_CHECK(kb_http_request_set_max_body(r, 1000) == 0);
+  perform(r, &over);
+  KB_CHECK(over.error == KB_HTTP_ERR_BODY_TOO_LARGE);
+  KB_CHECK_STR(kb_http_error_name(over.error), "body_too_large");
+  KB_CHECK(over.body_len <= 1000);
+  KB_CHECK(strstr(over.message, "larger than max_body (1000 bytes)") != NULL);
+  KB_CHECK(strstr(over.message, "/echo?token=[REDACTED]") != NULL);
+  KB_CHECK(strstr(over.message, "s3cret") == NULL);
+  KB_CHECK(strstr(over.hint, "max_body") != NULL);
+  result_clear(&over);
+
+  result again = {0}; /* from the free list: the limit went with the last use */
+  r = new_request(C, "POST", "/echo");
+  KB_CHECK(kb_http_request_set_body(r, big, 1001) == 0);
+  perform(r, &again);
+  KB_CHECK(again.error == KB_HTTP_OK);
+  KB_CHECK(again.body_len == 1001);
+  result_clear(&again);
+}
+
 int main(void) {
   uv_loop_init(&E.loop);
   E.srv = kb_httpd_new(&E.loop, NULL, handle, NULL);
@@ -939,6 +976,7 @@ int main(void) {
   KB_RUN(test_timeout);
   KB_RUN(test_cancel);
   KB_RUN(test_reuse);
+  KB_RUN(test_max_body);
   KB_RUN(test_many_in_flight);
   KB_RUN(test_free_with_requests_in_flight);
   KB_RUN(test_out_of_descriptors);
