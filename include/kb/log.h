@@ -14,7 +14,8 @@
  *
  * Logging never blocks the caller on a full stderr (a pipe nobody reads, a
  * stopped terminal): a line is written directly only when poll(2) says the
- * descriptor can take it; otherwise it joins an in-memory backlog (1 MiB)
+ * descriptor can take it; otherwise it joins an in-memory backlog (1 MiB,
+ * plus the batch the writer is writing)
  * that a writer thread drains with blocking writes, in order. Lines beyond
  * the backlog are dropped and counted; the writer then logs "kbrun: N log
  * line(s) dropped: stderr was not being read" once it catches up. At exit
