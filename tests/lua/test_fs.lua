@@ -369,5 +369,39 @@ T.case("outside a yieldable task (with_lock's function) big files are read and w
   T.ok(back == data)
 end)
 
+T.case("an appender that is collected, never closed, is closed without fsync", function()
+  -- strace names the file of each fsync/close; without strace (or ptrace)
+  -- the case says so and checks nothing
+  if not os.execute("command -v strace >/dev/null 2>&1") then
+    io.stderr:write("test_fs: no strace; the __gc case is skipped\n")
+    return
+  end
+  local dir = scratch()
+  local target = fs.join(dir, "collected.log")
+  local script = fs.join(dir, "gc.lua")
+  fs.write(script, string.format([[
+local fs = require "kb.fs"
+do
+  local a = fs.open_append(%q)
+  a:write("collected, never closed\n")
+end
+collectgarbage("collect")
+collectgarbage("collect")
+]], target))
+  local trace = fs.join(dir, "strace.txt")
+  local r = kb.process.run { cmd = { "strace", "-f", "-y", "-e", "trace=fsync,fdatasync,close", "-o", trace,
+    assert(os.getenv("KBRUN_BIN")), "-q", "-o", fs.join(dir, "out"), script }, timeout = 60 }
+  if r.code ~= 0 and r.stderr:find("ptrace", 1, true) then
+    io.stderr:write("test_fs: strace cannot trace here; the __gc case is skipped\n")
+    return
+  end
+  T.eq(r.code, 0, r.stderr)
+  local text = fs.read(trace)
+  local name = "<" .. target .. ">"
+  T.ok(text:find("close%(%d+" .. name:gsub("%p", "%%%0")), "the collected appender was closed")
+  T.ok(not text:find("sync%(%d+" .. name:gsub("%p", "%%%0")), "and not fsynced: " .. text)
+  T.eq(fs.read(target), "collected, never closed\n")
+end)
+
 T.run()
 if not os.getenv("KBRUN_TEST_OUT") then fs.remove(root, { recursive = true }) end
