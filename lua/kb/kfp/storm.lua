@@ -399,6 +399,8 @@ function M.new(params, opts)
   -- (never a secret: token_file is a path, read again there)
   self:journal_write{ event = "start", url = self.url, api = p.api, clock = self.clock,
     params = p, wall = self.started_wall, tag = self.tag,
+    -- the runs this storm is asked for (this shard's part of num_runs)
+    requested = self.kind == "runs" and p.num_runs and require("kb.shard").size(p.num_runs, "runs") or nil,
     target = { url = self.url, api = p.api, namespace = p.namespace ~= "" and p.namespace or nil,
       token_file = p.token_file ~= "" and p.token_file or nil, kind = self.clock.kind,
       request_timeout = p.request_timeout } }

@@ -298,7 +298,7 @@ local function absorb_event(s, ev, by_id)
   local kind = ev.event
   if kind == "start" then
     s.p, s.url, s.clock, s.started_wall = ev.params or {}, ev.url, ev.clock or { scale = 1 }, ev.wall
-    s.target, s.tag = ev.target, ev.tag
+    s.target, s.tag, s.requested_n = ev.target, ev.tag, math.tointeger(ev.requested)
   elseif kind == "run.intent" then
     local run = run_of(s, ev)
     run.name, run.sent, run.intent_t = ev.name, true, ev.t
@@ -410,7 +410,7 @@ function M.from_journal(events, exp)
   for _, run in ipairs(s.runs) do
     if not run.sent and not run.id then run.create_error = "not created: kbrun stopped before sending it" end
   end
-  s.planned = math.tointeger(s.p.num_runs) or 0
+  s.planned = s.requested_n or math.tointeger(s.p.num_runs) or 0
   s.stop_reason = s.final and s.final.stop_reason or "kbrun stopped before sending it"
   s.scrape_error = "kbrun stopped before the second scrape of /metrics"
   return s
