@@ -195,6 +195,7 @@ static void wake_waiters(kb_task *t) {
 static void annotate_error(kb_task *t) {
   lua_State *L = t->rt->L, *co = t->co;
   int err = lua_gettop(co);
+  luaL_checkstack(co, 3, "kb task: adding a traceback");
   if (lua_type(co, err) == LUA_TSTRING) {
     luaL_traceback(L, co, lua_tostring(co, err), 0);
     kb_chunkid_expand(L, co, lua_tostring(L, -1));
@@ -218,6 +219,7 @@ static void annotate_error(kb_task *t) {
  * keeping the original error on top of its stack. */
 static void close_pending(kb_task *t) {
   int err_idx = lua_gettop(t->co);
+  if (!lua_checkstack(t->co, 1) || !lua_checkstack(t->rt->L, 1)) return; /* out of memory */
   lua_pushvalue(t->co, err_idx); /* keep the error: a reset may replace it */
   lua_xmove(t->co, t->rt->L, 1);
   t->rt->in_lua++; /* __close code runs: wakes it causes are deferred */
@@ -235,28 +237,60 @@ static void close_pending(kb_task *t) {
   }
 }
 
-static void finish(kb_task *t, task_state state) {
+/* Remember a failed task until someone looks, so exit can report it. */
+static void remember_failed(kb_task *t) {
   lua_State *L = t->rt->L;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &FAILED_KEY) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &FAILED_KEY);
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, t->ref);
+  lua_rawsetp(L, -2, t);
+  lua_pop(L, 1);
+}
+
+static int annotate_lua(lua_State *L) {
+  annotate_error(lua_touserdata(L, 1));
+  return 0;
+}
+
+static int remember_lua(lua_State *L) {
+  remember_failed(lua_touserdata(L, 1));
+  return 0;
+}
+
+/* finish() runs from loop callbacks, outside any protected call: what in
+ * it allocates runs under lua_pcall on the main state, so running out of
+ * memory there is reported instead of aborting kbrun. */
+static void finish_protected(kb_task *t, lua_CFunction fn, const char *what) {
+  lua_State *L = t->rt->L;
+  if (!lua_checkstack(L, 3)) {
+    fprintf(stderr, "kbrun: task %d failed, and %s: not enough memory\n", (int)t->id, what);
+    return;
+  }
+  lua_pushcfunction(L, fn);
+  lua_pushlightuserdata(L, t);
+  if (lua_pcall(L, 1, 0, 0) == LUA_OK) return;
+  const char *msg = lua_tostring(L, -1);
+  fprintf(stderr, "kbrun: task %d failed, and %s: %s\n", (int)t->id, what, msg ? msg : "?");
+  lua_pop(L, 1);
+}
+
+static void finish(kb_task *t, task_state state) {
   t->state = state;
   t->cancel = NULL;
   t->op = NULL;
+  t->deliver = NULL;
   live_remove(t);
   if (state == TASK_FAILED || state == TASK_CANCELLED) {
-    if (state == TASK_FAILED) annotate_error(t);
+    if (state == TASK_FAILED)
+      finish_protected(t, annotate_lua, "its traceback could not be added");
     if (lua_status(t->co) != LUA_OK || lua_gettop(t->co) > 0) close_pending(t);
   }
-  if (state == TASK_FAILED) {
-    /* Remember it until someone looks, so exit can report it. */
-    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &FAILED_KEY) != LUA_TTABLE) {
-      lua_pop(L, 1);
-      lua_newtable(L);
-      lua_pushvalue(L, -1);
-      lua_rawsetp(L, LUA_REGISTRYINDEX, &FAILED_KEY);
-    }
-    lua_rawgeti(L, LUA_REGISTRYINDEX, t->ref);
-    lua_rawsetp(L, -2, t);
-    lua_pop(L, 1);
-  }
+  if (state == TASK_FAILED)
+    finish_protected(t, remember_lua, "it could not be recorded for the report at exit");
   if (!t->queued) kb__task_release(t); /* else the ready queue does */
   wake_waiters(t);
 }
