@@ -23,7 +23,8 @@
  *       old or the new content, never a mix. An existing file keeps its
  *       permissions; a symlink at path is replaced, not written through.
  *       {sync = false} skips both fsyncs (still atomic, not durable).
- *   append(path, data)      open O_APPEND|O_CREAT, one write(2), close
+ *   append(path, data)      open O_APPEND|O_CREAT, one write(2), close;
+ *                           whole or not at all, like an appender's write
  *   open_append(path) -> appender with :write(...) (one write(2) of all
  *       its arguments, whole or not at all: see "appender" below), :sync(),
  *       :close() (fsync + close; also __close); __gc closes without fsync
@@ -186,6 +187,22 @@ static int fsync_retry(int fd) {
     if (errno != EINTR) return errno;
   }
   return 0;
+}
+
+/* Appends all of data or none of it: when the disk fills in the middle,
+ * the bytes that made it are cut off again (ftruncate), so a file never
+ * ends in half a record and the caller may retry the same data. Meant for
+ * one writer (or writers under with_lock): another process appending at
+ * that very moment could lose its bytes to the cut. */
+static int append_whole(int fd, const char *p, size_t len) {
+  size_t done = 0;
+  int err = write_all(fd, p, len, &done);
+  struct stat st;
+  if (err && done > 0 && fstat(fd, &st) == 0 && (size_t)st.st_size >= done) {
+    while (ftruncate(fd, st.st_size - (off_t)done) != 0 && errno == EINTR) {
+    }
+  }
+  return err;
 }
 
 /* Length of the directory part of path including its final '/', or 0. */
@@ -496,7 +513,7 @@ static int l_append(lua_State *L) {
   fs_guard *g = push_guard(L, 0);
   g->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
   if (g->fd < 0) return fs_fail(L, "append", "cannot open", path, errno);
-  int err = write_all(g->fd, data, dlen, NULL);
+  int err = append_whole(g->fd, data, dlen);
   if (err) return fs_fail(L, "append", "cannot write", path, err);
   int fd = g->fd;
   g->fd = -1;
@@ -512,12 +529,8 @@ static int l_append(lua_State *L) {
  * was never closed only closes it (an fsync there would stall the loop in
  * the middle of a GC step).
  *
- * A :write is whole or nothing: when the disk fills in the middle of it,
- * the bytes that made it are cut off again (ftruncate), so the file never
- * ends in half a record and the caller may retry the same data later (kb.csv
- * and kb.journal keep it in memory and do). An appender is one writer's:
- * another process appending to the same file at that moment could lose
- * its bytes to the cut. */
+ * A :write is whole or nothing (append_whole): the caller may retry the
+ * same data later (kb.csv and kb.journal keep it in memory and do). */
 
 typedef struct {
   int fd;
@@ -562,16 +575,8 @@ static int appender_write(lua_State *L) {
     luaL_pushresult(&b);
     data = lua_tolstring(L, -1, &len);
   }
-  size_t done = 0;
-  int err = write_all(a->fd, data, len, &done);
-  if (err) {
-    struct stat st;
-    if (done > 0 && fstat(a->fd, &st) == 0 && (size_t)st.st_size >= done) {
-      while (ftruncate(a->fd, st.st_size - (off_t)done) != 0 && errno == EINTR) {
-      }
-    }
-    return fs_fail(L, "append", "cannot write", a->path, err);
-  }
+  int err = append_whole(a->fd, data, len);
+  if (err) return fs_fail(L, "append", "cannot write", a->path, err);
   lua_settop(L, 1);
   return 1;
 }

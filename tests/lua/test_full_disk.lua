@@ -170,6 +170,18 @@ case("an appender's write is whole or nothing on a full disk", function()
   T.eq(fs.read(path):sub(-1), "\n", "ends whole")
 end)
 
+case("kb.fs.append is whole or nothing on a full disk", function()
+  local dir = scratch()
+  local path = fs.join(dir, "report.csv")
+  fs.append(path, "a,b\n")
+  local row = string.rep("1", 20 * 1024 - 1) .. "\n"
+  local ok, err = pcall(fs.append, path, row)
+  while ok do ok, err = pcall(fs.append, path, row) end
+  T.eq(err.code, "ENOSPC")
+  T.eq((fs.stat(path).size - 4) % #row, 0, "the cut row was taken back")
+  T.eq(fs.read(path):sub(-1), "\n")
+end)
+
 T.case("kb.fs tells the write hook of failures and completed writes", function()
   local seen = {}
   local old = fs.set_write_hook(function(p, e) seen[#seen + 1] = { p, e and e.code or "ok" } end)
