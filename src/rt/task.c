@@ -195,7 +195,7 @@ static void wake_waiters(kb_task *t) {
 static void annotate_error(kb_task *t) {
   lua_State *L = t->rt->L, *co = t->co;
   int err = lua_gettop(co);
-  luaL_checkstack(co, 3, "kb task: adding a traceback");
+  if (!lua_checkstack(co, 3)) return; /* out of memory: the error stays as it is */
   if (lua_type(co, err) == LUA_TSTRING) {
     luaL_traceback(L, co, lua_tostring(co, err), 0);
     kb_chunkid_expand(L, co, lua_tostring(L, -1));
