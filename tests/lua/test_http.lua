@@ -734,4 +734,34 @@ T.case("a request whose building raises is freed (LeakSanitizer checks at exit)"
   end)
 end)
 
+T.case("stream: a reader woken by close() gets nil; one cancelled before it resumed takes nothing", function()
+  local gate
+  with_server(function(req)
+    local mine = gate -- each stream's own: the server holds "b" until then
+    return { chunks = { "a", function() mine:acquire() return "b" end } }
+  end, function(srv)
+    for _, cancel in ipairs { false, true } do
+      gate = kb.semaphore(0)
+      local s = http.stream { url = srv.url .. "/s", timeout = 30 }
+      T.eq(s:read(), "a")
+      local reader = kb.spawn(function() return s:read() end)
+      kb.sleep(0)
+      T.eq(reader:status(), "awaiting")
+      s:close() -- wakes the reader; it runs after this task yields
+      if cancel then reader:cancel() end
+      local ok, v = pcall(reader.wait, reader)
+      if cancel then
+        T.ok(not ok and kb.is_cancelled(v), "cancelled: " .. tostring(v))
+      else
+        T.eq(ok, true)
+        T.eq(v, nil)
+      end
+      T.eq(s.state, "closed")
+      T.eq(s:read(), nil)
+      gate:release()
+    end
+    T.eq(http.active(), 0)
+  end)
+end)
+
 T.run()
