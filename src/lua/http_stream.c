@@ -361,6 +361,8 @@ static int stream_wait(lua_State *L, lstream *st, int mode) {
 /* s:read() -> the bytes received since the last read, or nil at the end */
 static int stream_read(lua_State *L) {
   lstream *st = check_stream(L, 1);
+  /* First: what is buffered may be a woken reader's, not taken yet. */
+  if (st->waiter) return luaL_error(L, "kb.http: another task is reading this stream");
   if (buffered(st) > 0) {
     push_all(L, st);
     maybe_resume(st);
@@ -371,6 +373,7 @@ static int stream_read(lua_State *L) {
 
 static int lines_next(lua_State *L) {
   lstream *st = check_stream(L, 1);
+  if (st->waiter) return luaL_error(L, "kb.http: another task is reading this stream");
   if (push_line(L, st, st->off)) {
     maybe_resume(st);
     return 1;
