@@ -228,6 +228,10 @@ function Run:cleanup()
   if not ok then
     kb.log.error("cleanup failed: %s", message_of(err))
     self.cleanup_error = message_of(err)
+  elseif self.result == nil and type(err) == "table" then
+    -- run() never returned (an error, a signal): a cleanup that accounts
+    -- for what was measured (the storm's) gives the result instead.
+    self.result = err
   end
 end
 
@@ -384,9 +388,12 @@ function Run:fail(err)
     if not self.signal then self:on_signal(pending) end
     return
   end
-  if getmetatable(err) == UsageError then
+  -- The runner's own usage errors, and a library's refusal of how it was
+  -- called (class "usage": a sweep folder another sweep holds, a sharded
+  -- Kubebench experiment) read as one message and exit 2.
+  if getmetatable(err) == UsageError or (type(err) == "table" and err.class == "usage") then
     self.exit_code, self.status = EXIT_USAGE, "usage"
-    io.stderr:write("kbrun: ", err.message, "\n")
+    io.stderr:write("kbrun: ", message_of(err), "\n")
   else
     self.exit_code, self.status = EXIT_FAILED, "failed"
     io.stderr:write("kbrun: scenario failed: ", message_of(err), "\n")

@@ -71,13 +71,9 @@ cp "$J" "$WORK/journal.before"
 ls -a "$DIR" >"$WORK/ls.before"
 "$KBRUN" -q --seed 3 -o "$OUT" "$WORK/sweep.lua" marker="$WORK/b.marker" >"$WORK/b.log" 2>&1
 rc=$?
-# exit 2 needs kbrun's runner to treat an error of class "usage" raised by
-# a scenario as a usage error; until it does, the refusal exits 1
-if [ "$rc" = 1 ] && grep -q "^kbrun: scenario failed: kb.sweep: sweep 'locked' in .* is already running" "$WORK/b.log"; then
-  echo "NOTE: sweep B was refused with exit 1, not 2 (the runner does not map class \"usage\" yet)" >&2
-else
-  [ "$rc" = 2 ] || fail "sweep B exited $rc, expected 2 (usage: the folder is busy)"
-fi
+[ "$rc" = 2 ] || fail "sweep B exited $rc, expected 2 (usage: the folder is busy)"
+grep -q "^kbrun: kb.sweep: sweep 'locked' in .* is already running" "$WORK/b.log" ||
+  fail "sweep B's refusal is not one usage message: $(cat "$WORK/b.log")"
 grep -q "is already running (pid $APID on " "$WORK/b.log" || { fail "sweep B's message does not name sweep A"; cat "$WORK/b.log" >&2; }
 [ -e "$WORK/b.marker" ] && fail "sweep B started $(wc -l <"$WORK/b.marker") cell(s)"
 [ "$(count '"event":"resume"' "$J")" = 0 ] || fail "sweep B wrote a resume record into A's journal"
