@@ -345,25 +345,10 @@ local HINTS = {
   json = "is host= the KFP API endpoint? Behind the Kubeflow gateway it is https://host/pipeline",
 }
 
--- What the credentials of a client are, for the hint of an auth error.
-local function credential_source(s)
-  local parts = {}
-  if s.token_file then
-    parts[#parts + 1] = string.format("the token in token_file '%s'", s.token_file)
-  elseif s.token then
-    parts[#parts + 1] = "the token= value"
-  end
-  if s.credential_headers then
-    parts[#parts + 1] = "the header" .. (#s.credential_headers > 1 and "s " or " ")
-      .. table.concat(s.credential_headers, ", ") .. " of headers="
-  end
-  if s.cookies then parts[#parts + 1] = "the session cookie (cookies=)" end
-  return #parts > 0 and table.concat(parts, " and ") or nil
-end
 
 -- The hint of a 401 / 403: what was sent and what to check.
 local function auth_hint(s, status)
-  local source = credential_source(s)
+  local source = credentials.describe_credentials(s)
   if status == 401 then
     if not source then
       return "no credentials were sent: give token_file= (e.g. a service account token), "

@@ -46,6 +46,24 @@ function M.refresh(state, path, fail, what)
   return token
 end
 
+--- What a client's credentials are, for the hint of an auth error (never
+-- their values): `s` holds the client's token_file, token,
+-- credential_headers (names) and cookies. nil when none were given.
+function M.describe_credentials(s)
+  local parts = {}
+  if s.token_file then
+    parts[#parts + 1] = string.format("the token in token_file '%s'", s.token_file)
+  elseif s.token then
+    parts[#parts + 1] = "the token= value"
+  end
+  if s.credential_headers then
+    parts[#parts + 1] = "the header" .. (#s.credential_headers > 1 and "s " or " ")
+      .. table.concat(s.credential_headers, ", ") .. " of headers="
+  end
+  if s.cookies then parts[#parts + 1] = "the session cookie (cookies=)" end
+  return #parts > 0 and table.concat(parts, " and ") or nil
+end
+
 local function escape_pattern(s)
   return (s:gsub("[^%w]", "%%%0"))
 end
