@@ -39,12 +39,7 @@ local function embedded(speed)
 end
 
 local function standalone(speed)
-  local sim <close> = kb.process.spawn {
-    cmd = { bin, "sim", "--listen", "127.0.0.1:0", "--config", config, "--speed", tostring(speed),
-            "--kubeconfig-out", kb.fs.join(dir, "kubeconfig") },
-  }
-  local url = sim:read_line()
-  T.ok(url and url:match("^http://127%.0%.0%.1:%d+$"), "kbrun sim printed its URL: " .. tostring(url))
+  local sim <close>, url = require("sim_standalone").start { config = config, speed = speed }
   local medians = run_probe({}, { PROBE_URL = url })
   sim:kill()
   return medians

@@ -77,12 +77,7 @@ for _, speed in ipairs { 60, 600, 6000 } do
 end
 
 T.case("standalone kbrun sim at x600, the storms on the real clock", function()
-  local sim <close> = kb.process.spawn {
-    cmd = { bin, "sim", "--listen", "127.0.0.1:0", "--config", config, "--speed", "600",
-            "--kubeconfig-out", kb.fs.join(dir, "kubeconfig") },
-  }
-  local url = sim:read_line()
-  T.ok(url and url:match("^http://127%.0%.0%.1:%d+$"), "kbrun sim printed its URL: " .. tostring(url))
+  local sim <close>, url = require("sim_standalone").start { config = config, speed = 600 }
   local base = kb.fs.join(dir, "standalone")
   local params = { "host=" .. url, "api=v2beta1" }
   for _, p in ipairs(STORM) do params[#params + 1] = p end
