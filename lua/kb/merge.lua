@@ -457,6 +457,7 @@ local function thresholds_spec(checks)
     local s = spec[c.name] or {}
     if c.stat == "value" then s[c.op == ">=" and "min" or "max"] = c.limit
     else s[c.stat] = c.limit end
+    if c.allowed then s.allow_missing = true end -- "no data, allowed" stays allowed
     spec[c.name] = s
   end
   return spec
@@ -564,7 +565,8 @@ function M.documents(docs, opts)
     local checks, all = require("kb.thresholds").evaluate(spec, metrics, result)
     doc.thresholds = checks
     if not all and doc.status == "passed" then
-      doc.status, doc.exit_code, doc.error = "failed", 1, "a threshold failed"
+      doc.status, doc.exit_code, doc.error = "failed", require("kb.runner").EXIT.thresholds,
+        "a threshold failed"
     end
   end
   return doc

@@ -15,7 +15,10 @@ function M.start(name, sim_opts)
   local dir = kb.fs.tmpdir(name)
   local kubeconfig = sim:write_kubeconfig(kb.fs.join(dir, "kubeconfig"))
   local function client(opts)
-    local o = { kubeconfig = kubeconfig }
+    -- 3000 scenario seconds: 5 s real at x600. The client's default (30 s,
+    -- i.e. the 250 ms real floor) times calls out on a loaded 2-core
+    -- machine; a test of timeouts gives its own.
+    local o = { kubeconfig = kubeconfig, timeout = 3000 }
     for k, v in pairs(opts or {}) do o[k] = v end
     return k8s.client(o)
   end

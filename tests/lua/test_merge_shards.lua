@@ -206,6 +206,26 @@ T.case("merge.documents checks the shards' splits", function()
   T.raises(function() merge.documents({ doc(0, 1, 5), doc(1, 6, 9) }) end, "the shards' runs end at 9 of 10")
 end)
 
+T.case("merge.documents re-judges thresholds: exit 99 when one fails, allowed no-data stays allowed", function()
+  local function doc(index, rate)
+    return { scenario = { name = "s" }, params = { n = 1 }, status = "passed", exit_code = 0,
+      shard = { index = index, count = 2 },
+      metrics = { version = 1, metrics = {} }, result = { ok = rate * 10, n = 10, success_rate = rate },
+      thresholds = {
+        { name = "success_rate", stat = "value", op = ">=", limit = 0.9 },
+        { name = "queue.wait", stat = "p99", op = "<=", limit = 1, allowed = true, no_data = true },
+      } }
+  end
+  local d = merge.documents({ doc(0, 1.0), doc(1, 0.6) }, { force = true })
+  T.eq(d.result.success_rate, 0.8)
+  T.eq(d.status, "failed")
+  T.eq(d.exit_code, 99)
+  local by = {}
+  for _, c in ipairs(d.thresholds) do by[c.name] = c end
+  T.eq(by.success_rate.passed, false)
+  T.eq(by["queue.wait"].passed, true, "an allowed empty histogram stays allowed after a merge")
+end)
+
 -- ---- the real thing: kbrun processes ------------------------------------------------
 
 local SCENARIO = [[
