@@ -20,6 +20,7 @@
 local core = require "kb.core"
 local kb = require "kb"
 local params = require "kb.params"
+local proc = require "kb.proc"
 
 local M = {}
 
@@ -421,13 +422,6 @@ function M.clock()
   return { kind = "real", speed = 1 }
 end
 
-local function first_line(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local line = f:read("l")
-  f:close()
-  return line
-end
 
 --- Where the run happened: recorded in result.json so a report rebuilt
 -- elsewhere still describes the machine that measured.
@@ -447,9 +441,9 @@ function M.environment()
     f:close()
   end
   return {
-    host = first_line("/proc/sys/kernel/hostname"),
+    host = proc.host(),
     os = os_name,
-    kernel = first_line("/proc/sys/kernel/osrelease"),
+    kernel = proc.first_line("/proc/sys/kernel/osrelease"),
     cpus = cpus > 0 and cpus or nil,
     kbrun = core.version,
     lua = _VERSION,

@@ -13,6 +13,7 @@
 -- kept. Pids are per machine: on a folder shared between machines, a live
 -- writer elsewhere looks gone.
 local fs = require "kb.fs"
+local proc = require "kb.proc"
 
 local M = {}
 
@@ -26,55 +27,9 @@ function M.parse(name)
   return target, tonumber(pid)
 end
 
-local function read_first_line(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local line = f:read("l")
-  f:close()
-  return line
-end
-
-local boot_time -- seconds since the epoch, from /proc/stat's btime
-
-local function boot()
-  if boot_time == nil then
-    boot_time = false
-    local f = io.open("/proc/stat", "r")
-    if f then
-      for line in f:lines() do
-        local b = line:match("^btime%s+(%d+)")
-        if b then boot_time = tonumber(b) break end
-      end
-      f:close()
-    end
-  end
-  return boot_time or nil
-end
-
--- Linux exports process start times in clock ticks of USER_HZ, which the
--- kernel ABI fixes at 100 on every architecture kbrun builds for.
-local USER_HZ = 100
-
 --- When the process holding pid started (seconds since the epoch, 10 ms
 -- resolution), or nil if there is no such process. "self" for this one.
-function M.process_start(pid)
-  local line = read_first_line("/proc/" .. tostring(pid) .. "/stat")
-  if not line then return nil end
-  -- field 2 (comm) is in parentheses and may hold spaces: skip past its ')'
-  local rest = line:match("^.*%)%s+(.*)$")
-  if not rest then return nil end
-  local fields = {}
-  for w in rest:gmatch("%S+") do fields[#fields + 1] = w end
-  local ticks = tonumber(fields[20]) -- field 22 overall: starttime
-  local b = boot()
-  if not ticks or not b then return nil end
-  return b + ticks / USER_HZ
-end
-
-local function own_pid()
-  local line = read_first_line("/proc/self/stat")
-  return line and tonumber(line:match("^(%d+)"))
-end
+M.process_start = proc.start_time
 
 -- Whether the temporary `path` (written by pid) has no live writer.
 local function stale(path, pid, self_pid, self_start)
@@ -100,7 +55,7 @@ function M.clean(dir)
   local removed = {}
   local ok, names = pcall(fs.list, dir)
   if not ok then return removed end
-  local self_pid, self_start = own_pid(), M.process_start("self")
+  local self_pid, self_start = proc.self_pid(), M.process_start("self")
   for _, name in ipairs(names) do
     local target, pid = M.parse(name)
     if target then

@@ -20,6 +20,7 @@
 -- remove it by hand. A SIGKILLed sweep leaves its lock behind; the next
 -- run finds its pid dead and goes on.
 local fs = require "kb.fs"
+local proc = require "kb.proc"
 local json = require "kb.json"
 
 local M = {}
@@ -30,31 +31,11 @@ local function read(path)
   return ok and text or nil
 end
 
-local function first_line(path)
-  local text = read(path)
-  return text and text:match("^([^\n]*)") or nil
-end
-
--- The start time (clock ticks since boot) of process `pid`, or nil if
--- there is none. The command name in parentheses may hold spaces and
--- parentheses: the fields are counted after its last ")".
-local function start_ticks(pid)
-  local text = read(format("/proc/%s/stat", tostring(pid)))
-  if not text then return nil end
-  local rest = text:match(".*%)%s+(.*)$")
-  if not rest then return nil end
-  local fields = {}
-  for f in rest:gmatch("%S+") do fields[#fields + 1] = f end
-  return fields[20] -- field 22 overall: the fields after ")" start at 3
-end
-
 --- This process as a lock holder: {pid, host, boot_id, start}; fields
 -- are nil where /proc does not tell (then a lock is never presumed stale).
 function M.me()
-  local stat = read("/proc/self/stat")
-  local pid = stat and math.tointeger(tonumber(stat:match("^(%d+)")))
-  return { pid = pid, host = first_line("/proc/sys/kernel/hostname"),
-    boot_id = first_line("/proc/sys/kernel/random/boot_id"), start = pid and start_ticks(pid) }
+  local pid = proc.self_pid()
+  return { pid = pid, host = proc.host(), boot_id = proc.boot_id(), start = pid and proc.start_ticks(pid) }
 end
 
 --- Whether the holder recorded in `rec` is gone (see the module comment);
@@ -68,7 +49,7 @@ function M.stale(rec, me)
     return true, "its host has rebooted since"
   end
   if fs.exists("/proc/self/stat") ~= "file" then return false end -- no /proc: cannot tell
-  local start = start_ticks(rec.pid)
+  local start = proc.start_ticks(rec.pid)
   if start == nil then return true, format("process %d is gone", rec.pid) end
   if rec.start and start ~= rec.start then
     return true, format("process %d is another process now (pid reused)", rec.pid)
