@@ -36,6 +36,7 @@
 -- `<prefix>recovered{op}`.
 local kb = require "kb"
 local core = require "kb.core"
+local u = require "kb.k8s.util"
 local metrics = require "kb.metrics"
 
 local M = {}
@@ -179,15 +180,6 @@ local DAY_NAMES = { Mon = true, Tue = true, Wed = true, Thu = true, Fri = true, 
 local LONG_DAY_NAMES = { Monday = true, Tuesday = true, Wednesday = true, Thursday = true,
   Friday = true, Saturday = true, Sunday = true }
 
--- Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
-local function days_from_civil(y, m, d)
-  y = m <= 2 and y - 1 or y
-  local era = (y >= 0 and y or y - 399) // 400
-  local yoe = y - era * 400
-  local doy = (153 * (m + (m > 2 and -3 or 9)) + 2) // 5 + d - 1
-  return era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
-end
-
 local function days_in_month(y, m)
   if m == 2 then return (y % 4 == 0 and (y % 100 ~= 0 or y % 400 == 0)) and 29 or 28 end
   return (m == 4 or m == 6 or m == 9 or m == 11) and 30 or 31
@@ -229,7 +221,7 @@ function M.parse_http_date(text, now)
   end
   -- second 60: a leap second (the grammar allows it)
   if d < 1 or d > days_in_month(y, m) or h > 23 or mi > 59 or s > 60 then return nil end
-  return days_from_civil(y, m, d) * 86400 + h * 3600 + mi * 60 + s
+  return u.days_from_civil(y, m, d) * 86400 + h * 3600 + mi * 60 + s
 end
 
 --- retry.parse_retry_after(value [, date [, now]]) -> seconds to wait

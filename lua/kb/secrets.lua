@@ -13,6 +13,7 @@
 -- never holds one, and nor does anything it is written to (stderr,
 -- result.json, the journal, the report).
 local fs = require "kb.fs"
+local u = require "kb.k8s.util"
 
 local M = {}
 
@@ -68,20 +69,9 @@ local function escape_pattern(s)
   return (s:gsub("[^%w]", "%%%0"))
 end
 
-local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-
+-- A secret's base64, unpadded: "=" may be absent where it is echoed.
 local function b64(bytes)
-  local out = {}
-  for i = 1, #bytes, 3 do
-    local a, b, c = bytes:byte(i, i + 2)
-    local v = (a << 16) | ((b or 0) << 8) | (c or 0)
-    local n = c and 4 or b and 3 or 2
-    for k = 1, n do
-      local x = (v >> (6 * (4 - k))) & 63
-      out[#out + 1] = B64:sub(x + 1, x + 1)
-    end
-  end
-  return table.concat(out) -- unpadded: "=" may be absent where it is echoed
+  return (u.b64encode(bytes):gsub("=+$", ""))
 end
 
 -- The base64 texts that a secret becomes inside any base64 text: with 0, 1
@@ -156,26 +146,8 @@ function M.registered()
   return #list
 end
 
-local B64_VALUE = {}
-for i = 1, 64 do B64_VALUE[B64:byte(i)] = i - 1 end
-B64_VALUE[("-"):byte()], B64_VALUE[("_"):byte()] = 62, 63
-
 --- base64 (either alphabet, padding optional) -> bytes, or nil.
-function M.b64decode(text)
-  text = text:gsub("=+$", "")
-  if #text % 4 == 1 or text:find("[^%w+/_-]") then return nil end
-  local out = {}
-  for i = 1, #text, 4 do
-    local v, n = 0, 0
-    for k = i, math.min(i + 3, #text) do
-      v, n = v << 6 | B64_VALUE[text:byte(k)], n + 1
-    end
-    v = v << (6 * (4 - n))
-    local bytes = string.char(v >> 16, (v >> 8) & 255, v & 255)
-    out[#out + 1] = bytes:sub(1, n - 1)
-  end
-  return table.concat(out)
-end
+M.b64decode = u.b64decode
 
 local function replace(text, secret)
   return (text:gsub(escape_pattern(secret), "<redacted>"))

@@ -75,8 +75,10 @@ end
 
 -- ---- times ------------------------------------------------------------------
 
--- Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
-local function days_from_civil(y, m, d)
+--- Days since 1970-01-01 of a civil (proleptic Gregorian) date, exact for
+-- any year (Howard Hinnant's algorithm). kb.retry (HTTP dates) and
+-- kb.kfp.states (RFC 3339 times) use it too.
+function M.days_from_civil(y, m, d)
   y = m <= 2 and y - 1 or y
   local era = (y >= 0 and y or y - 399) // 400
   local yoe = y - era * 400
@@ -93,7 +95,7 @@ function M.parse_time(s)
   local y, mo, d, h, mi, sec, rest =
     s:match("^(%d%d%d%d)-(%d%d)-(%d%d)[Tt ](%d%d):(%d%d):(%d%d)(.*)$")
   if not y then return nil end
-  local t = days_from_civil(tonumber(y), tonumber(mo), tonumber(d)) * 86400
+  local t = M.days_from_civil(tonumber(y), tonumber(mo), tonumber(d)) * 86400
     + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(sec)
   local frac, zone = rest:match("^(%.%d+)(.*)$")
   if frac then t, rest = t + tonumber("0" .. frac), zone end

@@ -24,6 +24,8 @@
 -- {Succeeded, Failed, Error, Skipped, Terminated}; v2 CANCELED maps to Failed
 -- and is therefore finished too. Unknown is not finished: a run stuck there
 -- (persistence-agent lag) needs a timeout, not a broken loop.
+local u = require "kb.k8s.util"
+
 local M = {}
 
 --- v2 RuntimeState -> normalised state.
@@ -58,18 +60,6 @@ function M.is_finished(state)
   return M.FINISHED[state] == true
 end
 
--- Days since 1970-01-01 of a proleptic Gregorian date (y, m, d), exact for
--- any year: shift the year to start in March so the leap day comes last.
-local function days_from_civil(y, m, d)
-  if m <= 2 then y = y - 1 end
-  local era = (y >= 0 and y or y - 399) // 400
-  local yoe = y - era * 400
-  local mp = (m + 9) % 12
-  local doy = (153 * mp + 2) // 5 + d - 1
-  local doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-  return era * 146097 + doe - 719468
-end
-
 --- Seconds since the Unix epoch of an RFC 3339 timestamp ("2024-05-01T10:00:00Z",
 -- "2024-05-01T12:00:00.250+02:00"): an integer, or a float with a fraction.
 -- Returns nil for anything else, and for times at or before the epoch: KFP
@@ -92,7 +82,7 @@ function M.parse_time(s)
     if not sign then return nil end
     offset = (tonumber(oh) * 3600 + tonumber(om) * 60) * (sign == "-" and -1 or 1)
   end
-  local t = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - offset
+  local t = u.days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - offset
   if frac then t = t + tonumber("0" .. frac) end
   if t <= 0 then return nil end
   return t
