@@ -16,6 +16,7 @@
 -- message and option.
 local fs = require "kb.fs"
 local json = require "kb.json"
+local util = require "kb.k8s.util"
 
 local M = {}
 
@@ -775,22 +776,6 @@ local function route_methods(route)
   return concat(m, ", ")
 end
 
--- Edit distance of two short strings (segment names).
-local function distance(a, b)
-  local prev = {}
-  for j = 0, #b do prev[j] = j end
-  for i = 1, #a do
-    local cur = { [0] = i }
-    local ca = a:byte(i)
-    for j = 1, #b do
-      local cost = ca == b:byte(j) and 0 or 1
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-    end
-    prev = cur
-  end
-  return prev[#b]
-end
-
 -- Templates closest to an unmatched path: a matching segment counts 1, a
 -- literal with a typo up to 0.9, each missing or extra segment -1.
 local function nearest(compiled, segs)
@@ -804,7 +789,7 @@ local function nearest(compiled, segs)
           score = score + 1
         elseif not s.pattern then
           local longest = math.max(#seg, #s.text)
-          score = score + 0.9 * math.max(0, 1 - distance(seg, s.text) / longest)
+          score = score + 0.9 * math.max(0, 1 - util.edit_distance(seg, s.text) / longest)
         end
       end
     end

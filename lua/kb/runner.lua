@@ -21,6 +21,7 @@ local core = require "kb.core"
 local kb = require "kb"
 local params = require "kb.params"
 local proc = require "kb.proc"
+local util = require "kb.k8s.util"
 
 local M = {}
 
@@ -63,26 +64,11 @@ local function usage_error(msg, discard)
   return setmetatable({ class = "usage", message = msg, discard = discard }, UsageError)
 end
 
--- Levenshtein distance, for "did you mean".
-local function distance(a, b)
-  local prev = {}
-  for j = 0, #b do prev[j] = j end
-  for i = 1, #a do
-    local cur = { [0] = i }
-    for j = 1, #b do
-      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-    end
-    prev = cur
-  end
-  return prev[#b]
-end
-
 --- The valid key nearest to a misspelt one (nil when none is close).
 function M.nearest(word, candidates)
   local best, best_d
   for _, c in ipairs(candidates) do
-    local d = distance(word:lower(), c)
+    local d = util.edit_distance(word:lower(), c)
     if not best_d or d < best_d then best, best_d = c, d end
   end
   if best_d and best_d <= math.max(2, #word // 3) then return best end

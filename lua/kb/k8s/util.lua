@@ -75,6 +75,23 @@ end
 
 -- ---- times ------------------------------------------------------------------
 
+--- The Levenshtein edit distance of two short strings, for "did you
+-- mean" (kb.runner's scenario keys, kb.openapi's path segments).
+function M.edit_distance(a, b)
+  local prev = {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur = { [0] = i }
+    local ca = a:byte(i)
+    for j = 1, #b do
+      local cost = ca == b:byte(j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+
 --- Days since 1970-01-01 of a civil (proleptic Gregorian) date, exact for
 -- any year (Howard Hinnant's algorithm). kb.retry (HTTP dates) and
 -- kb.kfp.states (RFC 3339 times) use it too.
