@@ -24,7 +24,8 @@
 
 static void usage(FILE *out) {
   fputs(
-    "usage: kbrun [options] SCENARIO.lua [key=value ...]\n"
+    "usage: kbrun [options] SCENARIO.lua [key=value ...]   (options may come anywhere)\n"
+    "       kbrun SCENARIO.lua --help   the scenario's description, parameters, thresholds\n"
     "\n"
     "Runs a Lua benchmark scenario. key=value pairs and --params set the\n"
     "scenario's parameters (kb.params): the command line wins over the\n"
@@ -50,6 +51,7 @@ static void usage(FILE *out) {
     "       kbrun report DIR...     rebuild report.html of experiment folders\n"
     "       kbrun compare A B       compare two experiments or sweeps (--help)\n"
     "       kbrun merge DIR...      merge the shards of an experiment\n"
+    "       kbrun render [--argo] EXPERIMENT.yaml   the Kubebench manifests it would submit\n"
     "       kbrun k8s-job SCENARIO --shards N   an Indexed Kubernetes Job (--help)\n"
     "\n"
     "exit codes: 0 success, 1 scenario error, 2 usage error,\n"
@@ -149,6 +151,7 @@ typedef struct {
   const char *shard;
   const char *metrics_listen; /* kb.prometheus exporter, started by the runner */
   int quiet, verbose;
+  int help; /* -h: kbrun's help, or the scenario's when one is named */
 } options;
 
 /* Pushes the argument table the runner receives. */
@@ -174,6 +177,8 @@ static void push_args(lua_State *L, const options *o, int argc, char **argv, int
   lua_setfield(L, -2, "quiet");
   lua_pushboolean(L, o->verbose);
   lua_setfield(L, -2, "verbose");
+  lua_pushboolean(L, o->help);
+  lua_setfield(L, -2, "help");
   lua_newtable(L);
   for (int i = first + 1; i < argc; i++) {
     lua_pushstring(L, argv[i]);
@@ -269,6 +274,9 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
   curl_global_init(CURL_GLOBAL_DEFAULT);
+  /* `kbrun help SCENARIO.lua` is `kbrun --help SCENARIO.lua` */
+  static char help_opt[] = "--help";
+  if (argc > 1 && strcmp(argv[1], "help") == 0) argv[1] = help_opt;
   int code = argc > 1 ? run_subcommand(argc, argv) : -1;
   if (code >= 0) {
     curl_global_cleanup();
@@ -292,8 +300,10 @@ int main(int argc, char **argv) {
   options o = {0};
   int c;
   opterr = 0;
-  /* "+": options end at the scenario file; what follows is parameters. */
-  while ((c = getopt_long(argc, argv, "+p:o:qvh", longopts, NULL)) != -1) {
+  /* Options anywhere (GNU getopt permutes): the non-options left at
+   * argv[optind..] are the scenario file, then key=value parameters, in
+   * their order; "--" ends the options. Subcommands were dispatched above. */
+  while ((c = getopt_long(argc, argv, "p:o:qvh", longopts, NULL)) != -1) {
     switch (c) {
     case 'p': o.params_file = optarg; break;
     case 'o': o.out = optarg; break;
@@ -310,7 +320,7 @@ int main(int argc, char **argv) {
       o.seed = optarg;
       break;
     }
-    case 'h': usage(stdout); return 0;
+    case 'h': o.help = 1; break;
     case 'V': print_version(); return 0;
     case 'C': o.sim_config = optarg; break;
     case 'P': o.sim_profile = optarg; break;
@@ -334,6 +344,10 @@ int main(int argc, char **argv) {
       fputs("try 'kbrun --help'\n", stderr);
       return EXIT_USAGE;
     }
+  }
+  if (optind >= argc && o.help) {
+    usage(stdout);
+    return 0;
   }
   if (optind >= argc) {
     usage(stderr);

@@ -26,7 +26,7 @@ function M.parse_assignments(list)
     local key, value = arg:match("^([%a_][%w_.%-]*)=(.*)$")
     if not key then
       return nil, string.format("'%s' is not a key=value parameter "
-        .. "(options go before the scenario file, parameters after it)", arg)
+        .. "(parameters are key=value, options start with -)", arg)
     end
     out[key] = M.typed(value)
     raw[key] = value

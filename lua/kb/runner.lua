@@ -465,6 +465,13 @@ local function main(run, args)
   f:close()
   local chunk, lerr = loadfile(args.scenario)
   if not chunk then return early_exit(EXIT_FAILED, lerr) end
+  if args.help then -- the scenario explains itself; nothing runs, nothing is written
+    local okc, scenario = pcall(chunk)
+    if not okc then return early_exit(EXIT_FAILED, message_of(scenario)) end
+    io.stdout:write(require("kb.scenario_help").text(args.scenario, scenario))
+    io.stdout:flush()
+    return core.exit(EXIT_OK)
+  end
 
   local shard_ok, shard_err = require("kb.shard").configure(args.shard)
   if not shard_ok then return early_exit(EXIT_USAGE, shard_err) end

@@ -97,9 +97,62 @@ run "$WORK/o" "$WORK/ok.lua" a=1.5; expect_code $CODE 2
 expect_in "$WORK/stderr" "parameter 'a' wants an integer (like its default 1), got 1.5"
 end
 
-begin options-after-scenario
-run "$WORK/o" "$WORK/ok.lua" --seed 1; expect_code $CODE 2
-expect_in "$WORK/stderr" "'--seed' is not a key=value parameter (options go before the scenario file"
+begin options-anywhere
+# options before, between and after the scenario and its parameters
+"$KBRUN" "$WORK/ok.lua" -q a=5 -o "$WORK/anywhere" --seed 11 b=6 >"$WORK/stdout" 2>"$WORK/stderr"
+expect_code $? 0
+R=$(result_json "$WORK/anywhere")
+if [ -z "$R" ]; then fail "no result.json in the -o folder given after the scenario"; else
+  [ "$(json_get "$R" a)" = 5 ] || fail "a: $(json_get "$R" a), expected 5"
+  [ "$(json_get "$R" b)" = 6 ] || fail "b: $(json_get "$R" b), expected 6"
+  [ "$(json_get "$R" seed)" = 11 ] || fail "seed: $(json_get "$R" seed), expected 11"
+fi
+# after "--" everything is a parameter
+run "$WORK/o" "$WORK/ok.lua" -- --seed; expect_code $CODE 2
+expect_in "$WORK/stderr" "'--seed' is not a key=value parameter (parameters are key=value, options start with -)"
+end
+
+begin scenario-help
+cat >"$WORK/described.lua" <<'EOF'
+--- described: GETs one URL `requests` times.
+-- A second line of description.
+return {
+  params = {
+    requests = 100,      -- how many GETs
+    url = "http://x",    -- what to GET
+    verbose = false,
+  },
+  thresholds = { ["api.get"] = { p99 = 0.5 }, success_rate = 0.99 },
+  run = function() error("--help must not run the scenario") end,
+}
+EOF
+mkdir -p "$WORK/help-cwd"
+for form in "-o $WORK/help-out $WORK/described.lua --help" "help $WORK/described.lua" \
+            "-h -o $WORK/help-out $WORK/described.lua requests=3"; do
+  # shellcheck disable=SC2086
+  (cd "$WORK/help-cwd" && "$KBRUN" $form >"$WORK/stdout" 2>"$WORK/stderr")
+  expect_code $? 0
+  [ -z "$(ls -A "$WORK/help-cwd")" ] || fail "--help wrote into the working folder: $(ls -A "$WORK/help-cwd")"
+  expect_in "$WORK/stdout" 'described: GETs one URL `requests` times.'
+  expect_in "$WORK/stdout" "A second line of description."
+  expect_in "$WORK/stdout" "  requests = 100"
+  expect_in "$WORK/stdout" "integer  how many GETs"
+  expect_in "$WORK/stdout" 'url = "http://x"'
+  expect_in "$WORK/stdout" "string   what to GET"
+  expect_in "$WORK/stdout" "verbose = false"
+  expect_in "$WORK/stdout" "api.get p99 <= 0.5"
+  expect_in "$WORK/stdout" "success_rate >= 0.99"
+  [ -e "$WORK/help-out" ] && fail "--help wrote $WORK/help-out"
+done
+# the bundled storm: its parameters' comments come from kb.kfp.storm
+"$KBRUN" "$(dirname "$0")/../../scenarios/taxi_50runs.lua" --help >"$WORK/stdout" 2>&1
+expect_code $? 0
+expect_in "$WORK/stdout" "num_runs = 50"
+expect_in "$WORK/stdout" "retry_max_attempts = 5"
+expect_in "$WORK/stdout" "attempts per call, the first included"
+# kbrun's own help names every subcommand
+"$KBRUN" --help >"$WORK/stdout" 2>&1
+for sub in sim report compare merge render k8s-job; do expect_in "$WORK/stdout" "kbrun $sub"; done
 end
 
 begin params-file-not-a-mapping
