@@ -50,14 +50,23 @@ function M.merge(defaults, from_file, from_cli)
   for k, v in pairs(defaults or {}) do merged[k] = v end
   for _, layer in ipairs({ from_file or {}, from_cli or {} }) do
     local raw = raw_text[layer] or {}
-    for k, v in pairs(layer) do
+    local keys = {} -- in name order, so the error names the same key every time
+    for k in pairs(layer) do keys[#keys + 1] = k end
+    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(keys) do
+      local v = layer[k]
       local default = defaults and defaults[k]
       if defaults and next(defaults) ~= nil and default == nil then
-        local known = {}
-        for name in pairs(defaults) do known[#known + 1] = name end
+        local known, near, near_d = {}, nil, nil
+        for name in pairs(defaults) do
+          known[#known + 1] = name
+          local d = require("kb.k8s.util").edit_distance(k:lower(), name:lower())
+          if not near_d or d < near_d or (d == near_d and name < near) then near, near_d = name, d end
+        end
         table.sort(known)
-        return nil, string.format("unknown parameter '%s' (this scenario takes: %s)",
-          k, table.concat(known, ", "))
+        local hint = near_d and near_d <= math.max(2, #k // 3) and string.format(", did you mean '%s'?", near) or ""
+        return nil, string.format("unknown parameter '%s'%s (this scenario takes: %s)",
+          k, hint, table.concat(known, ", "))
       end
       if default ~= nil and type(default) == "string" and raw[k] ~= nil then
         v = raw[k]

@@ -128,18 +128,20 @@ function Run:scenario_body(chunk)
   local scenario = chunk()
   if type(scenario) ~= "table" then return nil end
   check_scenario_keys(self.args.scenario, scenario)
+  -- Usage errors found here are the user's, before anything ran: one
+  -- message, exit 2, and the experiment folder is removed again (discard).
   local okt, terr = pcall(require("kb.thresholds").validate, scenario.thresholds)
-  if not okt then error(usage_error(self.args.scenario .. ": " .. tostring(terr))) end
+  if not okt then error(usage_error(self.args.scenario .. ": " .. tostring(terr), true)) end
   self.scenario = scenario
   if scenario.name then self.name = scenario.name end
   local merged, err = params.merge(scenario.params, self.file_params, self.cli_params)
-  if not merged then error(usage_error(err)) end
+  if not merged then error(usage_error(err, true)) end
   kb.params = merged
   self.params_ok = true
   self:write_config()
   if scenario.run == nil then return nil end
   if type(scenario.run) ~= "function" then
-    error(usage_error(self.args.scenario .. ": the scenario's 'run' must be a function"))
+    error(usage_error(self.args.scenario .. ": the scenario's 'run' must be a function", true))
   end
   return scenario.run(merged)
 end
@@ -380,7 +382,8 @@ function Run:fail(err)
   -- Kubebench experiment) read as one message and exit 2.
   if getmetatable(err) == UsageError or (type(err) == "table" and err.class == "usage") then
     self.exit_code, self.status = EXIT_USAGE, "usage"
-    io.stderr:write("kbrun: ", message_of(err), "\n")
+    -- the user's mistake: its message, never a Lua traceback
+    io.stderr:write("kbrun: ", tostring(err.message or err), "\n")
   else
     self.exit_code, self.status = EXIT_FAILED, "failed"
     io.stderr:write("kbrun: scenario failed: ", message_of(err), "\n")

@@ -70,6 +70,31 @@ run "$WORK/o" "$WORK/ok.lua" num_runz=5; expect_code $CODE 2
 expect_in "$WORK/stderr" "unknown parameter 'num_runz' (this scenario takes: a, b, c, flag)"
 end
 
+begin usage-errors-write-nothing
+# a misspelt or mistyped parameter: one message (a near name suggested), exit
+# 2, no experiment folder, no threshold lines, no traceback, and the value
+# given is written nowhere
+cat >"$WORK/thr.lua" <<'EOF'
+return {
+  params = { num_runs = 5, url = "x" },
+  thresholds = { success_rate = 0.9 },
+  run = function() return { success_rate = 1 } end,
+}
+EOF
+for bad in "num_runz=5 token=s3cr3t-value" "num_runs=many" "url=s3cr3t-value num_runs=1.5"; do
+  rm -rf "$WORK/usage-out"
+  # shellcheck disable=SC2086
+  run "$WORK/usage-out" "$WORK/thr.lua" $bad; expect_code $CODE 2
+  [ -e "$WORK/usage-out" ] && fail "'$bad' wrote $(ls -R "$WORK/usage-out" | head -5)"
+  grep -q "FAIL\|success_rate\|stack traceback" "$WORK/stdout" "$WORK/stderr" &&
+    fail "'$bad' printed more than its message: $(cat "$WORK/stdout" "$WORK/stderr")"
+  grep -q "s3cr3t-value" "$WORK/stdout" "$WORK/stderr" && fail "'$bad': the value given was printed"
+  [ "$(wc -l <"$WORK/stderr")" = 1 ] || fail "'$bad': not one line: $(cat "$WORK/stderr")"
+done
+run "$WORK/usage-out" "$WORK/thr.lua" num_runz=5
+expect_in "$WORK/stderr" "kbrun: unknown parameter 'num_runz', did you mean 'num_runs'? (this scenario takes: num_runs, url)"
+end
+
 begin parameter-type
 run "$WORK/o" "$WORK/ok.lua" a=abc; expect_code $CODE 2
 expect_in "$WORK/stderr" "parameter 'a' wants an integer (like its default 1), got a string 'abc'"
