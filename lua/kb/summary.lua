@@ -35,17 +35,37 @@ local function lpad(s, n)
   return string.rep(" ", math.max(0, n - #s)) .. s
 end
 
---- Lines of the histogram table.
+-- The side calls (`aux.*`: cleanup, metrics scrapes) go after the
+-- scenario's own operations.
+local function row_before(a, b)
+  local aux_a, aux_b = a.name:find("^aux%.") ~= nil, b.name:find("^aux%.") ~= nil
+  if aux_a ~= aux_b then return aux_b end
+  if a.name ~= b.name then return a.name < b.name end
+  return a.labels < b.labels
+end
+
+--- Lines of the histogram table. An `<op>.attempt` histogram is shown only
+-- where it differs from `<op>`'s (retries happened): without retries each
+-- call is one attempt and the two are the same samples.
 function M.histogram_lines(snapshot)
   local lines = {}
-  local rows = {}
+  local rows, by_key = {}, {}
   for _, m in ipairs(snapshot and snapshot.metrics or {}) do
     if m.kind == "histogram" and m.summary and m.summary.count > 0 then
-      rows[#rows + 1] = { m.name .. label_text(m.labels), m.summary }
+      local key = m.name .. label_text(m.labels)
+      by_key[key] = m.summary
+      rows[#rows + 1] = { key, m.summary, name = m.name, op = m.name:match("^(.*)%.attempt$"),
+        labels = label_text(m.labels) }
     end
   end
+  local kept = {}
+  for _, r in ipairs(rows) do
+    local call = r.op and by_key[r.op .. r.labels]
+    if not (call and call.count == r[2].count and call.max == r[2].max) then kept[#kept + 1] = r end
+  end
+  rows = kept
   if #rows == 0 then return lines end
-  table.sort(rows, function(a, b) return a[1] < b[1] end)
+  table.sort(rows, row_before)
   local w = 10
   for _, r in ipairs(rows) do w = math.max(w, #r[1]) end
   lines[1] = pad("histogram", w) .. lpad("count", 9) .. lpad("p50", 11) .. lpad("p90", 11)
@@ -63,10 +83,10 @@ function M.counter_lines(snapshot)
   local rows = {}
   for _, m in ipairs(snapshot and snapshot.metrics or {}) do
     if m.kind == "counter" or m.kind == "gauge" then
-      rows[#rows + 1] = { m.name .. label_text(m.labels), m.value }
+      rows[#rows + 1] = { m.name .. label_text(m.labels), m.value, name = m.name, labels = label_text(m.labels) }
     end
   end
-  table.sort(rows, function(a, b) return a[1] < b[1] end)
+  table.sort(rows, row_before)
   local lines = {}
   for _, r in ipairs(rows) do lines[#lines + 1] = pad(r[1], 40) .. " " .. tostring(r[2]) end
   return lines
