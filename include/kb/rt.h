@@ -33,7 +33,7 @@
  * lua_resume, where such an error just fails the task.
  *
  * Rules:
- *  - kb_task_deliver / kb_task_wake / kb_task_fail are called from loop
+ *  - kb_task_deliver / kb_task_wake are called from loop
  *    callbacks (or from Lua code for another task), never synchronously
  *    inside the binding that awaits (complete synchronously by returning
  *    results instead). The task may run inside the call: the caller touches
@@ -48,11 +48,9 @@
  *    operation still owns (and frees) its memory. A cancel that comes after
  *    kb_task_deliver means "the result was not taken": give back what was
  *    handed over (a semaphore unit) and free op.
- *  - kb_task_wake / kb_task_fail are the older form: the waker pushes the
- *    values onto the task's stack itself (unprotected, so only for values
- *    that cannot fail: none, or with lua_checkstack checked). kb_task_fail
- *    raises the value on top of the task's stack as the error of the
- *    awaiting call.
+ *  - kb_task_wake resumes the awaiting call with no results (a timer, a
+ *    close that completed): nothing is pushed, so nothing can fail.
+ *    Anything with values or an error goes through kb_task_deliver.
  */
 #ifndef KB_RT_H
 #define KB_RT_H
@@ -132,8 +130,7 @@ int kb_task_await(lua_State *L, kb_task *t, kb_cancel_fn cancel, void *op);
 /* Wakes t, which awaits with (cancel, op): when it resumes, deliver(L, op)
  * gives the awaiting call's results (see the rules above). */
 void kb_task_deliver(kb_task *t, kb_deliver_fn deliver);
-void kb_task_wake(kb_task *t, int nresults);
-void kb_task_fail(kb_task *t);
+void kb_task_wake(kb_task *t);
 /* Suspends the running task behind every task that is ready now (use as
  * `return kb_task_yield(L);`). */
 int kb_task_yield(lua_State *L);

@@ -46,7 +46,7 @@ static void sleep_done(uv_timer_t *timer) {
     return;
   }
   uv_close((uv_handle_t *)timer, sleep_free);
-  kb_task_wake(t, 0);
+  kb_task_wake(t);
 }
 
 static void sleep_cancel(void *p) {

@@ -460,7 +460,7 @@ static void on_closed(kb_httpd *srv, void *ud) {
   s->srv = NULL;
   s->closer = NULL;
   s->ref = LUA_NOREF;
-  if (t) kb_task_wake(t, 0);
+  if (t) kb_task_wake(t);
   luaL_unref(s->L, LUA_REGISTRYINDEX, ref);
 }
 

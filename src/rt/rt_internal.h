@@ -16,7 +16,7 @@ typedef enum {
   TASK_CANCELLED /* cancelled before or while running */
 } task_state;
 
-typedef enum { WAKE_OK, WAKE_ERROR, WAKE_CANCEL } wake_mode;
+typedef enum { WAKE_OK, WAKE_CANCEL } wake_mode;
 
 /* A task is a full userdata ("kb.task") whose first user value is its
  * coroutine. While it is alive (not finished) the registry holds a

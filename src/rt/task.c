@@ -361,7 +361,6 @@ static int await_continue(lua_State *L, int status, lua_KContext base) {
     kb_task_push_cancelled(L);
     return lua_error(L);
   }
-  if (mode == WAKE_ERROR) return lua_error(L);
   if (deliver) return deliver(L, op);
   return lua_gettop(L) - (int)base;
 }
@@ -391,7 +390,7 @@ int kb_task_yield(lua_State *L) {
   return kb_task_await(L, t, NULL, NULL);
 }
 
-static void wake(kb_task *t, int nargs, wake_mode mode, kb_deliver_fn deliver) {
+static void wake(kb_task *t, kb_deliver_fn deliver) {
   /* At shutdown nothing runs again; a delivery's op is then cancelled by
    * kb__tasks_abandon, which still finds it in t->op. */
   if (t->state != TASK_AWAITING || t->queued || t->rt->abandoning) return;
@@ -401,16 +400,15 @@ static void wake(kb_task *t, int nargs, wake_mode mode, kb_deliver_fn deliver) {
     t->cancel = NULL;
     t->op = NULL;
   }
-  t->wake = mode;
-  t->resume_nargs = nargs;
+  t->wake = WAKE_OK;
+  t->resume_nargs = 0;
   /* Resume right away from a loop callback; defer when Lua is running. */
   if (t->rt->in_lua > 0) kb__task_queue(t);
-  else kb__task_resume(t, nargs);
+  else kb__task_resume(t, 0);
 }
 
-void kb_task_deliver(kb_task *t, kb_deliver_fn deliver) { wake(t, 0, WAKE_OK, deliver); }
-void kb_task_wake(kb_task *t, int nresults) { wake(t, nresults, WAKE_OK, NULL); }
-void kb_task_fail(kb_task *t) { wake(t, 1, WAKE_ERROR, NULL); }
+void kb_task_deliver(kb_task *t, kb_deliver_fn deliver) { wake(t, deliver); }
+void kb_task_wake(kb_task *t) { wake(t, NULL); }
 
 void kb_task_cancel(kb_task *t) {
   switch (t->state) {
