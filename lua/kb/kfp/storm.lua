@@ -457,7 +457,7 @@ function Session:before_runs(step, fn, intent)
   local ok, v = pcall(fn)
   if intent then
     intent.answered = ok or not kb.is_cancelled(v)
-    intent.maybe = not ok and M.may_have_created(v)
+    intent.maybe_created = not ok and M.may_have_created(v)
   end
   if ok then return v end
   if not self.stop_reason then
@@ -657,10 +657,13 @@ function Session:set_created(run, r)
 end
 
 -- Runs (of list) without an id whose create may have made one on the server.
-local function unresolved(list)
+--- The creates of `list` (runs, or the intents of pipelines and
+-- experiments) that were sent and have no id: no answer came, or a failure
+-- that may still have made the object. kb.kfp.storm_report uses it too.
+function M.unanswered(list)
   local out = {}
-  for _, run in ipairs(list) do
-    if not run.id and run.sent and (not run.answered or run.maybe_created) then out[#out + 1] = run end
+  for _, x in ipairs(list) do
+    if not x.id and x.sent and (not x.answered or x.maybe_created) then out[#out + 1] = x end
   end
   return out
 end
@@ -671,7 +674,7 @@ end
 -- ones the server holds: their id and real state. client: default s.aux.
 -- Returns the number found, or nil and the error when listing failed.
 function Session:reconcile_runs(list, client)
-  local todo = unresolved(list or self.runs)
+  local todo = M.unanswered(list or self.runs)
   if #todo == 0 then return 0 end
   local c = client or self.aux
   local by_name = {}
@@ -745,7 +748,7 @@ function Session:create_runs(n)
     end
     error(err, 0)
   end
-  if #unresolved(made) > 0 then self:reconcile_runs(made) end
+  if #M.unanswered(made) > 0 then self:reconcile_runs(made) end
   self.progress:milestone(string.format("%d of %d runs created", self:count(function(r)
     return r.id ~= nil end, made), n))
   return made
@@ -1084,13 +1087,6 @@ end
 
 -- Pipelines and experiments whose create may have made one but whose id
 -- the storm does not know.
-local function unresolved_intents(list)
-  local out = {}
-  for _, it in ipairs(list) do
-    if not it.id and it.sent and (not it.answered or it.maybe) then out[#out + 1] = it end
-  end
-  return out
-end
 
 --- Items of a list method (list_pipelines, list_experiments) named `name`:
 -- the server filters (name EQUALS), and the name is checked here too.
@@ -1121,9 +1117,9 @@ function Session:resolve_intents()
   }
   local last_sent = 0
   for _, k in ipairs(kinds) do
-    for _, it in ipairs(unresolved_intents(k.list)) do last_sent = math.max(last_sent, it.sent) end
+    for _, it in ipairs(M.unanswered(k.list)) do last_sent = math.max(last_sent, it.sent) end
   end
-  for _, run in ipairs(unresolved(self.runs)) do last_sent = math.max(last_sent, run.sent) end
+  for _, run in ipairs(M.unanswered(self.runs)) do last_sent = math.max(last_sent, run.sent) end
   if last_sent == 0 then return end
   local deadline = last_sent + p.request_timeout
   local step = math.max(p.request_timeout / 15, 1e-3)
@@ -1131,7 +1127,7 @@ function Session:resolve_intents()
   while not self.cleanup_stopped do
     local left = 0
     for _, k in ipairs(kinds) do
-      for _, it in ipairs(unresolved_intents(k.list)) do
+      for _, it in ipairs(M.unanswered(k.list)) do
         local ok, found = pcall(self.find_by_name, self, aux, k.method, k.key, it.name)
         if not ok and kb.is_cancelled(found) then error(found, 0) end
         if ok and #found > 0 then
@@ -1152,11 +1148,11 @@ function Session:resolve_intents()
     end
     local found, lerr = self:reconcile_runs(self.runs)
     lookup_error = found == nil and message_of(lerr) or nil
-    left = left + #unresolved(self.runs)
+    left = left + #M.unanswered(self.runs)
     if left == 0 or kb.now() >= deadline then break end
     kb.sleep(math.min(step, math.max(deadline - kb.now(), 1e-3)))
   end
-  for _, run in ipairs(unresolved(self.runs)) do
+  for _, run in ipairs(M.unanswered(self.runs)) do
     run.looked_up = true
     if lookup_error then
       run.unknown = true

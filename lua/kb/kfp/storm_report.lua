@@ -424,11 +424,7 @@ end
 -- Runs of a rebuilt storm whose create was sent (intent journaled) and whose
 -- answer never came, or failed in a way that may have created the run.
 local function unanswered(s)
-  local out = {}
-  for _, run in ipairs(s.runs) do
-    if not run.id and run.sent and (not run.answered or run.maybe_created) then out[#out + 1] = run end
-  end
-  return out
+  return require("kb.kfp.storm").unanswered(s.runs)
 end
 
 -- A KFP client on the journaled target, or nil and why there is none.
