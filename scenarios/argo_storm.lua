@@ -8,10 +8,15 @@
 --                       Running (s, at `poll` resolution)
 --   argo.duration       status.finishedAt - status.startedAt (s)
 --   argo.completion     from the POST to the first list showing it done (s)
--- Against the embedded simulator by default; host=URL (and token=) for a
--- real argo-server, through kb.argo (which also times argo.list). Every
--- workflow carries the label kbrun.io/storm=<run id>;
--- cleanup deletes them.
+-- Against the embedded simulator by default; host=URL (and token_file=,
+-- a file holding the bearer token: a token is never a parameter value)
+-- for a real argo-server, through kb.argo (which also times argo.list).
+-- Every workflow carries the label kbrun.io/storm=<run id>; cleanup
+-- deletes them. rate=R spaces the submissions (workflow i is submitted
+-- (i - 1) / R seconds after the start). Sharded (kbrun --shard I/N,
+-- kb.shard.items), each shard submits workflows I+1, I+1+N, ... at their
+-- times in the same schedule (concurrency is per shard); `kbrun merge`
+-- adds the shards' counts and recomputes completed_rate from them.
 --
 --   kbrun scenarios/argo_storm.lua workflows=200 concurrency=20 steps=3
 local kb = require "kb"
@@ -44,10 +49,11 @@ return {
   name = "argo_storm",
   params = {
     host = "sim",          -- "sim": the embedded simulator, else argo-server's URL
-    token = "",            -- bearer token for a real argo-server
+    token_file = "",       -- file holding the bearer token of a real argo-server (re-read when it changes)
     namespace = "default",
-    workflows = 50,        -- how many to submit
+    workflows = 50,        -- how many to submit, over all shards
     concurrency = 10,      -- submissions in flight
+    rate = 0.0,            -- submissions per second over all shards (0: as fast as concurrency allows)
     steps = 2,             -- sequential steps per workflow
     step_duration = "lognormal:10,30", -- the simulator's duration model per step
     image = "busybox:1.36",
@@ -58,7 +64,7 @@ return {
 
   run = function(p)
     local c = argo.client { host = require("kb.target").resolve(p.host), namespace = p.namespace,
-      token = p.token ~= "" and p.token or nil, timeout = 60 }
+      token_file = p.token_file ~= "" and p.token_file or nil, timeout = 60 }
     local label = kb.exp and kb.exp.id or ("storm-" .. os.time())
     state.client, state.label = c, label
 
@@ -68,8 +74,14 @@ return {
     local h_done = kb.metrics.histogram("argo.completion")
     local submitted, failed_submit, phases = {}, 0, {}
 
+    local mine = kb.shard.items(p.workflows, "workflows") -- this shard's (all, unsharded)
     local pool = kb.pool(p.concurrency)
-    for i = 1, p.workflows do
+    local started = kb.now()
+    for _, i in ipairs(mine) do
+      if p.rate > 0 then -- workflow i's place in the schedule of all shards
+        local wait = started + (i - 1) / p.rate - kb.now()
+        if wait > 0 then kb.sleep(wait) end
+      end
       pool:spawn(function()
         local name = string.format("%s-%04d", label, i):sub(-63):gsub("^%-+", "")
         local t0 = kb.now()
@@ -127,11 +139,15 @@ return {
     kb.log.info("%d submitted (%d refused): submit p50 %.3f s p99 %.3f s; running after p50 %.1f s; "
       .. "duration p50 %.1f s", n, failed_submit, s.p50 or 0, s.p99 or 0, r.p50 or 0, d.p50 or 0)
     kb.report.attach { outcomes = phases }
+    -- counts of this shard's workflows: kbrun merge adds them and
+    -- recomputes completed_rate = succeeded / requested
     return {
+      requested = #mine,
       submitted = n,
       refused = failed_submit,
       phases = phases,
-      completed_rate = p.workflows > 0 and (phases.Succeeded or 0) / p.workflows or 1,
+      succeeded = phases.Succeeded or 0,
+      completed_rate = #mine > 0 and (phases.Succeeded or 0) / #mine or 1,
     }
   end,
 

@@ -10,7 +10,11 @@
 -- resolution); kb.k8s times the creates themselves (k8s.create.jobs).
 -- Against the embedded simulator by default; kubeconfig= (and context=)
 -- for a real cluster. Every Job carries the label kbrun.io/storm=<run id>;
--- cleanup deletes them with their pods.
+-- cleanup deletes them with their pods. rate=R spaces the creates (Job i
+-- is created (i - 1) / R seconds after the start). Sharded (kbrun --shard
+-- I/N, kb.shard.items), each shard creates Jobs I+1, I+1+N, ... at their
+-- times in the same schedule (concurrency is per shard); `kbrun merge`
+-- adds the shards' counts and recomputes completed_rate from them.
 --
 --   kbrun scenarios/job_storm.lua jobs=200 concurrency=20
 --   kbrun scenarios/job_storm.lua kubeconfig=$HOME/.kube/config namespace=bench
@@ -61,12 +65,13 @@ return {
     kubeconfig = "",       -- a real cluster (wins over host)
     context = "",
     namespace = "default",
-    jobs = 50,             -- how many Jobs (one pod each)
+    jobs = 50,             -- how many Jobs (one pod each), over all shards
     concurrency = 10,      -- creates in flight
+    rate = 0.0,            -- creates per second over all shards (0: as fast as concurrency allows)
     image = "busybox:1.36",
     command = "sleep 20",  -- what the pod runs on a real cluster
     duration = "lognormal:20,40", -- the simulator's duration model of the pod
-    fail_probability = 0,  -- the simulator fails a pod with this probability
+    fail_probability = 0.0, -- the simulator fails a pod with this probability
     cpu = "100m",
     memory = "64Mi",
     timeout = 3600,        -- seconds for every Job to finish
@@ -83,8 +88,14 @@ return {
     state.trackers = { jobs, pods }
 
     local created, failed_create = 0, 0
+    local mine = kb.shard.items(p.jobs, "jobs") -- this shard's Jobs (all, unsharded)
     local pool = kb.pool(p.concurrency)
-    for i = 1, p.jobs do
+    local started = kb.now()
+    for _, i in ipairs(mine) do
+      if p.rate > 0 then -- Job i's place in the schedule of all shards
+        local wait = started + (i - 1) / p.rate - kb.now()
+        if wait > 0 then kb.sleep(wait) end
+      end
       pool:spawn(function()
         local name = string.format("%s-%04d", label, i):sub(-63):gsub("^%-+", "")
         jobs:created(name)
@@ -106,10 +117,14 @@ return {
       local o = r.outcome or "unfinished"
       outcomes[o] = (outcomes[o] or 0) + 1
     end
+    -- counts of this shard's Jobs: kbrun merge adds them and recomputes
+    -- completed_rate = completed / requested
+    local n = #mine
     return {
-      jobs = p.jobs, created = created, failed_create = failed_create,
+      requested = n, created = created, failed_create = failed_create,
       outcomes = outcomes,
-      completed_rate = (outcomes.complete or 0) / p.jobs,
+      completed = outcomes.complete or 0,
+      completed_rate = n > 0 and (outcomes.complete or 0) / n or 1,
     }
   end,
 

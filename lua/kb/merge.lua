@@ -181,6 +181,31 @@ M.kind_of = kind_of
 
 local merge_values
 
+-- The merged metrics of the documents being merged (set by M.results), for
+-- result tables that name the histogram their figures come from.
+local merged_metrics
+
+-- The statistics a result table may copy from a histogram's summary, by
+-- the names scenarios give them.
+local HIST_STATS = { count = "count", min = "min", max = "max", mean = "mean", avg = "mean",
+  p50 = "p50", median = "p50", p90 = "p90", p95 = "p95", p99 = "p99", p999 = "p999", p99_9 = "p999",
+  stddev = "stddev", sd = "stddev" }
+
+-- The merged summary of the histogram every shard's table names in its
+-- `metric` field (result.latency = {metric = "http.get", p50 = ...}), or
+-- nil: its statistics are then read from the merged histogram, exactly.
+local function named_histogram(values)
+  local key
+  for _, t in pairs(values) do
+    if type(t.metric) ~= "string" or (key and t.metric ~= key) then return nil end
+    key = t.metric
+  end
+  if not key or type(merged_metrics) ~= "table" then return nil end
+  for _, m in ipairs(merged_metrics.metrics or {}) do
+    if m.key == key and m.kind == "histogram" then return m.summary end
+  end
+end
+
 -- Merges the tables of all shards (nil where a shard lacks the field).
 local function merge_tables(values, path, unmerged)
   local keys, seen = {}, {}
@@ -194,8 +219,15 @@ local function merge_tables(values, path, unmerged)
     return type(a) == "number"
   end)
   local out, rates = {}, {}
+  local hist_summary = named_histogram(values)
   for _, k in ipairs(keys) do
     local list = {}
+    if hist_summary and HIST_STATS[k] then
+      -- from the merged histogram (the shards' own figures cannot be combined)
+      out[k] = hist_summary[HIST_STATS[k]]
+      if out[k] == nil then unmerged[#unmerged + 1] = path .. "." .. tostring(k) end
+      goto continue
+    end
     for i, t in pairs(values) do list[i] = t[k] end
     local sub = path .. "." .. tostring(k)
     local v = merge_values(list, sub, unmerged, k)
@@ -212,6 +244,7 @@ local function merge_tables(values, path, unmerged)
       elseif wsum then out[k] = nil
       else unmerged[#unmerged + 1] = sub end
     elseif v ~= nil then out[k] = v end
+    ::continue::
   end
   -- Rates last: they are recomputed from the merged counts.
   for _, k in ipairs(rates) do
@@ -300,16 +333,22 @@ merge_values = function(list, path, unmerged, key)
   end
 end
 
---- merge.results(list [, n]) -> merged, unmerged: run()'s results of n
--- shards (list[i] may be nil) merged by the rules above; unmerged lists
--- the paths ("result.latency.p50") that could not be.
-function M.results(list, n)
+--- merge.results(list [, n [, metrics]]) -> merged, unmerged: run()'s
+-- results of n shards (list[i] may be nil) merged by the rules above;
+-- unmerged lists the paths ("result.latency.p50") that could not be.
+-- metrics: the merged metrics snapshot; a result table naming one of its
+-- histograms (`metric = "http.get"`) takes its statistics (count, min,
+-- max, mean, p50, p90, p95, p99, p999, stddev) from it.
+function M.results(list, n, metrics)
   local values = {}
   for i = 1, n or #list do
     if list[i] ~= nil and list[i] ~= json.null then values[i] = list[i] end
   end
   local unmerged = {}
-  local v = merge_values(values, "result", unmerged, "result")
+  merged_metrics = metrics
+  local okm, v = pcall(merge_values, values, "result", unmerged, "result")
+  merged_metrics = nil
+  if not okm then error(v, 0) end
   if v == "__rate" then v, unmerged[#unmerged + 1] = nil, "result" end
   table.sort(unmerged)
   return v, unmerged
@@ -407,14 +446,29 @@ end
 
 -- The shards' splits (kb.shard's describe().split): every `what` split by
 -- range must be covered exactly once, by parts of the same total.
+-- A round-robin split with a total (kb.shard.items) must give every shard
+-- the items round-robin gives it, and the parts must add up to the total.
 local function check_splits(docs, count, problem, warnings)
-  local any, by_what = false, {}
+  local any, by_what, rr = false, {}, {}
   for i, d in ipairs(docs) do
     local s = type(d.shard) == "table" and d.shard or nil
     if s and type(s.split) == "table" then
       any = true
       for what, rec in pairs(s.split) do
-        if rec.total ~= nil then
+        if rec.by == "round-robin" and math.type(rec.total) == "integer" then
+          local w = rr[what] or { total = rec.total, sum = 0, n = 0 }
+          rr[what] = w
+          if rec.total ~= w.total then
+            problem("input %d split %d %s, input 1 %s", i, rec.total, what, tostring(w.total))
+          end
+          local index, n = math.tointeger(s.index), math.tointeger(s.count)
+          local want = index and n and n > index and (rec.total - index + n - 1) // n
+          if want and rec.items ~= want then
+            problem("input %d (shard %d/%d) took %s of the %d %s; round-robin gives it %d", i, index, n,
+              tostring(rec.items), rec.total, what, want)
+          end
+          w.sum, w.n = w.sum + (tonumber(rec.items) or 0), w.n + 1
+        elseif rec.total ~= nil then
           local w = by_what[what] or { total = rec.total, parts = {} }
           by_what[what] = w
           if rec.total ~= w.total then
@@ -428,6 +482,11 @@ local function check_splits(docs, count, problem, warnings)
   if count and count > 1 and not any then
     warnings[#warnings + 1] = "the shards recorded no split of their work (a scenario that ignores kb.shard "
       .. "does all of it in every shard: its counts are added as many times)"
+  end
+  for what, w in pairs(rr) do
+    if count and w.n == count and w.sum ~= w.total then
+      problem("the shards' %s add up to %d of %d", what, w.sum, w.total)
+    end
   end
   for what, w in pairs(by_what) do
     table.sort(w.parts, function(a, b) return a.first < b.first end)
@@ -525,7 +584,7 @@ function M.documents(docs, opts)
     end
   end
   local metrics = M.snapshots(snaps)
-  local result, unmerged = M.results(results, #docs)
+  local result, unmerged = M.results(results, #docs, metrics)
   local notes = {}
   local storms = #docs > 0
   for i = 1, #docs do storms = storms and is_storm(results[i]) end

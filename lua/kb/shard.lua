@@ -22,6 +22,8 @@
 -- "round-robin", items = how many it owned}. The bundled scenarios:
 --   kb.kfp.storm (taxi_50runs, sweep cells' storms)  range(num_runs, "runs")
 --   kb.sweep (sweep_taxi)                            owns(cell index, "cells")
+--   http_storm, job_storm, argo_storm                items(total, "requests" /
+--                                                    "jobs" / "workflows")
 -- A sharded run that split nothing did all the work in every shard: merge
 -- refuses it (unless --force).
 --
@@ -201,6 +203,26 @@ function M.owns(i, what)
   end
   if mine then rec.items = rec.items + 1 end
   return mine
+end
+
+--- kb.shard.items(total [, what]) -> list of this shard's items of
+-- 1..total, round-robin as owns() takes them (item i is shard
+-- (i - 1) % count's), in increasing order; recorded as {by =
+-- "round-robin", total =, items = how many}, so `kbrun merge` can check
+-- that the shards' parts add up to total. A schedule keyed by the global
+-- item (item i arrives (i - 1) / rate seconds after the start) splits
+-- consistently this way: every shard runs over the whole window at
+-- rate / count, and together they send exactly the unsharded arrivals.
+-- The bundled http_storm, job_storm and argo_storm split this way.
+function M.items(total, what)
+  total = check_total(total, "items")
+  local index, count = current()
+  local list = {}
+  for i = index + 1, total, count do list[#list + 1] = i end
+  if count == M.count then
+    M.splits[what or "items"] = { by = "round-robin", total = total, items = #list }
+  end
+  return list
 end
 
 --- kb.shard.describe() -> { index =, count = [, split = {[what] = ...}] }
