@@ -175,8 +175,11 @@ local function lookup(kind, name, labels)
   return e, key, copy
 end
 
+local registered = 0 -- registrations so far (the order of M.order)
+
 local function register(kind, key, name, labels, metric)
-  local e = { key = key, name = name, labels = labels, kind = kind, metric = metric }
+  registered = registered + 1
+  local e = { key = key, name = name, labels = labels, kind = kind, metric = metric, seq = registered }
   local reg = current()
   reg.entries[key] = e
   if sink and reg == root then journal_event(e) end -- a scope's reach the journal when merged
@@ -236,6 +239,16 @@ local function sorted_entries(kind, reg)
   end
   table.sort(list, function(a, b) return a.key < b.key end)
   return list
+end
+
+--- kb.metrics.order() -> {[key] = n}: the order in which the calling
+-- task's registry first saw each metric (histograms and counters are
+-- registered at their first record, so this is the order of the
+-- scenario's steps); kb.summary prints its rows in it.
+function M.order()
+  local out = {}
+  for key, e in pairs(current().entries) do out[key] = e.seq end
+  return out
 end
 
 --- kb.metrics.each([kind]) iterates over the metrics in key order, giving

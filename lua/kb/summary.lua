@@ -35,19 +35,33 @@ local function lpad(s, n)
   return string.rep(" ", math.max(0, n - #s)) .. s
 end
 
--- The side calls (`aux.*`: cleanup, metrics scrapes) go after the
--- scenario's own operations.
-local function row_before(a, b)
-  local aux_a, aux_b = a.name:find("^aux%.") ~= nil, b.name:find("^aux%.") ~= nil
-  if aux_a ~= aux_b then return aux_b end
-  if a.name ~= b.name then return a.name < b.name end
-  return a.labels < b.labels
+-- Rows in the order of the scenario's steps: `order` maps a metric's key
+-- to when the run first recorded it (kb.metrics.order()); an `.attempt`
+-- row follows its call; the side calls (`aux.*`: cleanup, metrics
+-- scrapes) go after the scenario's own operations; metrics the order does
+-- not know (a merged or rebuilt result) after the known ones, by name.
+local function sorter(order)
+  order = order or {}
+  local function rank(r)
+    local key = r.op and (r.op .. r.labels) or r.key
+    local n = order[key] or order[r.key]
+    return n and (n + (r.op and 0.5 or 0)) or math.huge
+  end
+  return function(a, b)
+    local aux_a, aux_b = a.name:find("^aux%.") ~= nil, b.name:find("^aux%.") ~= nil
+    if aux_a ~= aux_b then return aux_b end
+    local ra, rb = rank(a), rank(b)
+    if ra ~= rb then return ra < rb end
+    if a.name ~= b.name then return a.name < b.name end
+    return a.labels < b.labels
+  end
 end
 
 --- Lines of the histogram table. An `<op>.attempt` histogram is shown only
 -- where it differs from `<op>`'s (retries happened): without retries each
--- call is one attempt and the two are the same samples.
-function M.histogram_lines(snapshot)
+-- call is one attempt and the two are the same samples. order: see
+-- sorter above (default: names in key order).
+function M.histogram_lines(snapshot, order)
   local lines = {}
   local rows, by_key = {}, {}
   for _, m in ipairs(snapshot and snapshot.metrics or {}) do
@@ -55,7 +69,7 @@ function M.histogram_lines(snapshot)
       local key = m.name .. label_text(m.labels)
       by_key[key] = m.summary
       rows[#rows + 1] = { key, m.summary, name = m.name, op = m.name:match("^(.*)%.attempt$"),
-        labels = label_text(m.labels) }
+        labels = label_text(m.labels), key = m.key or key }
     end
   end
   local kept = {}
@@ -65,7 +79,7 @@ function M.histogram_lines(snapshot)
   end
   rows = kept
   if #rows == 0 then return lines end
-  table.sort(rows, row_before)
+  table.sort(rows, sorter(order))
   local w = 10
   for _, r in ipairs(rows) do w = math.max(w, #r[1]) end
   lines[1] = pad("histogram", w) .. lpad("count", 9) .. lpad("p50", 11) .. lpad("p90", 11)
@@ -78,15 +92,16 @@ function M.histogram_lines(snapshot)
   return lines
 end
 
---- Lines of the counter/gauge table.
-function M.counter_lines(snapshot)
+--- Lines of the counter/gauge table, in the histograms' order.
+function M.counter_lines(snapshot, order)
   local rows = {}
   for _, m in ipairs(snapshot and snapshot.metrics or {}) do
     if m.kind == "counter" or m.kind == "gauge" then
-      rows[#rows + 1] = { m.name .. label_text(m.labels), m.value, name = m.name, labels = label_text(m.labels) }
+      rows[#rows + 1] = { m.name .. label_text(m.labels), m.value, name = m.name, labels = label_text(m.labels),
+        key = m.key or (m.name .. label_text(m.labels)) }
     end
   end
-  table.sort(rows, row_before)
+  table.sort(rows, sorter(order))
   local lines = {}
   for _, r in ipairs(rows) do lines[#lines + 1] = pad(r[1], 40) .. " " .. tostring(r[2]) end
   return lines
@@ -99,6 +114,15 @@ local function verdict_line(doc, tty)
   return string.format("%s: %s in %s (%s clock%s)", doc.experiment_id, status,
     M.duration(doc.duration), clock.kind,
     clock.speed ~= 1 and string.format(", x%g", clock.speed) or "")
+end
+
+--- A scenario's one-line conclusion (result.verdict, e.g. kfp_probe's
+-- "the server broke at 64 concurrent runs: ..."), or nil.
+function M.verdict(doc)
+  local r = type(doc) == "table" and doc.result
+  local v = type(r) == "table" and r.verdict
+  if type(v) == "string" and v ~= "" then return v end
+  return nil
 end
 
 --- Lines of the threshold verdicts ("ok   op p99 950 ms <= 1 s",
@@ -120,14 +144,20 @@ local function use_color(opts)
   return opts.tty and os.getenv("TERM") ~= "dumb" and os.getenv("NO_COLOR") == nil
 end
 
---- Prints the summary of a result document (see kb.runner) to stdout.
+--- Prints the summary of a result document (see kb.runner) to stdout:
+-- the status line, the scenario's verdict (M.verdict) under it, the
+-- histograms and counters in the order the run first recorded them
+-- (opts.order, default kb.metrics.order()), the thresholds.
 function M.print(doc, exp, opts)
   opts = opts or {}
   local tty = use_color(opts)
   local out = {}
   out[#out + 1] = "\n" .. verdict_line(doc, tty)
-  for _, line in ipairs(M.histogram_lines(doc.metrics)) do out[#out + 1] = "  " .. line end
-  local counters = M.counter_lines(doc.metrics)
+  local verdict = M.verdict(doc)
+  if verdict then out[#out + 1] = "  " .. color(tty, "1", verdict) end
+  local order = opts.order or require("kb.metrics").order()
+  for _, line in ipairs(M.histogram_lines(doc.metrics, order)) do out[#out + 1] = "  " .. line end
+  local counters = M.counter_lines(doc.metrics, order)
   if #counters > 0 then
     out[#out + 1] = ""
     for _, line in ipairs(counters) do out[#out + 1] = "  " .. line end
@@ -146,6 +176,8 @@ function M.print_quiet(doc, opts)
   opts = opts or {}
   local tty = use_color(opts)
   local out = { verdict_line(doc, tty) }
+  local verdict = M.verdict(doc)
+  if verdict then out[#out + 1] = "  " .. verdict end
   for _, line in ipairs(M.threshold_lines(doc, { tty = tty, failed_only = true })) do
     out[#out + 1] = "  " .. line
   end
