@@ -123,15 +123,53 @@ local function anchor(prefix, s, i)
   return prefix .. "-" .. tostring(s):gsub("[^%w%-_.]", "_") .. (i and ("-" .. i) or "")
 end
 
+-- A float with 4 significant digits (9.092259645462036 -> 9.092); whole
+-- numbers stay whole.
+local function round_float(v)
+  if v ~= v or v == math.huge or v == -math.huge then return tostring(v) end
+  if v == math.floor(v) and math.abs(v) < 1e15 then return format("%d", v) end
+  return format("%.4g", v)
+end
+
+-- Compact JSON-like text of a table with floats rounded (for reading, not
+-- for parsing back: result.json keeps the exact values).
+local function rounded_json(v, depth)
+  if is_null(v) then return "null" end
+  local t = type(v)
+  if t == "number" then return math.type(v) == "integer" and tostring(v) or round_float(v) end
+  if t == "string" then return (json.encode(v)) end
+  if t ~= "table" then return tostring(v) end
+  if (depth or 0) > 6 then return "…" end
+  local parts = {}
+  if #v > 0 or next(v) == nil then
+    for i, x in ipairs(v) do parts[i] = rounded_json(x, (depth or 0) + 1) end
+    return "[" .. concat(parts, ",") .. "]"
+  end
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = tostring(k) end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local x = v[k]
+    if x == nil then x = v[tonumber(k)] end
+    parts[#parts + 1] = json.encode(k) .. ":" .. rounded_json(x, (depth or 0) + 1)
+  end
+  return "{" .. concat(parts, ",") .. "}"
+end
+
 local function scalar_text(v)
   if is_null(v) then return "null" end
   if type(v) == "number" then
     if math.type(v) == "integer" then return tostring(v) end
-    return format("%.6g", v)
+    return round_float(v)
   end
   if type(v) == "table" then
-    local ok, s = pcall(json.encode, v)
-    return ok and s or tostring(v)
+    local ok, s = pcall(rounded_json, v)
+    if not ok then return tostring(v) end
+    -- a long list (every run of a storm) is in the result files, not here
+    if #v > 0 and #s > 400 then
+      return format("[%d items: see result.json%s]", #v, #v >= 10 and " and the CSV files beside it" or "")
+    end
+    return s
   end
   return tostring(v)
 end
@@ -155,16 +193,25 @@ local function flatten(t, prefix, rows, depth)
   return rows
 end
 
+-- A name/value table; more than 12 rows are split into two tables side
+-- by side (half the height on a wide screen, one under the other on a
+-- narrow one).
 local function kv_table(rows, class)
   if #rows == 0 then return '<p class="muted">none</p>' end
-  local out = { format('<table class="kv %s"><tbody>', class or "") }
-  for _, r in ipairs(rows) do
-    local value = r[2]
-    if #value > 2000 then value = value:sub(1, 2000) .. " …" end
-    out[#out + 1] = format("<tr><th>%s</th><td><code>%s</code></td></tr>", esc(r[1]), esc(value))
+  local function one(from, to)
+    local out = { format('<table class="kv %s"><tbody>', class or "") }
+    for i = from, to do
+      local r = rows[i]
+      local value = r[2]
+      if #value > 2000 then value = value:sub(1, 2000) .. " …" end
+      out[#out + 1] = format("<tr><th>%s</th><td><code>%s</code></td></tr>", esc(r[1]), esc(value))
+    end
+    out[#out + 1] = "</tbody></table>"
+    return concat(out)
   end
-  out[#out + 1] = "</tbody></table>"
-  return concat(out)
+  if #rows <= 12 then return one(1, #rows) end
+  local half = (#rows + 1) // 2
+  return '<div class="kv2">' .. one(1, half) .. one(half + 1, #rows) .. "</div>"
 end
 
 local function read_text(path)
@@ -216,7 +263,14 @@ local function header(doc, opts)
     { "finished", doc.finished_at },
     { "duration", type(doc.duration) == "number" and fmt(doc.duration, "s") or nil },
   }
-  local out = { format('<header><h1>%s</h1><dl class="facts">', esc(title)) }
+  local out = { format('<header><h1>%s</h1>', esc(title)) }
+  -- a scenario's one-line conclusion (kfp_probe: "broke at concurrency
+  -- 1024: ...") is the first thing a reader sees
+  local result = type(doc.result) == "table" and doc.result or {}
+  if type(result.verdict) == "string" and result.verdict ~= "" then
+    out[#out + 1] = format('<p class="verdict %s">%s</p>', STATUS_CLASS[status] or "warn", esc(result.verdict))
+  end
+  out[#out + 1] = '<dl class="facts">'
   for _, f in ipairs(facts) do
     if f[3] or not is_null(f[2]) then
       out[#out + 1] = format("<div><dt>%s</dt><dd>%s</dd></div>", esc(f[1]), f[3] or esc(scalar_text(f[2])))
@@ -294,14 +348,20 @@ local function summary_section(histos, counters, plot_ids, doc)
     return concat(out)
   end
   local failed = failed_stats(doc)
+  local notes
+  out[#out + 1] = '<div class="side">'
   if #histos > 0 then
-    out[#out + 1] = '<table class="grid num"><thead><tr><th>histogram</th>'
+    out[#out + 1] = '<div><table class="grid num"><thead><tr><th>histogram</th>'
     for _, c in ipairs(SUMMARY_COLS) do out[#out + 1] = "<th>" .. c .. "</th>" end
     out[#out + 1] = "</tr></thead><tbody>"
     for _, m in ipairs(histos) do
       local s = type(m.summary) == "table" and m.summary or {}
       local key = metric_key(m)
-      out[#out + 1] = format('<tr><th><a href="#%s">%s</a></th>', plot_ids[key], esc(key))
+      if plot_ids[key] then
+        out[#out + 1] = format('<tr><th><a href="#%s">%s</a></th>', plot_ids[key], esc(key))
+      else
+        out[#out + 1] = format('<tr><th>%s</th>', esc(key))
+      end
       for _, c in ipairs(SUMMARY_COLS) do
         local v = s[c]
         local text = c == "count" and svg.format_number(v or 0) or (type(v) == "number" and fmt(v, "s") or "–")
@@ -310,17 +370,20 @@ local function summary_section(histos, counters, plot_ids, doc)
       end
       out[#out + 1] = "</tr>"
     end
-    out[#out + 1] = "</tbody></table>"
+    out[#out + 1] = "</tbody></table></div>"
+    notes = format('<p class="muted">Plotted: operations with at least %d values; side calls (<code>aux.*</code>: ' ..
+      'cleanup, scrapes) and operations measured a few times are in this table only. An <code>.attempt</code> ' ..
+      'histogram is listed where retries made it differ from its call.</p>', M.MIN_PLOT)
   end
   if #counters > 0 then
-    out[#out + 1] = '<h3>Counters and gauges</h3><table class="grid num"><thead><tr><th>metric</th><th>kind</th><th>value</th></tr></thead><tbody>'
+    out[#out + 1] = '<div><table class="grid num"><thead><tr><th>counter or gauge</th><th>kind</th><th>value</th></tr></thead><tbody>'
     for _, m in ipairs(counters) do
       out[#out + 1] = format("<tr><th>%s</th><td class=\"kind\">%s</td><td>%s</td></tr>", esc(metric_key(m)),
         esc(m.kind), esc(scalar_text(m.value)))
     end
-    out[#out + 1] = "</tbody></table>"
+    out[#out + 1] = "</tbody></table></div>"
   end
-  out[#out + 1] = "</section>"
+  out[#out + 1] = "</div>" .. (notes or "") .. "</section>"
   return concat(out)
 end
 
@@ -406,7 +469,7 @@ local function histogram_plot(m, opts, doc, samples)
   return svg.histogram {
     title = key, subtitle = concat(sub, " · "), unit = "s", scale = scale,
     bins = bins, points = points, kde = opts.kde ~= false and count >= 10,
-    markers = markers_for(m, summary, doc), xlabel = "seconds (" .. (m.name or key) .. ")",
+    markers = markers_for(m, summary, doc), xlabel = m.name or key,
     empty_text = "no values recorded", width = PLOT_W, height = PLOT_H,
   }
 end
@@ -428,7 +491,7 @@ local function samples_plot(name, samples, opts, doc)
   return svg.histogram {
     title = name, subtitle = concat(sub, " · "), unit = "s", scale = scale, samples = samples,
     kde = opts.kde ~= false and #samples >= 10, markers = markers_for({ name = name }, s, doc),
-    xlabel = "seconds (" .. name .. ")", empty_text = "no values recorded", width = PLOT_W, height = PLOT_H,
+    xlabel = name, empty_text = "no values recorded", width = PLOT_W, height = PLOT_H,
   }, s
 end
 
@@ -468,9 +531,11 @@ local function plots_section(histos, opts, doc, plot_ids)
     local key = metric_key(m)
     local raw = samples[key] or samples[m.name]
     if samples[key] then used[key] = true elseif samples[m.name] then used[m.name] = true end
+    if not plot_ids[key] then goto continue end
     local ok, text = pcall(histogram_plot, m, opts, doc, raw and numeric_samples(raw) or nil)
     if not ok then text = svg.bars { title = key, subtitle = "cannot plot: " .. tostring(text), categories = {} } end
     figs[#figs + 1] = { key = key, name = m.name, html = figure(plot_ids[key], text) }
+    ::continue::
   end
   local extra = {}
   for name in pairs(samples) do
@@ -479,9 +544,11 @@ local function plots_section(histos, opts, doc, plot_ids)
   table.sort(extra)
   for _, name in ipairs(extra) do
     local list = numeric_samples(samples[name])
+    if #list < M.MIN_PLOT then goto next_extra end
     local id = anchor("plot", name)
     plot_ids[name] = id
     figs[#figs + 1] = { key = name, name = name, html = figure(id, (samples_plot(name, list, opts, doc))) }
+    ::next_extra::
   end
   -- opts.order first, in its order; the rest keep theirs
   if type(opts.order) == "table" then
@@ -489,7 +556,9 @@ local function plots_section(histos, opts, doc, plot_ids)
     for i, n in ipairs(opts.order) do rank[n] = i end
     for i, f in ipairs(figs) do f.pos = i end
     table.sort(figs, function(a, b)
-      local ra, rb = rank[a.key] or rank[a.name] or math.huge, rank[b.key] or rank[b.name] or math.huge
+      -- the outcome count plot stays first (the notebook's first plot)
+      local ra = a.key == "outcomes" and 0 or rank[a.key] or rank[a.name] or math.huge
+      local rb = b.key == "outcomes" and 0 or rank[b.key] or rank[b.name] or math.huge
       if ra ~= rb then return ra < rb end
       return a.pos < b.pos
     end)
@@ -506,16 +575,23 @@ local function params_section(doc)
   return '<section id="parameters"><h2>Parameters</h2>' .. kv_table(flatten(params)) .. "</section>"
 end
 
+-- What the scenario's run returned, last on the page: folded (a native
+-- <details>, no script) when it is long, floats rounded.
 local function result_section(doc)
   local r = doc.result
   if is_null(r) then return "" end
-  local body
+  local body, n
   if type(r) == "table" then
-    body = kv_table(flatten(r))
+    local rows = flatten(r)
+    body, n = kv_table(rows), #rows
   else
-    body = format("<pre>%s</pre>", esc(scalar_text(r)))
+    body, n = format("<pre>%s</pre>", esc(scalar_text(r))), 1
   end
-  return '<section id="result"><h2>Result</h2><p class="muted">what the scenario returned</p>' .. body .. "</section>"
+  if n > 24 then
+    return format('<section id="result"><details><summary><h2>Result</h2> <span class="muted">what the scenario ' ..
+      'returned: %d values (floats rounded; exact in result/result.json), click to show</span></summary>%s</details></section>', n, body)
+  end
+  return '<section id="result"><h2>Result</h2><p class="muted">what the scenario returned (floats rounded; exact in result/result.json)</p>' .. body .. "</section>"
 end
 
 local function environment_section(doc, opts)
@@ -548,11 +624,13 @@ section{background:#fff;border:1px solid var(--line);border-radius:6px;padding:1
 .facts dd{margin:0;font-weight:500;overflow-wrap:anywhere}
 .badge{display:inline-block;padding:1px 9px;border-radius:10px;color:#fff;font-weight:600}
 .badge.good{background:var(--good)}.badge.bad{background:var(--bad)}.badge.warn{background:var(--warn)}
+.verdict{margin:0 0 12px;padding:8px 14px;border-radius:6px;font-size:16px;font-weight:600;background:#fff;border-left:5px solid var(--warn)}
+.verdict.good{border-left-color:var(--good)}.verdict.bad{border-left-color:var(--bad)}
 .problem{margin-top:12px;border-left:4px solid var(--bad);background:#fdf1f0;padding:8px 12px}
 .problem pre{margin:6px 0 0;white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px}
 .muted{color:var(--muted)}.bad-text{color:var(--bad);font-weight:600}
 table{border-collapse:collapse;font-size:13px}
-table.grid th,table.grid td{padding:5px 10px;border-bottom:1px solid var(--line);text-align:left}
+table.grid th,table.grid td{padding:4px 8px;border-bottom:1px solid var(--line);text-align:left}
 table.grid thead th{font-size:12px;color:var(--muted);font-weight:600;border-bottom:2px solid var(--line)}
 table.num td{text-align:right;font-variant-numeric:tabular-nums}
 table.num td.kind{text-align:left;color:var(--muted)}
@@ -564,7 +642,12 @@ td.fail{background:#fdecea;color:var(--bad);font-weight:600}
 table.kv th{text-align:left;font-weight:500;padding:3px 18px 3px 0;vertical-align:top;color:#333;white-space:nowrap}
 table.kv td{padding:3px 0;overflow-wrap:anywhere}
 table.kv code{font-size:12.5px}
+.side{display:grid;grid-auto-flow:column;justify-content:start;align-items:start;gap:8px 28px}
+@media (max-width:1100px){.side{grid-auto-flow:row}}
+.kv2{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:0 28px}.kv2 table.kv{width:100%}
+details summary{cursor:pointer;list-style-position:outside}details summary h2{display:inline;margin:0}
 .plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:14px}
+section.extra table.grid{margin:6px 0 10px}section.extra figure{max-width:760px}
 figure{margin:0;border:1px solid var(--line);border-radius:4px;overflow:hidden;background:#fff}
 figure svg{display:block;width:100%;height:auto}
 figcaption{font-size:12px;color:var(--muted);padding:4px 10px}
@@ -572,11 +655,74 @@ footer{color:var(--muted);font-size:12px;padding-bottom:24px}
 @media print{body{background:#fff}section{break-inside:avoid;border:none}figure{break-inside:avoid}}
 ]]
 
+--- Histograms with this many values or more get a plot; fewer (a call
+-- made once: create the experiment, delete the pipeline) are rows of the
+-- summary table only.
+M.MIN_PLOT = 5
+
+-- The metrics of a document: doc.metrics.metrics (a run), or
+-- doc.registry.metrics (a sweep cell, whose doc.metrics holds its figures).
+local function metrics_of(doc)
+  if type(doc.metrics) == "table" and type(doc.metrics.metrics) == "table" then return doc.metrics.metrics end
+  if type(doc.registry) == "table" and type(doc.registry.metrics) == "table" then return doc.registry.metrics end
+  return {}
+end
+
+local function summary_equal(a, b)
+  return type(a) == "table" and type(b) == "table" and a.count == b.count and a.max == b.max and a.p50 == b.p50
+end
+
+-- The histograms to list, in reading order: opts.order's names first, then
+-- the scenario's own operations by name, then the side calls (aux.*). An
+-- `<op>.attempt` twin identical to its call (no retries) is left out.
+local function ordered_histograms(histos, order)
+  local by_key = {}
+  for _, m in ipairs(histos) do by_key[metric_key(m)] = m end
+  local rank = {}
+  for i, n in ipairs(type(order) == "table" and order or {}) do rank[n] = i end
+  local list = {}
+  for _, m in ipairs(histos) do
+    local op = m.name:match("^(.*)%.attempt$")
+    local call = op and by_key[op .. label_text(m.labels)]
+    if not (call and summary_equal(call.summary, m.summary)) then list[#list + 1] = m end
+  end
+  local function group(m)
+    if rank[metric_key(m)] or rank[m.name] then return 0 end
+    return m.name:find("^aux%.") and 2 or 1
+  end
+  table.sort(list, function(a, b)
+    local ga, gb = group(a), group(b)
+    if ga ~= gb then return ga < gb end
+    if ga == 0 then
+      local ra, rb = rank[metric_key(a)] or rank[a.name], rank[metric_key(b)] or rank[b.name]
+      if ra ~= rb then return ra < rb end
+    end
+    return metric_key(a) < metric_key(b)
+  end)
+  return list
+end
+
+local function plotted(m)
+  local s = type(m.summary) == "table" and m.summary or {}
+  return not m.name:find("^aux%.") and type(s.count) == "number" and s.count >= M.MIN_PLOT
+end
+
+-- A sweep cell's figures (doc.metrics as a flat name -> number table).
+local function figures_section(doc)
+  local f = doc.metrics
+  if type(f) ~= "table" or type(f.metrics) == "table" or next(f) == nil then return "" end
+  local rows = {}
+  for _, r in ipairs(flatten(f)) do rows[#rows + 1] = r end
+  local intro = doc.sweep and format('<p class="muted">This cell of sweep <code>%s</code> measured (the row of sweep.csv; <a href="../sweep.html">sweep.html</a>):</p>',
+    esc(scalar_text(doc.sweep))) or ""
+  return '<section id="figures"><h2>Figures</h2>' .. intro .. kv_table(rows) .. "</section>"
+end
+
 --- The report page of a result document, as a string.
 function M.html(doc, opts)
   opts = opts or {}
   if type(doc) ~= "table" then error("kb.report.html: wants a result document (table), got " .. type(doc), 2) end
-  local metrics = type(doc.metrics) == "table" and type(doc.metrics.metrics) == "table" and doc.metrics.metrics or {}
+  local metrics = metrics_of(doc)
   local histos, counters = {}, {}
   for _, m in ipairs(metrics) do
     if type(m) == "table" and type(m.name) == "string" then
@@ -585,27 +731,35 @@ function M.html(doc, opts)
     end
   end
   local by_key = function(a, b) return metric_key(a) < metric_key(b) end
-  table.sort(histos, by_key)
-  table.sort(counters, by_key)
+  histos = ordered_histograms(histos, opts.order)
+  table.sort(counters, function(a, b)
+    local aa, ab = a.name:find("^aux%.") ~= nil, b.name:find("^aux%.") ~= nil
+    if aa ~= ab then return ab end
+    return by_key(a, b)
+  end)
   local plot_ids = {}
-  for i, m in ipairs(histos) do plot_ids[metric_key(m)] = anchor("plot", metric_key(m), i) end
+  for i, m in ipairs(histos) do
+    if plotted(m) then plot_ids[metric_key(m)] = anchor("plot", metric_key(m), i) end
+  end
+  local plot_list = {}
+  for _, m in ipairs(histos) do if plot_ids[metric_key(m)] then plot_list[#plot_list + 1] = m end end
 
   local head, title = header(doc, opts)
-  local body = {
-    thresholds_section(doc, histograms_by_name(metrics)),
-    summary_section(histos, counters, plot_ids, doc),
-    plots_section(histos, opts, doc, plot_ids),
-    params_section(doc),
-    result_section(doc),
-  }
+  -- what a reader came for first (thresholds, the scenario's own sections:
+  -- a storm's outcomes, calibration, server vs client), the raw dump last
+  local body = { thresholds_section(doc, histograms_by_name(metrics)), figures_section(doc) }
   for _, s in ipairs(type(opts.sections) == "table" and opts.sections or {}) do
-    body[#body + 1] = format('<section><h2>%s</h2>%s</section>', esc(s.title or ""), s.html or "")
+    body[#body + 1] = format('<section class="extra"><h2>%s</h2>%s</section>', esc(s.title or ""), s.html or "")
   end
+  body[#body + 1] = summary_section(histos, counters, plot_ids, doc)
+  body[#body + 1] = plots_section(plot_list, opts, doc, plot_ids)
+  body[#body + 1] = params_section(doc)
   body[#body + 1] = environment_section(doc, opts)
+  body[#body + 1] = result_section(doc)
 
   local nav = {}
-  for _, pair in ipairs({ { "thresholds", "Thresholds" }, { "summary", "Summary" }, { "plots", "Plots" },
-    { "parameters", "Parameters" }, { "result", "Result" }, { "environment", "Environment" } }) do
+  for _, pair in ipairs({ { "thresholds", "Thresholds" }, { "figures", "Figures" }, { "summary", "Summary" }, { "plots", "Plots" },
+    { "parameters", "Parameters" }, { "environment", "Environment" }, { "result", "Result" } }) do
     for _, s in ipairs(body) do
       if s:find('<section id="' .. pair[1] .. '"', 1, true) then
         nav[#nav + 1] = format('<a href="#%s">%s</a>', pair[1], pair[2])

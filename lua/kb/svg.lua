@@ -104,11 +104,23 @@ function M.format_value(v, unit)
   return M.format_number(v) .. " " .. unit
 end
 
--- Rough width of a text in px: sans-serif averages ~0.58 em per character.
+-- Width of a text in px, on the generous side so that labels spaced by it
+-- do not touch: per-character advances of DejaVu Sans / Liberation Sans
+-- (the sans-serif fonts of a Debian desktop), in em.
+local function char_em(c)
+  if c:match("^%d$") then return 0.64 end
+  if c == " " or c == "." or c == "," or c == ":" or c == ";" or c == "i" or c == "l" or c == "j" or c == "'" or c == "|" then return 0.32 end
+  if c == "m" or c == "w" or c == "M" or c == "W" then return 0.98 end
+  if c:match("^%u$") then return 0.72 end
+  if c:match("^%l$") then return 0.6 end
+  if #c > 1 then return 0.7 end -- µ, ×, –, ≤ and other multibyte characters
+  return 0.62
+end
+
 local function text_width(s, size)
-  local n = 0
-  for _ in tostring(s):gmatch("[^\128-\191]") do n = n + 1 end -- UTF-8 characters
-  return n * size * 0.58
+  local em = 0
+  for c in tostring(s):gmatch("[%z\1-\127\194-\244][\128-\191]*") do em = em + char_em(c) end
+  return em * size
 end
 M.text_width = text_width
 
@@ -143,8 +155,12 @@ end
 --- Ticks of a linear axis over [lo, hi]: about n of them at nice values.
 -- Returns a list of { value, label }. With unit "s" all labels share one
 -- time unit ("0 ms", "50 ms", ...). opts.integer: steps of at least 1.
+-- opts.bare: labels are plain numbers in the axis' unit, which the list
+-- carries as ticks.unit (the time unit for "s", else `unit`), for an axis
+-- title such as "latency (ms)".
 function M.linear_ticks(lo, hi, n, unit, opts)
   n = n or 5
+  local bare = opts and opts.bare
   local name, factor = nil, 1
   if unit == "s" then name, factor = axis_time_unit(lo, hi) end
   local a, b = lo / factor, hi / factor
@@ -161,7 +177,9 @@ function M.linear_ticks(lo, hi, n, unit, opts)
     if u > b + step * 1e-9 then break end
     if abs(u) < step * 1e-9 then u = 0 end
     local label
-    if unit == "s" then
+    if bare then
+      label = (abs(u) >= 1e4) and M.format_number(u) or format("%." .. d .. "f", u)
+    elseif unit == "s" then
       label = format("%." .. d .. "f", u) .. " " .. name
     elseif unit == nil or unit == "" or unit == "%" then
       label = (abs(u) >= 1e4) and M.format_number(u) or format("%." .. d .. "f", u)
@@ -171,15 +189,25 @@ function M.linear_ticks(lo, hi, n, unit, opts)
     end
     ticks[#ticks + 1] = { value = u * factor, label = label }
   end
+  ticks.unit = name or ((unit ~= nil and unit ~= "") and unit or nil)
+  ticks.factor = factor
   return ticks
 end
 
 --- Ticks of a log axis over [lo, hi] (lo > 0): returns labelled ticks
 -- { value, label } at powers of ten (adding 2x and 5x when fewer than three
 -- decades show), and unlabelled minor tick values (2..9 x 10^k).
-function M.log_ticks(lo, hi, unit)
+-- opts.bare: plain numbers in one unit for the whole axis (major.unit,
+-- chosen by the upper end as on a linear axis), as in linear_ticks.
+function M.log_ticks(lo, hi, unit, opts)
+  local bare = opts and opts.bare
+  local name, factor = nil, 1
+  -- a log axis reads best in the unit of its middle (geometric mean)
+  if unit == "s" and bare then name, factor = M.time_unit(sqrt(lo * hi), 600) end
   local k0, k1 = ceil(log10(lo) - 1e-9), floor(log10(hi) + 1e-9)
   local major, minor = {}, {}
+  major.unit = name or ((unit ~= nil and unit ~= "") and unit or nil)
+  major.factor = factor
   local with_subs = (k1 - k0 + 1) < 3
   for k = k0 - 1, k1 do
     local base = 10.0 ^ k
@@ -188,7 +216,7 @@ function M.log_ticks(lo, hi, unit)
       if m == 1 then v = tonumber(format("%.0e", v)) end -- exact decimal powers
       if v >= lo * (1 - 1e-9) and v <= hi * (1 + 1e-9) then
         if m == 1 or (with_subs and (m == 2 or m == 5)) then
-          major[#major + 1] = { value = v, label = M.format_value(v, unit) }
+          major[#major + 1] = { value = v, label = bare and M.format_number(v / factor) or M.format_value(v, unit) }
         else
           minor[#minor + 1] = v
         end
@@ -250,16 +278,40 @@ function Scale:ticks(unit, opts)
   local size = opts.font_size or 11
   local function fits(ticks)
     if opts.vertical then return #ticks * (size + 6) <= length + size end
+    -- as Plot:x_axis places them: centred, or flush at the frame's edges
     local prev
     for _, t in ipairs(ticks) do
       local p, w = self:map(t.value), text_width(t.label, size)
-      if prev and p - w / 2 < prev + 8 then return false end
-      prev = p + w / 2
+      local a, b = p - w / 2, p + w / 2
+      if opts.edge_hi and b > opts.edge_hi then a, b = p - w, p
+      elseif opts.edge_lo and a < opts.edge_lo then a, b = p, p + w end
+      if prev and a < prev + 10 then return false end
+      prev = b
     end
     return true
   end
+  local function keep_unit(list, from)
+    list.unit, list.factor = from.unit, from.factor
+    return list
+  end
+  if opts.values then
+    -- ticks at given values (e.g. the levels of a ramp), thinned to fit
+    local all = {}
+    local ref = self.kind == "log" and M.log_ticks(self.d0, self.d1, unit, opts) or M.linear_ticks(self.d0, self.d1, 2, unit, opts)
+    for _, v in ipairs(opts.values) do
+      if v >= min(self.d0, self.d1) and v <= max(self.d0, self.d1) and (self.kind ~= "log" or v > 0) then
+        all[#all + 1] = { value = v, label = opts.bare and M.format_number(v / (ref.factor or 1)) or M.format_value(v, unit) }
+      end
+    end
+    table.sort(all, function(a, b) return a.value < b.value end)
+    for k = 1, #all do
+      local kept = {}
+      for i = 1, #all, k do kept[#kept + 1] = all[i] end
+      if fits(kept) or #kept <= 2 then return keep_unit(kept, ref), {} end
+    end
+  end
   if self.kind == "log" then
-    local major, minor = M.log_ticks(self.d0, self.d1, unit)
+    local major, minor = M.log_ticks(self.d0, self.d1, unit, opts)
     if #major >= 2 and fits(major) then return major, minor end
     -- keep decades only, then every k-th decade
     local decades = {}
@@ -272,10 +324,10 @@ function Scale:ticks(unit, opts)
       for i = 1, #decades, k do kept[#kept + 1] = decades[i] end
       if fits(kept) or #kept <= 2 then
         if k > 1 then minor = {} end
-        return kept, minor
+        return keep_unit(kept, major), minor
       end
     end
-    return decades, {}
+    return keep_unit(decades, major), {}
   end
   for n = opts.n or 8, 2, -1 do
     local ticks = M.linear_ticks(self.d0, self.d1, n, unit, opts)
@@ -535,9 +587,27 @@ function Plot:finish()
   return concat(self.out, "\n")
 end
 
+-- The title of an axis: its label and, in parentheses, the unit its tick
+-- labels are in ("run.duration (min)").
+local function axis_title(label, unit)
+  if unit and label then return label .. " (" .. unit .. ")" end
+  return label or unit
+end
+M.axis_title = axis_title
+
+-- A tick label: the number shown and, as data-value, the value it stands
+-- for in the data's unit (seconds for "s"), so a reader (or a test) can
+-- check that the axis title's unit turns one into the other.
+local function tick_text(x, y, t, anchor)
+  return format('<text x="%s" y="%s" class="tick" data-value="%s" text-anchor="%s">%s</text>',
+    px(x), px(y), format("%.6g", t.value), anchor, esc(t.label))
+end
+
 -- Horizontal axis at the bottom of the plot area, with vertical grid lines.
+-- Tick labels are plain numbers; the title below carries their unit.
 function Plot:x_axis(scale, unit, label, opts)
   opts = opts or {}
+  opts.bare, opts.edge_lo, opts.edge_hi = true, 2, self.W - 2
   local ticks, minor = scale:ticks(unit, opts)
   local y = self.y1
   local parts = {}
@@ -557,34 +627,37 @@ function Plot:x_axis(scale, unit, label, opts)
     parts[#parts + 1] = line(x, y, x, y + 5, format('stroke="%s"', M.colors.axis))
     local w, anchor = text_width(t.label, 11), "middle"
     if x + w / 2 > self.W - 2 then anchor = "end" elseif x - w / 2 < 2 then anchor = "start" end
-    parts[#parts + 1] = text(x, y + 17, t.label, 'class="tick" text-anchor="' .. anchor .. '"')
+    parts[#parts + 1] = tick_text(x, y + 17, t, anchor)
   end
-  if label then
-    parts[#parts + 1] = text((self.x0 + self.x1) / 2, y + 35, label,
-      format('text-anchor="middle" fill="%s"', M.colors.muted))
+  local title = axis_title(label, ticks.unit)
+  if title then
+    parts[#parts + 1] = text((self.x0 + self.x1) / 2, y + 35, title,
+      format('class="axis-title" text-anchor="middle" fill="%s"', M.colors.muted))
   end
   self:add('<g class="x-axis">' .. concat(parts) .. '</g>')
 end
 
--- Vertical axis on the left with horizontal grid lines.
+-- Vertical axis on the left with horizontal grid lines; its title,
+-- rotated, carries the unit of the tick labels.
 function Plot:y_axis(scale, unit, label, opts)
   opts = opts or {}
-  opts.vertical = true
+  opts.vertical, opts.bare = true, true
   local ticks = scale:ticks(unit, opts)
   local parts = {}
   local widest = 0
   for _, t in ipairs(ticks) do
     local y = scale:map(t.value)
     parts[#parts + 1] = line(self.x0, y, self.x1, y, format('stroke="%s"', M.colors.grid))
-    parts[#parts + 1] = text(self.x0 - 6, y + 4, t.label, 'class="tick" text-anchor="end"')
+    parts[#parts + 1] = tick_text(self.x0 - 6, y + 4, t, "end")
     widest = max(widest, text_width(t.label, 11))
   end
   parts[#parts + 1] = line(self.x0, self.y0, self.x0, self.y1, format('stroke="%s"', M.colors.axis))
-  if label then
-    local x = max(12, self.x0 - widest - 16)
+  local title = axis_title(label, ticks.unit)
+  if title then
+    local x = max(10, self.x0 - widest - 16)
     local y = (self.y0 + self.y1) / 2
-    parts[#parts + 1] = format('<text x="%s" y="%s" transform="rotate(-90 %s %s)" text-anchor="middle" fill="%s">%s</text>',
-      px(x), px(y), px(x), px(y), M.colors.muted, esc(label))
+    parts[#parts + 1] = format('<text x="%s" y="%s" class="axis-title" transform="rotate(-90 %s %s)" text-anchor="middle" fill="%s">%s</text>',
+      px(x), px(y), px(x), px(y), M.colors.muted, esc(title))
   end
   self:add('<g class="y-axis">' .. concat(parts) .. '</g>')
 end
@@ -774,13 +847,49 @@ function M.histogram(o)
   local xs = M.scale(kind, lo, hi, p.x0, p.x1)
   local rug_h = (o.rug ~= false) and 10 or 0
   local base = p.y1 - rug_h - (rug_h > 0 and 2 or 0)
+  -- values for rug and KDE: samples, weighted points, or bin middles
+  local rvals, rws = {}, {}
+  if points then
+    for _, pt in ipairs(points) do
+      if pt.count > 0 and (kind ~= "log" or pt.value > 0) then
+        rvals[#rvals + 1], rws[#rws + 1] = pt.value, pt.count
+      end
+    end
+  else
+    for _, b in ipairs(shown) do
+      if b.count > 0 then
+        local mid = kind == "log" and sqrt(b.low * b.high) or (b.low + b.high) / 2
+        rvals[#rvals + 1], rws[#rws + 1] = mid, b.count
+      end
+    end
+  end
+
+  -- KDE in axis space, scaled to counts per (average) bin; its peak is
+  -- part of the y range, so the curve is never cut at the top
+  local kde_curve, kde_scale, kde_peak = nil, 0, 0
+  if o.kde and #rvals >= 2 and #shown > 0 then
+    local us = {}
+    for i, v in ipairs(rvals) do us[i] = xs:u(v) end
+    local distinct = false
+    for i = 2, #us do if us[i] ~= us[1] then distinct = true break end end
+    if distinct then
+      local weight = 0
+      for _, w in ipairs(rws) do weight = weight + w end
+      local bw_u = (xs:u(hi) - xs:u(lo)) / #shown
+      kde_curve = M.kde(us, { weights = rws, lo = xs.u0, hi = xs.u1, points = 160 })
+      kde_scale = weight * bw_u
+      for i = 1, #kde_curve.y do kde_peak = max(kde_peak, kde_curve.y[i] * kde_scale) end
+    end
+  end
+  cmax = max(cmax, kde_peak)
+
   local ystep = M.nice_step(max(1, cmax) / 5)
   if ystep < 1 then ystep = 1 end
   if ystep % 1 ~= 0 then ystep = ystep * 2 end
   local ytop = max(ystep, ceil(max(1, cmax) * 1.04 / ystep) * ystep)
   local ys = M.scale("linear", 0, ytop, base, p.y0)
   p:y_axis(ys, nil, o.ylabel or "count", { integer = true, n = 5 })
-  p:x_axis(xs, unit, o.xlabel)
+  p:x_axis(xs, unit, o.xlabel or (unit == "s" and "duration" or "value"))
   if empty then p:empty(o.empty_text) end
 
   -- bars
@@ -802,42 +911,14 @@ function M.histogram(o)
   p:add(concat(parts))
   p:add(line(p.x0, base, p.x1, base, format('stroke="%s"', M.colors.axis)))
 
-  -- values for rug and KDE: samples, weighted points, or bin middles
-  local rvals, rws = {}, {}
-  if points then
-    for _, pt in ipairs(points) do
-      if pt.count > 0 and (kind ~= "log" or pt.value > 0) then
-        rvals[#rvals + 1], rws[#rws + 1] = pt.value, pt.count
-      end
+  if kde_curve then
+    local d = {}
+    for i = 1, #kde_curve.x do
+      local y = max(ys:map(kde_curve.y[i] * kde_scale), p.y0)
+      d[i] = (i == 1 and "M" or "L") .. px(xs:map_u(kde_curve.x[i])) .. " " .. px(y)
     end
-  else
-    for _, b in ipairs(shown) do
-      if b.count > 0 then
-        local mid = kind == "log" and sqrt(b.low * b.high) or (b.low + b.high) / 2
-        rvals[#rvals + 1], rws[#rws + 1] = mid, b.count
-      end
-    end
-  end
-
-  -- KDE in axis space, scaled to counts per (average) bin
-  if o.kde and #rvals >= 2 and #shown > 0 then
-    local us = {}
-    for i, v in ipairs(rvals) do us[i] = xs:u(v) end
-    local distinct = false
-    for i = 2, #us do if us[i] ~= us[1] then distinct = true break end end
-    if distinct then
-      local weight = 0
-      for _, w in ipairs(rws) do weight = weight + w end
-      local bw_u = (xs:u(hi) - xs:u(lo)) / #shown
-      local k = M.kde(us, { weights = rws, lo = xs.u0, hi = xs.u1, points = 160 })
-      local d = {}
-      for i = 1, #k.x do
-        local y = max(ys:map(k.y[i] * weight * bw_u), p.y0)
-        d[i] = (i == 1 and "M" or "L") .. px(xs:map_u(k.x[i])) .. " " .. px(y)
-      end
-      p:add(format('<path class="kde" d="%s" fill="none" stroke="%s" stroke-width="2" stroke-linejoin="round"/>',
-        concat(d), o.kde_color or "#1f3b6e"))
-    end
+    p:add(format('<path class="kde" d="%s" fill="none" stroke="%s" stroke-width="2" stroke-linejoin="round"/>',
+      concat(d), o.kde_color or "#1f3b6e"))
   end
 
   if rug_h > 0 and #rvals > 0 then
@@ -959,14 +1040,34 @@ local function domain(values, kind, zero)
   return lo - pad, hi + pad
 end
 
+-- Legend entries laid out left to right in rows no wider than `width`:
+-- returns rows (lists of {entry, x offset}) and the row count.
+local function legend_rows(entries, width)
+  local rows, x = { {} }, 0
+  for _, e in ipairs(entries) do
+    local w = 18 + text_width(e.label, 11)
+    if x > 0 and x + w > width then rows[#rows + 1], x = {}, 0 end
+    local row = rows[#rows]
+    row[#row + 1] = { entry = e, x = x }
+    x = x + w + 14
+  end
+  return rows
+end
+
 --- Several series of points with optional error bars.
 -- o.series = list of { name, color, dash, points = list of { x, y, err }
 --   (symmetric) or { x, y, lo, hi } }; points are drawn in x order.
--- o.x / o.y = { scale = "linear"|"log", unit, label, zero (y: start at 0,
---   default true for linear) }. o.title, o.subtitle, o.width, o.height.
+-- o.x / o.y = { scale = "linear"|"log"|"auto", unit, label, zero (y: start
+--   at 0, default true for linear), domain = { lo, hi } (a fixed range, e.g.
+--   the same for every panel of a figure), ticks = "data" (x: a tick at
+--   each distinct x; the default when there are at most 16) }.
+-- y.scale defaults to "auto": log when the positive values span 30x or
+-- more, so one level far above the rest does not flatten the others.
+-- The legend has a band of its own between the subtitle and the plot
+-- area (wrapping into rows), so it never covers the data.
+-- o.title, o.subtitle, o.width, o.height.
 function M.lines(o)
   local xo, yo = o.x or {}, o.y or {}
-  local xk, yk = xo.scale or "linear", yo.scale or "linear"
   local xv, yv = {}, {}
   local series = o.series or {}
   for _, s in ipairs(series) do
@@ -978,18 +1079,56 @@ function M.lines(o)
       if hi_ then yv[#yv + 1] = hi_ end
     end
   end
-  local p = new_plot(o, { left = 68, right = 20, bottom = 46, band = #series > 0 and 16 or 0 })
-  local x0, x1 = domain(xv, xk, false)
-  local y0, y1 = domain(yv, yk, yo.zero ~= false)
-  local xs = M.scale(xk, x0, x1, p.x0, p.x1)
-  local ys = M.scale(yk, y0, y1, p.y1, p.y0)
-  p:y_axis(ys, yo.unit, yo.label)
-  p:x_axis(xs, xo.unit, xo.label)
-  if #xv == 0 then p:empty() end
+  local function auto(kind, values, dom)
+    if kind ~= nil and kind ~= "auto" then return kind end
+    local lo, hi = huge, -huge
+    for _, v in ipairs(dom or values) do
+      if v <= 0 then return "linear" end
+      lo, hi = min(lo, v), max(hi, v)
+    end
+    return (lo < huge and hi / lo >= 30) and "log" or "linear"
+  end
+  local xk = auto(xo.scale or "linear", xv, xo.domain)
+  local yk = auto(yo.scale, yv, yo.domain)
+  local W = o.width or 640
   local entries = {}
   for i, s in ipairs(series) do
     local c = s.color or M.palette[(i - 1) % #M.palette + 1]
     entries[#entries + 1] = { label = s.name or ("series " .. i), color = c, kind = "line", dash = s.dash }
+  end
+  local lrows = #entries > 0 and legend_rows(entries, W - 68 - 20) or {}
+  local p = new_plot(o, { left = 68, right = 20, bottom = 46, band = #lrows * 16 + (#lrows > 0 and 6 or 0) })
+  local x0, x1 = domain(xv, xk, false)
+  if xo.domain then x0, x1 = xo.domain[1], xo.domain[2] end
+  local y0, y1 = domain(yv, yk, yo.zero ~= false)
+  if yo.domain then y0, y1 = yo.domain[1], yo.domain[2] end
+  local xs = M.scale(xk, x0, x1, p.x0, p.x1)
+  local ys = M.scale(yk, y0, y1, p.y1, p.y0)
+  p:y_axis(ys, yo.unit, yo.label or (yo.unit == "s" and "duration" or "value"))
+  local xdistinct, xseen = {}, {}
+  for _, v in ipairs(xv) do
+    if not xseen[v] then xseen[v], xdistinct[#xdistinct + 1] = true, v end
+  end
+  local xopts = nil
+  if xo.ticks == "data" or (xo.ticks == nil and #xdistinct <= 16 and #xdistinct >= 2) then
+    xopts = { values = xdistinct }
+  end
+  p:x_axis(xs, xo.unit, xo.label or (xo.unit == "s" and "duration" or "value"), xopts)
+  if #xv == 0 then p:empty() end
+  for i, row in ipairs(lrows) do
+    local y = p.band_top + (i - 1) * 16 + 11
+    local parts = { '<g class="legend">' }
+    for _, it in ipairs(row) do
+      local e, x = it.entry, p.x0 + it.x
+      parts[#parts + 1] = line(x, y - 4, x + 14, y - 4, format('stroke="%s" stroke-width="2"%s', e.color,
+        e.dash and format(' stroke-dasharray="%s"', e.dash) or ""))
+      parts[#parts + 1] = text(x + 18, y, e.label)
+    end
+    parts[#parts + 1] = "</g>"
+    p:add(concat(parts))
+  end
+  for i, s in ipairs(series) do
+    local c = entries[i].color
     local pts = {}
     for _, pt in ipairs(s.points or {}) do
       if xs:map(pt.x) and pt.y and ys:map(pt.y) then pts[#pts + 1] = pt end
@@ -1021,7 +1160,6 @@ function M.lines(o)
     parts[#parts + 1] = "</g>"
     p:add(concat(parts))
   end
-  if #entries > 0 then p:add(M.legend(entries, p.x1, p.y0 - 8)) end
   return p:finish()
 end
 

@@ -127,16 +127,17 @@ T.case("outcomes count plot and raw samples", function()
   -- run.duration has no histogram: a plot of its own, in minutes
   T.contains(html, '<figure id="plot-run.duration">')
   T.contains(html, "raw samples")
-  T.ok(html:find("%d+ min</text>"), "minutes on the axis")
+  T.ok(html:find("%d+ min</text>"), "minutes in the marker labels")
+  T.contains(html, ">run.duration (min)</text>") -- the axis title carries the ticks' unit
   -- run.create has both: its rug comes from the samples
   T.contains(html, "rug: 50 raw samples")
   T.eq(count(html, "<figure "), 5)
-  -- order puts plots first
+  -- order puts plots first, after the outcome count plot (always first)
   local ordered = report.html(sample_doc(), { environment = false, order = { "run.get", "outcomes" },
     outcomes = { ok = 1 } })
   local a, b, c = ordered:find('id="plot-run.get', 1, true), ordered:find('id="plot-outcomes"', 1, true),
     ordered:find('id="plot-run.create', 1, true)
-  T.ok(a < b and b < c, "ordered")
+  T.ok(b < a and a < c, "ordered")
 end)
 
 T.case("an empty run still makes a valid page", function()
@@ -156,12 +157,16 @@ end)
 T.case("a histogram with no values and one that cannot be decoded", function()
   local doc = sample_doc()
   doc.metrics.metrics = { histogram("never", {}),
-    { key = "broken", name = "broken", labels = {}, kind = "histogram", summary = { count = 1 }, encoded = "not base64!" } }
+    { key = "broken", name = "broken", labels = {}, kind = "histogram", summary = { count = 5 }, encoded = "not base64!" } }
   local html = report.html(doc, { environment = false })
   valid_html(html, "odd histograms")
-  T.eq(count(html, "<figure "), 2)
-  T.contains(html, "no values recorded")
+  -- no values: a row of the summary only; undecodable: a plot saying so
+  T.eq(count(html, "<figure "), 1)
+  T.contains(html, "<tr><th>never</th><td>0</td>")
   T.contains(html, "cannot decode the histogram")
+  -- an empty histogram can still be drawn on its own
+  T.contains(require("kb.svg").histogram { title = "never", unit = "s", bins = {}, empty_text = "no values recorded" },
+    "no values recorded")
 end)
 
 T.case("everything from the document is escaped", function()
@@ -171,7 +176,7 @@ T.case("everything from the document is escaped", function()
   doc.error = evil
   doc.params = { [evil] = evil }
   doc.result = evil
-  doc.metrics.metrics[#doc.metrics.metrics + 1] = histogram("lat", { 0.1, 0.2 }, { path = '"/a<b>"' })
+  doc.metrics.metrics[#doc.metrics.metrics + 1] = histogram("lat", { 0.1, 0.2, 0.3, 0.4, 0.5 }, { path = '"/a<b>"' })
   local html = report.html(doc, { environment = { note = evil }, outcomes = { [evil] = 1 } })
   valid_html(html, "escaping")
   T.contains(html, "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;")
@@ -192,7 +197,7 @@ T.case("write, regenerate from disk, attached data", function()
 
   -- the folder alone: doc read back from result.json; data from output/
   kb.fs.write(kb.fs.join(exp.output_dir, "report-data.json"),
-    kb.json.encode({ outcomes = { Succeeded = 7 }, samples = { ["run.duration"] = { 60, 120, 180 } } }))
+    kb.json.encode({ outcomes = { Succeeded = 7 }, samples = { ["run.duration"] = { 60, 120, 180, 240, 300 } } }))
   T.eq(report.write(exp.dir, nil, { environment = false }), path)
   local again = kb.fs.read(path)
   valid_html(again, "regenerated")
@@ -224,16 +229,16 @@ T.case("attach checks and merges its data", function()
   T.raises(function() report.attach { samples = { x = true } } end, "kb.report.attach: samples['x'] must be a list of numbers")
   T.raises(function() report.attach { outcomes = 3 } end, "kb.report.attach: outcomes must be a table of label = count")
   report.attach { samples = { ["run.duration"] = { 1, 2 } }, outcomes = { Succeeded = 2 } }
-  report.attach { samples = { ["run.duration"] = { 3 } }, outcomes = { Succeeded = 1, Failed = 1 } }
+  report.attach { samples = { ["run.duration"] = { 3, 4, 5 } }, outcomes = { Succeeded = 1, Failed = 1 } }
   -- kept in the run's experiment folder for a later report.write(dir)
   local saved = kb.json.decode(kb.fs.read(kb.fs.join(kb.exp.output_dir, "report-data.json")))
-  T.same({ table.unpack(saved.samples["run.duration"]) }, { 1, 2, 3 })
+  T.same({ table.unpack(saved.samples["run.duration"]) }, { 1, 2, 3, 4, 5 })
   T.same(saved.outcomes, { Succeeded = 3, Failed = 1 })
   local dir = kb.fs.tmpdir("kb-report-")
   local doc = { scenario = { name = "a" }, metrics = { version = 1, metrics = {} } }
   local path = report.write(dir, doc, { environment = false })
   local html = kb.fs.read(path)
-  T.contains(html, "n = 3 · mean 2 s") -- samples appended over calls
+  T.contains(html, "n = 5 · mean 3 s") -- samples appended over calls
   T.contains(html, ">3</text>")        -- Succeeded 2 + 1
   T.contains(html, "4 in total")
   report.reset()

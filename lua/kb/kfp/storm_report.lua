@@ -718,9 +718,11 @@ end
 
 local function esc(v) return require("kb.svg").escape(tostring(v)) end
 
+-- A table cell: durations with the unit that keeps 1-3 digits (the plots'
+-- units: "31.2 min", "140 ms"), other floats to 4 significant digits.
 local function cell(v, unit)
   if v == nil or v == json.null then return "-" end
-  if type(v) == "number" and unit == "s" then return esc(seconds(v)) end
+  if type(v) == "number" and unit == "s" then return esc(require("kb.svg").format_value(v, "s")) end
   if type(v) == "number" and math.type(v) == "float" then return esc(string.format("%.4g", v)) end
   return esc(v)
 end
@@ -751,8 +753,8 @@ local function runs_section(r)
     states_rows[#states_rows + 1] = { esc(st), cell(r.states[st]) }
   end
   local d, l = r.durations, r.observed_lag
-  local html = html_table({ "outcome", "runs" }, rows)
-    .. "<p>Last KFP state of each run:</p>" .. html_table({ "state", "runs" }, states_rows)
+  local html = '<div class="side">' .. html_table({ "outcome", "runs" }, rows)
+    .. html_table({ "last KFP state", "runs" }, states_rows) .. "</div>"
     .. html_table({ "", "count", "min", "p50", "p90", "p99", "max" }, {
       { "run duration (succeeded, finished_at - created_at)", cell(d.count), cell(d.min, "s"),
         cell(d.p50, "s"), cell(d.p90, "s"), cell(d.p99, "s"), cell(d.max, "s") },
@@ -789,7 +791,7 @@ local function calibration_section(r)
   for _, c in ipairs(r.comparison) do
     rows[#rows + 1] = { esc(c.label), cell(c.published, c.unit), cell(c.measured, c.unit),
       c.diff and esc(string.format("%+.1f%%", 100 * c.diff)) or "-",
-      c.within and "yes" or "<b>no</b>", class = c.within and nil or "fail" }
+      c.within and "yes" or "<b>no</b>", class = (not c.within) and "fail" or nil }
   end
   local tol = r.comparison[1].tolerance or 0
   return { title = "Calibration", html = string.format("<p>This run next to the 50-run result "
@@ -824,7 +826,9 @@ function M.report(doc)
     "run.observed_lag" } }
   if not r then return opts end
   local sections = {}
-  for _, make in ipairs({ calibration_section, runs_section, server_section, errors_section }) do
+  -- what a reader looks for first: how the runs ended, how this run
+  -- compares with the published one, server- vs client-side figures
+  for _, make in ipairs({ runs_section, calibration_section, server_section, errors_section }) do
     local sec = make(r)
     if sec then sections[#sections + 1] = sec end
   end
