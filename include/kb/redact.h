@@ -8,7 +8,8 @@
  *   Bearer eyJhbGciOi...             -> Bearer [REDACTED]
  *   ?access_token=abc&page=2         -> ?access_token=[REDACTED]&page=2
  *   {"token": "abc"}                 -> {"token": "[REDACTED]"}
- *   https://user:pass@host/x         -> https://[REDACTED]@host/x
+ *   https://user:pass@host/x         -> https:// then "***@host/x"
+ *   /f.tgz?X-Amz-Signature=ab&key=c -> /f.tgz?X-Amz-Signature=[REDACTED]&key=[REDACTED]
  *   eyJ...eyJ....sig (a JWT)         -> [REDACTED]
  *   -----BEGIN RSA PRIVATE KEY-----
  *   ...-----END RSA PRIVATE KEY----- -> [REDACTED]
@@ -31,9 +32,13 @@
  *  - PEM private keys: from "-----BEGIN ...PRIVATE KEY-----" through the
  *    matching "-----END ...-----" (to the end of the text if truncated).
  *    Certificates and public keys are not secrets and are kept.
+ *  - Query parameters (a key after '?', '&' or "&amp;", followed by '='):
+ *    also keys ending in key, sig, signature, credential(s), auth, pass,
+ *    pwd, session(id), code, and every x-amz-* / x-goog-* parameter of a
+ *    pre-signed URL. Not in free text ("key=value" in a log line is kept).
  *  - URL userinfo: everything between "://" and the last '@' of the
  *    authority, with or without a password (a token used as the user name
- *    is as secret as a password).
+ *    is as secret as a password), becomes "***".
  * Redacting already redacted text changes nothing. */
 #ifndef KB_REDACT_H
 #define KB_REDACT_H
@@ -41,6 +46,7 @@
 #include <stddef.h>
 
 #define KB_REDACTED "[REDACTED]"
+#define KB_REDACTED_USERINFO "***" /* what a URL's user:password@ becomes */
 
 /* Writes the redacted form of in[0..len) to out, snprintf-style: at most
  * outcap - 1 bytes plus a NUL (nothing if outcap is 0). Returns the length

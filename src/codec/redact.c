@@ -13,6 +13,7 @@
 
 #define MARK KB_REDACTED
 #define QUOTED_MARK "\"" MARK "\""
+#define USERINFO_MARK KB_REDACTED_USERINFO
 
 typedef struct {
   char *out;
@@ -130,7 +131,7 @@ static bool match_userinfo(const unsigned char *s, size_t len, size_t i, match *
   for (size_t j = start; j < len && j - start < MAX_AUTHORITY && is_authority(s[j]); j++)
     if (s[j] == '@') at = j;
   if (at <= start) return false;
-  *m = (match){3, at - i, MARK};
+  *m = (match){3, at - i, USERINFO_MARK};
   return true;
 }
 
@@ -159,6 +160,16 @@ static const char *const sensitive_keys[] = {
 };
 enum { FIRST_HEADER_KEY = 8, N_SENSITIVE = sizeof sensitive_keys / sizeof *sensitive_keys };
 
+/* Query parameters (after '?' or '&') are redacted under more names: a
+ * URL's query carries signatures and API keys under short names that would
+ * redact too much in free text (key=, sig=, code=). Suffixes, compared as
+ * sensitive_keys; "x-amz-" and "x-goog-" (pre-signed URLs) are prefixes. */
+static const char *const query_keys[] = {
+  "key", "sig", "signature", "credential", "credentials", "auth", "pass", "pwd", "session",
+  "sessionid", "code",
+};
+enum { N_QUERY = sizeof query_keys / sizeof *query_keys };
+
 /* Does key end with suffix, ignoring case, '-' and '_'? */
 static bool key_ends_with(const unsigned char *key, size_t klen, const char *suffix) {
   size_t n = strlen(suffix), j = klen;
@@ -175,6 +186,21 @@ static int sensitive_key(const unsigned char *key, size_t klen) {
   for (int k = 0; k < N_SENSITIVE; k++)
     if (key_ends_with(key, klen, sensitive_keys[k])) return k;
   return -1;
+}
+
+/* Is s[i..) the name of a query parameter: after '?' or '&' (also "&amp;",
+ * a URL inside HTML) and followed by '='? */
+static bool in_query(const unsigned char *s, size_t len, size_t i, size_t keyend) {
+  if (i == 0 || keyend >= len || s[keyend] != '=') return false;
+  if (s[i - 1] == '?' || s[i - 1] == '&') return true;
+  return i >= 5 && memcmp(s + i - 5, "&amp;", 5) == 0;
+}
+
+static bool query_key(const unsigned char *key, size_t klen) {
+  if (has_prefix_ci(key, klen, "x-amz-") || has_prefix_ci(key, klen, "x-goog-")) return true;
+  for (int k = 0; k < N_QUERY; k++)
+    if (key_ends_with(key, klen, query_keys[k])) return true;
+  return false;
 }
 
 /* The end of a quoted value starting after its opening quote (or at the end
@@ -198,6 +224,7 @@ static bool is_json_literal(const unsigned char *s, size_t n) {
 static bool match_key_value(const unsigned char *s, size_t len, size_t i, size_t keyend,
                             match *m) {
   int which = sensitive_key(s + i, keyend - i);
+  if (which < 0 && in_query(s, len, i, keyend) && query_key(s + i, keyend - i)) which = 0;
   if (which < 0) return false;
   size_t j = keyend;
   unsigned char key_quote = 0;

@@ -118,15 +118,32 @@ static void test_jwt(void) {
 }
 
 static void test_url_userinfo(void) {
-  EXPECT("https://user:pass@host/x", "https://[REDACTED]@host/x");
-  EXPECT("git clone https://ghp_abc@github.com/o/r", "git clone https://[REDACTED]@github.com/o/r");
+  EXPECT("https://user:pass@host/x", "https://***@host/x");
+  EXPECT("git clone https://ghp_abc@github.com/o/r", "git clone https://***@github.com/o/r");
   EXPECT("postgres://u:p%40ss@db:5432/x?sslmode=off",
-         "postgres://[REDACTED]@db:5432/x?sslmode=off");
+         "postgres://***@db:5432/x?sslmode=off");
+  /* the HTTP client's own form of a redacted URL is redacted the same way */
+  EXPECT("GET http://[REDACTED]@127.0.0.1:1/x", "GET http://***@127.0.0.1:1/x");
+}
+
+static void test_query_parameters(void) {
+  EXPECT("GET https://b.s3.amazonaws.com/f.tgz?X-Amz-Algorithm=AWS4&X-Amz-Credential=AKIA%2F1"
+         "&X-Amz-Signature=abc123&v=2",
+         "GET https://b.s3.amazonaws.com/f.tgz?X-Amz-Algorithm=[REDACTED]&X-Amz-Credential=[REDACTED]"
+         "&X-Amz-Signature=[REDACTED]&v=2");
+  EXPECT("https://h/p.yaml?key=k1&sig=s1&api-key=k2&code=c1&page=2",
+         "https://h/p.yaml?key=[REDACTED]&sig=[REDACTED]&api-key=[REDACTED]&code=[REDACTED]&page=2");
+  EXPECT("https://h/x?page=2&amp;signature=s1&amp;sort=a",
+         "https://h/x?page=2&amp;signature=[REDACTED]&amp;sort=a");
+  EXPECT("https://h/x?X-Goog-Signature=abc", "https://h/x?X-Goog-Signature=[REDACTED]");
+  /* in free text these names are ordinary words */
+  EXPECT("sort key=name code=200 sig=ok", "sort key=name code=200 sig=ok");
+  EXPECT("https://h/x?monkey", "https://h/x?monkey");
 }
 
 static void test_several_in_one_line(void) {
   EXPECT("POST https://a:b@h/login?password=p1 Authorization: Bearer t",
-         "POST https://[REDACTED]@h/login?password=[REDACTED] Authorization: [REDACTED]");
+         "POST https://***@h/login?password=[REDACTED] Authorization: [REDACTED]");
 }
 
 static void test_nul_bytes_and_buffer_limits(void) {
@@ -261,6 +278,7 @@ int main(void) {
   KB_RUN(test_pem);
   KB_RUN(test_jwt);
   KB_RUN(test_url_userinfo);
+  KB_RUN(test_query_parameters);
   KB_RUN(test_several_in_one_line);
   KB_RUN(test_nul_bytes_and_buffer_limits);
   KB_RUN(test_random_fragments);

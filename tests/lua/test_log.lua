@@ -85,7 +85,7 @@ T.case("log lines are timestamped, leveled and redacted", function()
   local want = {
     "WARN login with token=[REDACTED]",
     "INFO Authorization: [REDACTED]",
-    "ERROR cloning https://[REDACTED]@git.example.com/repo (3)",
+    "ERROR cloning https://***@git.example.com/repo (3)",
     "WARN password=[REDACTED]",
   }
   local found = 0
