@@ -5,7 +5,14 @@
 -- step's level. The ramp stops at the first step whose failed calls exceed
 -- max_error_rate or whose p99 on an op exceeds max_p99: that is where the
 -- server broke. The report shows every step, p99 per level, and the
--- errors grouped by class with sample messages.
+-- errors grouped by class with sample messages. The verdict ("the server
+-- broke at 64 concurrent runs: ...", or how far it held) is result.verdict:
+-- the headline of the summary and of the report.
+--
+-- Not sharded: the probe's levels are loads on one server at one time, and
+-- shards run their steps independently (unsynchronised, each stopping on
+-- its own), so their parts never add up to the level's load; run sharded
+-- it refuses before creating anything (docs/scale-out.md).
 --
 --   kbrun scenarios/kfp_probe.lua                                # the embedded simulator
 --   kbrun --sim-profile degraded scenarios/kfp_probe.lua         # a struggling server
@@ -17,6 +24,7 @@ local probe = require "kb.kfp.storm_probe"
 local HERE = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
 
 local session -- kept for cleanup, which also runs after an error or Ctrl-C
+local steps   -- the steps measured so far (an interrupted probe reports them)
 
 local params = storm.params {
   pipeline_file_url = "pipelines/taxi_updated_pool.yaml",  -- next to this file
@@ -31,13 +39,15 @@ return {
   params = params,
 
   run = function(p)
+    probe.refuse_shards()
+    probe.ramp(p) -- bad ramp parameters fail before anything is created
     p.num_runs = p.start_concurrency
     session = storm.new(p, { name = "kfp_probe", base_dir = HERE, keep_calls = true })
     local s = session
     s:scrape_metrics("before")
     s:create_pipeline()
     s:create_experiment()
-    local steps = {}
+    steps = {}
     for _, level in ipairs(probe.ramp(p)) do
       kb.log.info("probe: %d concurrent runs", level)
       local mark = #s.calls
@@ -57,14 +67,22 @@ return {
     s:scrape_metrics("after")
     local result = s:finish()
     result.probe = probe.summary(steps, p)
+    result.verdict = probe.verdict(result.probe)
     return result
   end,
 
   cleanup_timeout = 300,       -- real seconds for cleanup after an error or Ctrl-C
-  cleanup = function()
+  -- After an error or Ctrl-C: the storm's runs are deleted, and the result
+  -- has the steps measured so far with a verdict saying where it stopped.
+  cleanup = function(p)
     if session then
       session:cleanup()
-      session:finish()
+      local result = session:finish()
+      if steps and not result.probe then
+        result.probe = probe.summary(steps, p, { interrupted = true })
+        result.verdict = probe.verdict(result.probe)
+      end
+      return result
     end
   end,
 

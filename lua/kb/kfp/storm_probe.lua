@@ -101,11 +101,26 @@ function M.step(level, calls, mark, p)
   return step
 end
 
+--- Refuses a sharded probe (kbrun --shard I/N) as a usage error, before
+-- anything is created: a level is the load on one server at one time, and
+-- shards ramp independently (unsynchronised, each stopping on its own), so
+-- N shards' steps never add up to one level's load.
+function M.refuse_shards()
+  local _, shards = require("kb.shard").current()
+  if shards > 1 then
+    error(setmetatable({ class = "usage", discard = true, message = string.format(
+      "kfp_probe ramps one load on one server and cannot be split into %d shards (each shard would "
+      .. "ramp on its own, unsynchronised, and their levels would not add up); run it without --shard "
+      .. "(docs/scale-out.md)", shards) }, { __tostring = function(e) return e.message end }), 0)
+  end
+end
+
 --- The probe's verdict: steps, broke_at (the level, or nil), reason,
--- last_good (the highest level below the limits), limits.
-function M.summary(steps, p)
+-- last_good (the highest level below the limits), limits; interrupted
+-- (opts.interrupted) when the ramp was cut short (Ctrl-C, an error).
+function M.summary(steps, p, opts)
   local out = { steps = json.array({}), limits = { max_error_rate = p.max_error_rate,
-    max_p99 = p.max_p99 } }
+    max_p99 = p.max_p99 }, interrupted = opts and opts.interrupted or nil }
   for _, st in ipairs(steps) do
     out.steps[#out.steps + 1] = st
     if st.broke then
@@ -115,10 +130,28 @@ function M.summary(steps, p)
     end
   end
   if not out.broke_at then
-    out.reason = string.format("held up to %d concurrent runs (the ramp's end)",
-      out.last_good or 0)
+    if out.interrupted then
+      out.reason = out.last_good and string.format("held up to %d concurrent runs before the probe "
+        .. "was interrupted", out.last_good) or "interrupted before a step was measured"
+    else
+      out.reason = string.format("held up to %d concurrent runs (the ramp's end)", out.last_good or 0)
+    end
   end
   return out
+end
+
+--- The one-line conclusion of a probe summary (result.verdict: the
+-- headline of kbrun's summary and of the report): "the server broke at 64
+-- concurrent runs: run.create p99 40.000 s > 35.000 s (last level within
+-- the limits: 32)", or "the server held up to 1024 concurrent runs (the
+-- ramp's end)".
+function M.verdict(pr)
+  if pr.broke_at then
+    return string.format("the server broke at %d concurrent runs: %s (last level within the limits: %s)",
+      pr.broke_at, pr.reason, pr.last_good and tostring(pr.last_good) or "none")
+  end
+  if not pr.last_good and pr.interrupted then return "the probe was " .. pr.reason end
+  return "the server " .. pr.reason
 end
 
 -- ---- report -------------------------------------------------------------------------
