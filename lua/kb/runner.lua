@@ -55,14 +55,10 @@ local function message_of(err)
   return tostring(err)
 end
 
--- A usage error raised while the scenario sets up (bad parameter).
-local UsageError = {}
-UsageError.__index = UsageError
-UsageError.__tostring = function(e) return e.message end
-
-local function usage_error(msg, discard)
-  return setmetatable({ class = "usage", message = msg, discard = discard }, UsageError)
-end
+-- A usage error raised while the scenario sets up (bad parameter): the
+-- one kind libraries raise too (kb.params.refuse).
+local UsageError = params.UsageError
+local usage_error = params.usage_error
 
 --- The valid key nearest to a misspelt one (nil when none is close).
 function M.nearest(word, candidates)
@@ -134,7 +130,8 @@ function Run:scenario_body(chunk)
   if not okt then error(usage_error(self.args.scenario .. ": " .. tostring(terr), true)) end
   self.scenario = scenario
   if scenario.name then self.name = scenario.name end
-  local merged, err = params.merge(scenario.params, self.file_params, self.cli_params)
+  local merged, err = params.merge(scenario.params, self.file_params, self.cli_params,
+    { file = self.args.params_file })
   if not merged then error(usage_error(err, true)) end
   kb.params = merged
   self.params_ok = true

@@ -49,7 +49,7 @@ end
 
 begin bad-parameter
 run "$WORK/bad" scenarios/taxi_50runs.lua num_runs=0
-expect_code "$CODE" 1
+expect_code "$CODE" 2 # a usage error (kb.params.refuse; tests/e2e/user_errors.sh)
 expect_in "$WORK/stderr" "kb.kfp.storm: num_runs must be an integer from 1 to 100000, got 0"
 run "$WORK/bad" scenarios/taxi_50runs.lua num_run=3
 expect_code "$CODE" 2

@@ -134,6 +134,8 @@ T.case("a changed definition is refused, saying what changed", function()
   local ok, err = pcall(sweep.run, { name = "changed", out = OUT, seed = 1, print = false,
     matrix = { a = { 1, 2, 3 } }, repeats = 2, version = 2, run = function() return { v = 1 } end })
   T.ok(not ok)
+  T.eq(err.class, "usage") -- the user's choice: one message, exit 2 (tests/e2e/user_errors.sh)
+  err = tostring(err)
   T.contains(err, "matrix.a: [1,2] -> [1,2,3]")
   T.contains(err, "repeats: 1 -> 2")
   T.contains(err, "version: (none) -> 2")

@@ -97,12 +97,18 @@ local function bad(fmt, ...)
   error("kb.kfp.storm: " .. string.format(fmt, ...), 0)
 end
 
+-- A bad parameter value is the user's mistake: one message, exit 2, no
+-- traceback (kb.params.refuse).
+local function bad_param(fmt, ...)
+  require("kb.params").refuse("kb.kfp.storm: " .. fmt, ...)
+end
+
 local function check_int(p, name, min, max)
   local v = type(p[name]) == "number" and math.tointeger(p[name]) or nil
   if v == nil or v < min or (max and v > max) then
     local got = math.tointeger(p[name]) and string.format("%d", math.tointeger(p[name])) or tostring(p[name])
-    if max then bad("%s must be an integer from %d to %d, got %s", name, min, max, got) end
-    bad("%s must be an integer >= %d, got %s", name, min, tostring(p[name]))
+    if max then bad_param("%s must be an integer from %d to %d, got %s", name, min, max, got) end
+    bad_param("%s must be an integer >= %d, got %s", name, min, tostring(p[name]))
   end
   p[name] = v
 end
@@ -116,14 +122,14 @@ M.MAX_CONCURRENCY = 10000
 local function check_number(p, name, min, strict)
   local v = p[name]
   if type(v) ~= "number" or v ~= v or v < min or (strict and v == min) then
-    bad("%s must be a number %s %g, got %s", name, strict and ">" or ">=", min, tostring(v))
+    bad_param("%s must be a number %s %g, got %s", name, strict and ">" or ">=", min, tostring(v))
   end
 end
 
 local function flag(v, name)
   if v == true or v == "true" or v == "on" or v == "yes" then return true end
   if v == false or v == "false" or v == "off" or v == "no" then return false end
-  bad("%s must be true or false, got %s", name, tostring(v))
+  bad_param("%s must be true or false, got %s", name, tostring(v))
 end
 
 --- Decodes pipeline_params: a table, or JSON / YAML text of a mapping of
@@ -131,13 +137,13 @@ end
 function M.decode_params(v)
   if type(v) == "table" then return v end
   if v == nil or v == "" then return {} end
-  if type(v) ~= "string" then bad("pipeline_params must be a JSON or YAML mapping, got %s", type(v)) end
+  if type(v) ~= "string" then bad_param("pipeline_params must be a JSON or YAML mapping, got %s", type(v)) end
   if v:match("^table: 0x") then
-    bad("pipeline_params: give the mapping as JSON or YAML text (pipeline_params: '{\"a\": 1}')")
+    bad_param("pipeline_params: give the mapping as JSON or YAML text (pipeline_params: '{\"a\": 1}')")
   end
   local ok, doc = pcall(yaml.decode, v, { name = "pipeline_params" })
   if not ok or type(doc) ~= "table" or (#doc > 0) then
-    bad("pipeline_params must be a JSON or YAML mapping of name: value, got %q%s", v,
+    bad_param("pipeline_params must be a JSON or YAML mapping of name: value, got %q%s", v,
       ok and "" or (" (" .. tostring(doc) .. ")"))
   end
   return doc
@@ -165,7 +171,7 @@ local function normalize(params)
   check_number(p, "request_timeout", 0, true)
   if p.progress ~= "auto" then p.progress = flag(p.progress, "progress") end
   if p.api ~= "v1beta1" and p.api ~= "v2beta1" then
-    bad("api must be v1beta1 or v2beta1, got %s", tostring(p.api))
+    bad_param("api must be v1beta1 or v2beta1, got %s", tostring(p.api))
   end
   p.run_params = M.decode_params(p.pipeline_params)
   return p

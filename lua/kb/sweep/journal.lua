@@ -16,6 +16,7 @@ local json = require "kb.json"
 local fs = require "kb.fs"
 local kjournal = require "kb.journal"
 local sampling = require "kb.sweep.sampling"
+local params = require "kb.params"
 
 local M = {}
 local format = string.format
@@ -87,11 +88,14 @@ function M.open(dir, def, seed, opts)
     if head and head.event == "sweep" then
       if head.hash ~= hash then
         local changes = M.diff(head.definition, json.decode(M.canonical(def)))
-        error(format("kb.sweep: %s was written by another definition of sweep '%s' (hash %s, now %s): %s. "
-          .. "Run the old definition to finish it, set `version`/`name` for a new sweep, "
-          .. "or pass fresh = true to move the old results aside and start over",
+        -- the user's choice to make, not a bug: one message, exit 2 (kb.params.refuse)
+        params.refuse("kb.sweep: %s was written by another definition of sweep '%s' (hash %s, now %s): %s. "
+          .. "Nothing was run. To finish the old sweep, run it with its old parameters; to start a "
+          .. "new one, give another experiments folder (-o DIR), or fresh = true (fresh=true on the "
+          .. "command line of scenarios/sweep_taxi.lua) to move the old results aside; a scenario "
+          .. "changing what a cell means sets another `version` or `name`",
           path, tostring(def.name), tostring(head.hash), hash,
-          #changes > 0 and table.concat(changes, "; ") or "the canonical text differs"), 0)
+          #changes > 0 and table.concat(changes, "; ") or "the canonical text differs")
       end
       self.seed = head.seed
       if seed ~= nil and head.seed ~= seed and opts.warn then
@@ -109,7 +113,8 @@ function M.open(dir, def, seed, opts)
       end
       self.resumed = true
     elseif head ~= nil or skipped > 0 then
-      error(format("kb.sweep: %s is not a sweep journal (its first line is not a sweep header)", path), 0)
+      params.refuse("kb.sweep: %s is not a sweep journal (its first line is not a sweep header): "
+        .. "nothing was run; give the sweep a folder of its own (another `name`, or -o DIR)", path)
     end
   end
   self.out = kjournal.open(path)

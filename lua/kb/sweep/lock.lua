@@ -112,10 +112,11 @@ function M.acquire(dir, opts)
     local how = holder.host ~= me.host
       and format("if that sweep is no longer running, remove %s by hand", path)
       or "wait for it to finish, or stop it first"
-    error(setmetatable({ class = "usage", path = path, holder = holder,
-      message = format("kb.sweep: sweep '%s' in %s is already running (%s%s): %s; nothing was written",
-        tostring(opts.name), dir, describe(holder), here and ", this very process" or "", how) },
-      { __tostring = function(e) return e.message end }), 0)
+    local e = require("kb.params").refusal(format(
+      "kb.sweep: sweep '%s' in %s is already running (%s%s): %s; nothing was written",
+      tostring(opts.name), dir, describe(holder), here and ", this very process" or "", how))
+    e.path, e.holder = path, holder
+    error(e, 0)
   end
   if stale_reason and opts.on_stale then opts.on_stale(stale_reason, old) end
   return setmetatable({ path = path, mutex = mutex, rec = rec }, Held)
