@@ -30,7 +30,7 @@ local function files(dir)
   local f = {
     result = fs.join(dir, "result", "result.json"), runs = fs.join(dir, "result", "runs.csv"),
     latencies = fs.join(dir, "result", "latencies.csv"), html = fs.join(dir, "result", "report.html"),
-    journal = fs.join(dir, "output", "journal.jsonl"), report_csv = fs.join(fs.dirname(dir), "report.csv"),
+    journal = fs.join(dir, "output", "journal.jsonl"), report_csv = fs.join(fs.dirname(dir), "kfp-storm-report.csv"),
   }
   for name, path in pairs(f) do check(fs.exists(path) == "file", "%s is missing (%s)", name, path) end
   return f

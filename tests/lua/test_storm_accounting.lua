@@ -95,8 +95,9 @@ T.case("401 on polls: named at once, polling stops, runs Unknown with the error,
     T.contains(row.error, "HTTP 401")
   end
   T.same(m:leftovers(), { pipelines = 0, experiments = 0, runs = 0 }, "cleanup still ran")
-  local report = read_csv(fs.join(exp.out, "report.csv"))
+  local report = read_csv(fs.join(exp.out, "kfp-storm-report.csv"))
   T.eq(report[#report].unknown, "5")
+  T.eq(report[#report].status, "failed", "5 Unknown runs: the storm's status")
   T.eq(report[#report].timed_out, "0")
   m:close()
 end)

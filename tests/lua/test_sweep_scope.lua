@@ -79,7 +79,7 @@ T.case("parallel storm cells: each cell's figures are its own", function()
     end,
   }
   T.eq(r.failed, 0, "every cell ran")
-  local report_rows = csv.parse(fs.read(fs.join(r.dir, "report.csv")), { header = true })
+  local report_rows = csv.parse(fs.read(fs.join(r.dir, "kfp-storm-report.csv")), { header = true })
   local by_exp = {}
   for _, row in ipairs(report_rows) do by_exp[row.experiment_id] = row end
   local sweep_rows = csv.parse(fs.read(r.csv), { header = true })

@@ -36,7 +36,7 @@ T.case("sweep_taxi: durations grow when the pool is too small", function()
   T.contains(html, "nodes = 1")
   T.contains(html, "duration_p50 by nodes and num_runs")
   T.ok(fs.exists(fs.join(r.dir, "c001-r1", "result", "runs.csv")), "each cell keeps its storm's runs.csv")
-  T.ok(fs.exists(fs.join(r.dir, "report.csv")), "cells append their row to the sweep's report.csv")
+  T.ok(fs.exists(fs.join(r.dir, "kfp-storm-report.csv")), "cells append their row to the sweep's kfp-storm-report.csv")
 end)
 
 T.run()

@@ -1,6 +1,6 @@
 --- kb.kfp.storm_report: what a run storm leaves behind (docs/storm.md):
 -- the result table (result.json's "result"), result/runs.csv, the data and
--- sections of report.html, the experiment's row of <out>/report.csv, the
+-- sections of report.html, the experiment's row of <out>/kfp-storm-report.csv, the
 -- live progress line and the summary printed at the end.
 local kb = require "kb"
 local fs = require "kb.fs"
@@ -220,11 +220,32 @@ end
 local function p50(name) local h = hist_summary(name) return h and h.p50 end
 local function p99(name) local h = hist_summary(name) return h and h.p99 end
 
---- Appends the experiment's row to <out>/report.csv (shared by every
--- experiment in the out folder; columns are added as needed, under a lock).
+--- The storms' report in the experiments folder: one row per storm,
+-- apart from Kubebench's report.csv (its own documented columns).
+M.REPORT_CSV = "kfp-storm-report.csv"
+
+--- How a storm ended, for its report row (never empty): "interrupted"
+-- (Ctrl-C / SIGTERM), "succeeded" (every requested run succeeded),
+-- "stopped" (the storm stopped early: its timeout, a failing step),
+-- "failed" (some run failed, timed out, was not created or is unknown).
+-- The storm's own outcome: thresholds decide result.json's status later.
+function M.report_status(s, r)
+  local runs = r.runs or {}
+  if require("kb.core").pending_signal() or (r.outcomes and (r.outcomes.Interrupted or 0) > 0)
+      or (s.stop_reason and s.stop_reason:find("interrupted", 1, true)) then
+    return "interrupted"
+  end
+  if (runs.requested or 0) > 0 and runs.succeeded == runs.requested then return "succeeded" end
+  if s.stop_reason then return "stopped" end
+  return "failed"
+end
+
+--- Appends the experiment's row to <out>/kfp-storm-report.csv (M.REPORT_CSV,
+-- shared by every storm in the out folder; columns are added as needed,
+-- under a lock).
 function M.write_report_row(s, r)
   local row = {
-    experiment_id = s.exp.id, scenario = s.name,
+    experiment_id = s.exp.id, scenario = s.name, status = M.report_status(s, r),
     started_at = os.date("!%Y-%m-%dT%H:%M:%SZ", math.floor(s.started_wall)),
     host = s.url, api = s.p.api, clock = s.clock.kind, num_runs = r.runs.requested,
     concurrency = s.p.concurrency, created = r.runs.created, succeeded = r.runs.succeeded,
@@ -234,12 +255,12 @@ function M.write_report_row(s, r)
     run_get_p50 = p50("run.get"), run_get_p99 = p99("run.get"),
     run_delete_p50 = p50("run.delete"), run_list_p50 = p50("run.list"), errors = r.error_count,
   }
-  local header = { "experiment_id", "scenario", "started_at", "host", "api", "clock", "num_runs",
+  local header = { "experiment_id", "scenario", "status", "started_at", "host", "api", "clock", "num_runs",
     "concurrency", "created", "succeeded", "failed", "timed_out", "not_created", "unknown", "lost",
     "success_rate",
     "duration_p50", "lag_p50", "run_create_p50", "run_create_p99", "run_get_p50", "run_get_p99",
     "run_delete_p50", "run_list_p50", "errors" }
-  local w = csv.writer(fs.join(s.exp.out, "report.csv"), header, { extend = true, lock = true })
+  local w = csv.writer(fs.join(s.exp.out, M.REPORT_CSV), header, { extend = true, lock = true })
   w:write(row)
   w:close()
 end
@@ -603,7 +624,7 @@ function M.write(s, r)
   if s.exp then
     table.insert(steps, 1, { "runs.csv", function() M.write_runs_csv(s) end })
     table.insert(steps, 2, { "report data", function() M.attach_report(s, r) end })
-    table.insert(steps, 3, { "report.csv", function() M.write_report_row(s, r) end })
+    table.insert(steps, 3, { M.REPORT_CSV, function() M.write_report_row(s, r) end })
   end
   for _, step in ipairs(steps) do
     local ok, err = pcall(step[2])
