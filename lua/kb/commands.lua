@@ -16,13 +16,15 @@ local function fail(code, fmt, ...)
 end
 
 --- kbrun report [--rebuild] DIR...: rebuilds result/report.html of each
--- experiment folder from its result/result.json (and
+-- experiment folder (DIR, the cells of a sweep folder and its sweep.html,
+-- or every experiment and sweep in a folder of them) from its
+-- result/result.json (and
 -- output/report-data.json). When result.json is missing or older than
 -- output/journal.jsonl (kbrun was killed), or with --rebuild, first
 -- rebuilds result.json (and a storm's runs.csv, latencies.csv) from the
 -- journal (kb.rebuild).
 function M.report(args)
-  local usage = "usage: kbrun report [--rebuild] EXPERIMENT_DIR..."
+  local usage = "usage: kbrun report [--rebuild] DIR...   (an experiment, a sweep folder, or a folder of them)"
   local dirs, force = {}, false
   for _, a in ipairs(args.argv) do
     if a == "--rebuild" then force = true
@@ -32,13 +34,20 @@ function M.report(args)
   end
   if #dirs == 0 then return fail(2, "%s", usage) end
   local rebuild = require "kb.rebuild"
+  -- each DIR: an experiment, a sweep (its cells, then sweep.html) or a
+  -- folder of them (kb.report.targets)
+  local targets = {}
   for _, dir in ipairs(dirs) do
-    if kb.fs.exists(dir) ~= "dir" then
-      return fail(2, "'%s' is not an experiment folder", dir)
-    end
+    local okt, list = pcall(require("kb.report").targets, dir)
+    if not okt then return fail(2, "report: %s", err_text(list)) end
+    for _, t in ipairs(list) do targets[#targets + 1] = t end
+  end
+  for _, t in ipairs(targets) do
+    local dir = t.dir
     -- a report (or a run) killed while writing left temporaries behind
     require("kb.tmpfiles").clean_tree(dir, 1)
     local ok, path = pcall(function()
+      if t.kind == "sweep" then return require("kb.sweep.report").rebuild(dir) end
       local needed, why = rebuild.needed(dir)
       if force or needed then
         local html, doc = rebuild.experiment(dir)

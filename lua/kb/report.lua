@@ -243,7 +243,16 @@ end
 
 -- ---- sections ---------------------------------------------------------------
 
-local STATUS_CLASS = { passed = "good", failed = "bad", interrupted = "warn", usage = "bad" }
+--- The one-line conclusion of a run, if its scenario gave one: the
+-- result's `verdict` string (doc.result.verdict, or doc.verdict).
+function M.verdict(doc)
+  local r = type(doc) == "table" and doc.result
+  local v = type(r) == "table" and r.verdict or (type(doc) == "table" and doc.verdict)
+  if type(v) == "string" and v ~= "" then return v end
+  return nil
+end
+
+local STATUS_CLASS = { passed = "good", ok = "good", failed = "bad", interrupted = "warn", usage = "bad" }
 
 local function header(doc, opts)
   local scenario = type(doc.scenario) == "table" and doc.scenario or {}
@@ -266,10 +275,8 @@ local function header(doc, opts)
   local out = { format('<header><h1>%s</h1>', esc(title)) }
   -- a scenario's one-line conclusion (kfp_probe: "broke at concurrency
   -- 1024: ...") is the first thing a reader sees
-  local result = type(doc.result) == "table" and doc.result or {}
-  if type(result.verdict) == "string" and result.verdict ~= "" then
-    out[#out + 1] = format('<p class="verdict %s">%s</p>', STATUS_CLASS[status] or "warn", esc(result.verdict))
-  end
+  local verdict = M.verdict(doc)
+  if verdict then out[#out + 1] = format('<p class="verdict">%s</p>', esc(verdict)) end
   out[#out + 1] = '<dl class="facts">'
   for _, f in ipairs(facts) do
     if f[3] or not is_null(f[2]) then
@@ -624,8 +631,7 @@ section{background:#fff;border:1px solid var(--line);border-radius:6px;padding:1
 .facts dd{margin:0;font-weight:500;overflow-wrap:anywhere}
 .badge{display:inline-block;padding:1px 9px;border-radius:10px;color:#fff;font-weight:600}
 .badge.good{background:var(--good)}.badge.bad{background:var(--bad)}.badge.warn{background:var(--warn)}
-.verdict{margin:0 0 12px;padding:8px 14px;border-radius:6px;font-size:16px;font-weight:600;background:#fff;border-left:5px solid var(--warn)}
-.verdict.good{border-left-color:var(--good)}.verdict.bad{border-left-color:var(--bad)}
+.verdict{margin:0 0 12px;padding:8px 14px;border-radius:6px;font-size:16px;font-weight:600;background:#fff;border-left:5px solid #35589a}
 .problem{margin-top:12px;border-left:4px solid var(--bad);background:#fdf1f0;padding:8px 12px}
 .problem pre{margin:6px 0 0;white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px}
 .muted{color:var(--muted)}.bad-text{color:var(--bad);font-weight:600}
@@ -713,7 +719,7 @@ local function figures_section(doc)
   if type(f) ~= "table" or type(f.metrics) == "table" or next(f) == nil then return "" end
   local rows = {}
   for _, r in ipairs(flatten(f)) do rows[#rows + 1] = r end
-  local intro = doc.sweep and format('<p class="muted">This cell of sweep <code>%s</code> measured (the row of sweep.csv; <a href="../sweep.html">sweep.html</a>):</p>',
+  local intro = doc.sweep and format('<p class="muted">This cell of sweep <code>%s</code> measured (the row of sweep.csv; <a href="../../sweep.html">sweep.html</a>):</p>',
     esc(scalar_text(doc.sweep))) or ""
   return '<section id="figures"><h2>Figures</h2>' .. intro .. kv_table(rows) .. "</section>"
 end
@@ -798,6 +804,63 @@ local function read_json(path)
   return json.decode(text, { name = path })
 end
 
+-- ---- folders ------------------------------------------------------------------------
+
+-- An experiment folder: result/ (result.json in it, or missing: writing
+-- then says so) or output/journal.jsonl (kbrun was killed).
+local function is_experiment(dir)
+  return fs.exists(fs.join(dir, "result")) == "dir"
+    or fs.exists(fs.join(dir, "output", "journal.jsonl")) == "file"
+end
+
+local function is_sweep(dir)
+  if fs.exists(fs.join(dir, "sweep.csv")) == "file" then return true end
+  local j = fs.join(dir, "journal.jsonl")
+  if fs.exists(j) ~= "file" then return false end
+  local f = io.open(j, "r")
+  local first = f and f:read("l")
+  if f then f:close() end
+  return first ~= nil and first:find('"event":"sweep"', 1, true) ~= nil
+end
+
+--- What `kbrun report DIR` rebuilds, as a list of { dir, kind }: kind
+-- "experiment" (a folder with result/ or output/journal.jsonl)
+-- or "sweep" (a folder with sweep.csv or a sweep's journal.jsonl: its
+-- cells first, then the sweep itself). DIR is one of them, or a folder of
+-- them (an experiments folder, `-o DIR` of kbrun), looked into one level
+-- deep (sweeps inside it included). Raises when DIR holds none.
+function M.targets(dir)
+  if fs.exists(dir) ~= "dir" then
+    error(format("'%s' is not a folder (give an experiment folder, a sweep folder or a folder of experiments)", dir), 0)
+  end
+  local out = {}
+  local function add_sweep(d)
+    for _, name in ipairs(fs.list(d)) do
+      local c = fs.join(d, name)
+      if fs.exists(c) == "dir" and is_experiment(c) then out[#out + 1] = { dir = c, kind = "experiment" } end
+    end
+    out[#out + 1] = { dir = d, kind = "sweep" }
+  end
+  if is_experiment(dir) then
+    out[1] = { dir = dir, kind = "experiment" }
+  elseif is_sweep(dir) then
+    add_sweep(dir)
+  else
+    for _, name in ipairs(fs.list(dir)) do
+      local c = fs.join(dir, name)
+      if fs.exists(c) == "dir" then
+        if is_experiment(c) then out[#out + 1] = { dir = c, kind = "experiment" }
+        elseif is_sweep(c) then add_sweep(c) end
+      end
+    end
+  end
+  if #out == 0 then
+    error(format("'%s' holds no experiment (result/result.json or output/journal.jsonl) and no sweep (sweep.csv); " ..
+      "give an experiment folder, a sweep folder or the folder kbrun -o wrote them to", dir), 0)
+  end
+  return out
+end
+
 --- Writes report.html for an experiment and returns its path.
 -- target: an experiment (kb.experiment) or its folder (a string); a folder
 -- without a result/ subfolder gets report.html directly inside.
@@ -842,7 +905,7 @@ function M.write(target, doc, opts)
   end
   local path = fs.join(result_dir, "report.html")
   require("kb.tmpfiles").clean(result_dir) -- a killed writer's .report.html.kbtmp-*
-  fs.write(path, M.html(doc, data))
+  fs.write(path, M.html(require("kb.secrets").scrub_value(doc), require("kb.secrets").scrub_value(data))) -- docs/security.md
   return path
 end
 

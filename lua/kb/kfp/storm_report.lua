@@ -775,7 +775,7 @@ local function runs_section(r)
   end
   local d, l = r.durations, r.observed_lag
   local html = '<div class="side">' .. html_table({ "outcome", "runs" }, rows)
-    .. html_table({ "last KFP state", "runs" }, states_rows) .. "</div>"
+    .. html_table({ "Last KFP state of each run", "runs" }, states_rows) .. "</div>"
     .. html_table({ "", "count", "min", "p50", "p90", "p99", "max" }, {
       { "run duration (succeeded, finished_at - created_at)", cell(d.count), cell(d.min, "s"),
         cell(d.p50, "s"), cell(d.p90, "s"), cell(d.p99, "s"), cell(d.max, "s") },

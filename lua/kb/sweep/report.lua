@@ -17,6 +17,23 @@ local M = {}
 local format, concat = string.format, table.concat
 local esc = svg.escape
 
+local INFO_FILE = "sweep-report.json"
+
+-- A copy of v without functions (a definition's exclude, a report's
+-- callbacks), for JSON.
+local function plain(v, depth)
+  if type(v) ~= "table" then
+    if type(v) == "function" or type(v) == "userdata" or type(v) == "thread" then return nil end
+    return v
+  end
+  if (depth or 0) > 8 then return nil end
+  local out = {}
+  for k, x in pairs(v) do
+    if type(k) == "string" or type(k) == "number" then out[k] = plain(x, (depth or 0) + 1) end
+  end
+  return out
+end
+
 -- ---- columns and aggregation --------------------------------------------------------
 
 local function is_num(v) return type(v) == "number" and v == v end
@@ -107,11 +124,12 @@ function M.cells(records, metrics)
   for _, r in ipairs(M.sorted(records)) do
     local c = by[r.key]
     if not c then
-      c = { id = r.id, index = r.index, key = r.key, params = r.params, values = {}, repeats = 0, failed = 0 }
+      c = { id = r.id, index = r.index, key = r.key, params = r.params, values = {}, repeats = 0, failed = 0, dirs = {} }
       by[r.key] = c
       list[#list + 1] = c
     end
     c.repeats = c.repeats + 1
+    if type(r.dir) == "string" then c.dirs[#c.dirs + 1] = r.dir end
     if r.status == "ok" then
       for _, m in ipairs(metrics) do
         local v = r.metrics and r.metrics[m]
@@ -253,12 +271,41 @@ end
 
 local MAX_PLOTS = 24
 
+--- The y range shared by every panel of a metric (so panels compare at
+-- a glance): { scale, domain = { lo, hi } } over the means ± sd of all
+-- cells; log when the values are positive and span 30x or more.
+function M.shared_y(cells, metric)
+  local lo, hi = math.huge, -math.huge
+  for _, c in ipairs(cells) do
+    local st = c.stats[metric]
+    if st and is_num(st.mean) then
+      local sd = is_num(st.sd) and st.sd or 0
+      lo, hi = math.min(lo, st.mean - sd, st.mean), math.max(hi, st.mean + sd)
+    end
+  end
+  if lo == math.huge then return nil end
+  local pos_lo = math.huge
+  for _, c in ipairs(cells) do
+    local st = c.stats[metric]
+    if st and is_num(st.mean) and st.mean > 0 then pos_lo = math.min(pos_lo, st.mean) end
+  end
+  if lo > 0 and hi / lo >= 30 then
+    return { scale = "log", domain = { lo / 1.15, hi * 1.15 } }
+  end
+  if hi <= lo then hi = lo + (lo ~= 0 and math.abs(lo) * 0.1 or 1) end
+  local pad = (hi - lo) * 0.04
+  if lo >= 0 then return { scale = "linear", domain = { 0, hi + pad } } end
+  return { scale = "linear", domain = { lo - pad, hi + pad } }
+end
+
 --- The line plots of one metric: metric vs layout.x, one line per value of
 -- layout.series, error bars = sd over repeats, one plot per combination
--- of the facet parameters. Returns a list of {title, svg}.
+-- of the facet parameters, all on the same y range (M.shared_y). Returns
+-- a list of {title, svg}.
 function M.line_plots(cells, metric, layout, opts)
   opts = opts or {}
   if not layout.x then return {} end
+  local shared = M.shared_y(cells, metric) or {}
   local xs = distinct(cells, layout.x)
   if not all_numeric(xs) then return {} end
   local groups, order = {}, {}
@@ -302,7 +349,7 @@ function M.line_plots(cells, metric, layout, opts)
         title = title, subtitle = g.label ~= "" and g.label or nil,
         series = series, width = opts.width or 560, height = opts.height or 340,
         x = { label = layout.x, scale = opts.x_scale },
-        y = { label = metric, unit = opts.units and opts.units[metric] },
+        y = { label = metric, unit = opts.units and opts.units[metric], scale = shared.scale, domain = shared.domain },
       },
     }
   end
@@ -369,11 +416,12 @@ local CSS = [[
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:var(--fg);background:var(--bg);margin:0}
 header,main{max-width:1240px;margin:0 auto;padding:12px 20px}
 h1{font-size:22px;margin:8px 0}h2{font-size:17px;margin:0 0 8px}
-section{background:#fff;border:1px solid var(--line);border-radius:6px;padding:14px;margin:14px 0}
+section{background:#fff;border:1px solid var(--line);border-radius:6px;padding:14px;margin:14px 0;overflow-x:auto}
 .grid{display:flex;flex-wrap:wrap;gap:10px}figure{margin:0;flex:1 1 520px;max-width:100%}
 svg{max-width:100%;height:auto}
 table{border-collapse:collapse;font-size:13px}td,th{border-bottom:1px solid var(--line);padding:3px 8px;text-align:right}
 th:first-child,td:first-child{text-align:left}.muted{color:var(--muted)}.failed{color:#b42318}
+a{color:#35589a;text-decoration:none}a:hover{text-decoration:underline}
 ]]
 
 local function html_table(header, rows)
@@ -382,17 +430,30 @@ local function html_table(header, rows)
   out[#out + 1] = "</tr>"
   for _, row in ipairs(rows) do
     out[#out + 1] = "<tr>"
-    for _, v in ipairs(row) do out[#out + 1] = "<td>" .. esc(tostring(v)) .. "</td>" end
+    for _, v in ipairs(row) do
+      out[#out + 1] = "<td>" .. (type(v) == "table" and v.html or esc(tostring(v))) .. "</td>"
+    end
     out[#out + 1] = "</tr>"
   end
   out[#out + 1] = "</table>"
   return concat(out)
 end
 
+-- A cell's id linking to its experiment's report (the first repeat's;
+-- the others follow as r2, r3 ...).
+local function cell_link(c)
+  if not c.dirs or #c.dirs == 0 then return c.id end
+  local parts = { format('<a href="%s/result/report.html">%s</a>', esc(c.dirs[1]), esc(c.id)) }
+  for i = 2, #c.dirs do
+    parts[#parts + 1] = format('<a href="%s/result/report.html">r%d</a>', esc(c.dirs[i]), i)
+  end
+  return { html = concat(parts, " ") }
+end
+
 local function cell_rows(list, params, metrics)
   local rows = {}
   for _, c in ipairs(list) do
-    local row = { c.id }
+    local row = { cell_link(c) }
     for _, p in ipairs(params) do row[#row + 1] = tostring(c.params[p]) end
     for _, m in ipairs(metrics) do row[#row + 1] = stat_text(c.stats[m]) end
     row[#row + 1] = c.failed > 0 and format("%d/%d failed%s", c.failed, c.repeats,
@@ -506,7 +567,7 @@ function M.html(records, info)
   for _, p in ipairs(shown) do header[#header + 1] = p end
   for _, m in ipairs(metrics) do header[#header + 1] = m end
   header[#header + 1] = "status"
-  body[#body + 1] = format('<section id="cells"><h2>All cells (mean ±sd over repeats)</h2>%s</section>',
+  body[#body + 1] = format('<section id="cells"><h2>All cells (mean ±sd over repeats)</h2><p class="muted">A cell\'s id links to its experiment\'s report (plots of its calls, its figures, parameters).</p>%s</section>',
     html_table(header, cell_rows(cells, shown, metrics)))
 
   return concat({
@@ -514,7 +575,7 @@ function M.html(records, info)
     '<meta name="viewport" content="width=device-width, initial-scale=1"><meta name="generator" content="kbrun">',
     format("<title>%s — kbrun sweep</title>", esc(info.name)),
     "<style>" .. CSS .. "</style></head><body>",
-    format("<header><h1>Sweep %s</h1><p class=\"muted\">sweep.csv holds every cell x repeat; each cell's experiment folder holds its result.json. One self-contained file: no scripts, no network.</p></header>", esc(info.name)),
+    format("<header><h1>Sweep %s</h1><p class=\"muted\">sweep.csv holds every cell x repeat; each cell's experiment folder holds its result.json and report.html (linked from the tables below). One file: no scripts, no network.</p></header>", esc(info.name)),
     "<main>", concat(body, "\n"), "</main></body></html>", "",
   }, "\n")
 end
@@ -528,10 +589,104 @@ function M.write(dir, records, info, html)
   fs.write(csv_path, M.csv_text(sorted, info.params, metrics), { sync = false })
   local html_path
   if html then
+    M.write_cell_reports(dir, sorted)
     html_path = fs.join(dir, "sweep.html")
     fs.write(html_path, M.html(sorted, info))
+    -- what sweep.html was made from besides the journal, so that
+    -- `kbrun report SWEEP_DIR` can make it again without the scenario
+    local okj, text = pcall(json.encode, plain(info))
+    if okj then fs.write(fs.join(dir, INFO_FILE), text .. "\n", { sync = false }) end
   end
   return csv_path, html_path
+end
+
+--- The done records of a sweep folder's journal.jsonl, in the order they
+-- were first recorded (a later record of the same cell x repeat wins).
+function M.journal_records(dir)
+  local path = fs.join(dir, "journal.jsonl")
+  local text = fs.read(path)
+  local order, by = {}, {}
+  local n = 0
+  for line in text:gmatch("[^\n]+") do
+    n = n + 1
+    local ok, rec = pcall(json.decode, line)
+    if ok and type(rec) == "table" and rec.event == "done" and rec.key and rec["repeat"] then
+      local k = tostring(rec.key) .. "#" .. tostring(rec["repeat"])
+      if not by[k] then order[#order + 1] = k end
+      by[k] = rec
+    end
+  end
+  local list = {}
+  for _, k in ipairs(order) do list[#list + 1] = by[k] end
+  return list
+end
+
+--- Makes a sweep folder's sweep.html (and sweep.csv, and every cell's
+-- report.html that is missing) again from its journal.jsonl and the
+-- sweep-report.json written with sweep.html; without that file (a sweep
+-- killed before its end), from the journal's definition. Returns the
+-- path of sweep.html. kbrun report SWEEP_DIR calls it.
+function M.rebuild(dir, opts)
+  opts = opts or {}
+  if fs.exists(fs.join(dir, "journal.jsonl")) ~= "file" then
+    error(format("kb.sweep.report: '%s' has no journal.jsonl: not a sweep folder", dir), 2)
+  end
+  local records = M.journal_records(dir)
+  local info
+  local ipath = fs.join(dir, INFO_FILE)
+  if fs.exists(ipath) == "file" then
+    local ok, v = pcall(json.decode, fs.read(ipath))
+    if ok and type(v) == "table" then info = v end
+  end
+  if not info then
+    local first = fs.read(fs.join(dir, "journal.jsonl")):match("^[^\n]+")
+    local ok, head = pcall(json.decode, first or "")
+    local def = ok and type(head) == "table" and head.definition or {}
+    local names, dims = {}, {}
+    for k in pairs(type(def.matrix) == "table" and def.matrix or {}) do names[#names + 1] = k end
+    table.sort(names)
+    local order = type(def.order) == "table" and def.order or names
+    for _, k in ipairs(order) do dims[#dims + 1] = { name = k, values = def.matrix[k] } end
+    local params = {}
+    for _, d in ipairs(dims) do params[#params + 1] = d.name end
+    local fixed = {}
+    for k in pairs(type(def.params) == "table" and def.params or {}) do fixed[#fixed + 1] = k end
+    table.sort(fixed)
+    for _, k in ipairs(fixed) do params[#params + 1] = k end
+    local varying = {}
+    for _, d in ipairs(dims) do varying[#varying + 1] = d.name end
+    info = { name = def.name or dir:match("([^/]+)/*$"), seed = ok and head.seed or nil, hash = ok and head.hash or nil,
+      dims = dims, repeats = def.repeats, params = params, varying = varying, total = #records }
+  end
+  if opts.force_cells then
+    for _, r in ipairs(records) do
+      if type(r.dir) == "string" then pcall(fs.remove, fs.join(dir, r.dir, "result", "report.html")) end
+    end
+  end
+  local _, html_path = M.write(dir, records, info, true)
+  return html_path
+end
+
+--- Writes result/report.html (kb.report) of every cell folder that has a
+-- result.json and no report yet; returns how many were written. A cell
+-- whose report cannot be written is skipped (its link then shows the
+-- browser's "not found"); the reason is logged.
+function M.write_cell_reports(dir, records)
+  local kreport = require "kb.report"
+  local n = 0
+  for _, r in ipairs(records) do
+    if type(r.dir) == "string" then
+      local cdir = fs.join(dir, r.dir)
+      local result = fs.join(cdir, "result", "result.json")
+      if fs.exists(result) == "file" and fs.exists(fs.join(cdir, "result", "report.html")) ~= "file" then
+        local ok, err = pcall(kreport.write, cdir, nil, {
+          title = format("%s: cell %s, repeat %s", tostring(r.sweep or dir:match("[^/]+$") or "sweep"), tostring(r.id), tostring(r["repeat"])),
+          environment = false })
+        if ok then n = n + 1 else require("kb.log").warn("sweep: %s: report.html: %s", cdir, tostring(err)) end
+      end
+    end
+  end
+  return n
 end
 
 return M
