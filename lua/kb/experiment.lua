@@ -3,8 +3,12 @@
 --   <out>/<id>/config/   resolved parameters, generated manifests
 --   <out>/<id>/output/   raw outputs (journal.jsonl, logs)
 --   <out>/<id>/result/   result.json and the derived reports
+--
+-- Everything written through an experiment passes kb.secrets' scrubber
+-- (docs/security.md): write_json encodes with secrets.encode_json, write
+-- scrubs the text.
 local fs = require "kb.fs"
-local json = require "kb.json"
+local secrets = require "kb.secrets"
 
 local M = {}
 local Experiment = {}
@@ -69,17 +73,20 @@ function Experiment:path(folder, name)
   return fs.join(self.dir, folder, name)
 end
 
---- Writes a JSON document atomically into one of the folders.
+--- Writes a JSON document atomically into one of the folders, scrubbed
+-- (kb.secrets.encode_json: no credential, registered secret or protected
+-- parameter is written).
 function Experiment:write_json(folder, name, value)
   local path = self:path(folder, name)
-  fs.write(path, json.encode(value, { pretty = true }) .. "\n")
+  fs.write(path, secrets.encode_json(value, { pretty = true }) .. "\n")
   return path
 end
 
---- Writes text atomically into one of the folders.
+--- Writes text atomically into one of the folders, scrubbed
+-- (kb.secrets.scrub).
 function Experiment:write(folder, name, text)
   local path = self:path(folder, name)
-  fs.write(path, text)
+  fs.write(path, secrets.scrub(text))
   return path
 end
 

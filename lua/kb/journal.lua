@@ -36,13 +36,22 @@
 -- journal.read skips lines that are not valid JSON and returns how many it
 -- skipped; journal.open ends such a partial line first, so records
 -- appended by a resumed run are never glued to it.
+--
+-- Every record passes kb.secrets' scrubber (secrets.encode_json): no
+-- credential, registered secret or protected parameter is written. A new
+-- journal file is made readable by its owner only (0600): it holds what
+-- servers answered (docs/security.md).
 local fs = require "kb.fs"
 local json = require "kb.json"
+local secrets = require "kb.secrets"
 
 local M = {}
 
 local Journal = {}
 Journal.__index = Journal
+
+-- The permission bits of a journal kbrun creates: owner read/write.
+local PRIVATE = tonumber("600", 8)
 
 --- Default flush interval of the run journal, in milliseconds.
 M.DEFAULT_FLUSH_MS = 50
@@ -89,7 +98,10 @@ function M.open(path, opts)
   end
   fs.mkdir(fs.dirname(path))
   local partial = ends_mid_line(path)
+  local existed = fs.exists(path)
   local out = fs.open_append(path)
+  -- owner only, before the first record (docs/security.md)
+  if not existed then pcall(fs.chmod, path, PRIVATE) end
   local j = setmetatable({ path = path, abspath = fs.abspath(path), out = out, count = 0,
     interval = interval, buf = {}, nbuf = 0, hooks = {} }, Journal)
   if partial then j:_emit("\n", 0) end
@@ -171,7 +183,7 @@ function Journal:retry() return self:_drain() end
 -- (write-through) or at the next flush (buffered).
 function Journal:write(record)
   if not self.out then error(string.format("kb.journal: '%s' is closed", self.path), 2) end
-  local line = json.encode(record)
+  local line = secrets.encode_json(record)
   self.count = self.count + 1
   if self.interval == 0 then
     self:_emit(line .. "\n", 1)

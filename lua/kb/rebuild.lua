@@ -121,7 +121,7 @@ Folder.__index = Folder
 function Folder:path(folder, name) return fs.join(self.dir, folder, name) end
 function Folder:write_json(folder, name, value)
   local path = self:path(folder, name)
-  fs.write(path, require("kb.json").encode(value, { pretty = true }) .. "\n")
+  fs.write(path, require("kb.secrets").encode_json(value, { pretty = true }) .. "\n") -- scrubbed (docs/security.md)
   return path
 end
 

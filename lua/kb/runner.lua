@@ -380,10 +380,10 @@ function Run:fail(err)
   if getmetatable(err) == UsageError or (type(err) == "table" and err.class == "usage") then
     self.exit_code, self.status = EXIT_USAGE, "usage"
     -- the user's mistake: its message, never a Lua traceback
-    io.stderr:write("kbrun: ", tostring(err.message or err), "\n")
+    io.stderr:write("kbrun: ", require("kb.secrets").scrub(tostring(err.message or err)), "\n")
   else
     self.exit_code, self.status = EXIT_FAILED, "failed"
-    io.stderr:write("kbrun: scenario failed: ", message_of(err), "\n")
+    io.stderr:write("kbrun: scenario failed: ", require("kb.secrets").scrub(message_of(err)), "\n")
   end
   self.error_text = message_of(err)
 end
@@ -437,7 +437,7 @@ function M.environment()
 end
 
 local function early_exit(code, msg)
-  io.stderr:write("kbrun: ", msg, "\n")
+  io.stderr:write("kbrun: ", require("kb.secrets").scrub(msg), "\n")
   core.exit(code)
 end
 
@@ -540,7 +540,7 @@ function M.main(args)
       if run.exp and not run.finished then return run:on_signal(pending) end
       return interrupted_early(pending)
     end
-    io.stderr:write("kbrun: internal error: ", tostring(err), "\n")
+    io.stderr:write("kbrun: internal error: ", require("kb.secrets").scrub(tostring(err)), "\n")
     core.exit(EXIT_FAILED)
   end
 end

@@ -91,10 +91,15 @@ function M.text(path, scenario)
   local desc = description(list[1].text)
   out[#out + 1] = desc ~= "" and desc or format("%s (no description: the file starts with no comment)", path)
   local params = type(scenario) == "table" and type(scenario.params) == "table" and scenario.params or {}
+  local secret = {}
+  local ok, plain, names = pcall(require("kb.secrets").params, params) -- {default =, secret = true}
+  if ok then params = plain end
+  for _, name in ipairs(ok and names or {}) do secret[name] = true end
   local rows = {}
   for key, default in pairs(params) do
     if type(key) == "string" then
       local comment, at = declaration(list, key)
+      if secret[key] then comment = "(secret: never written) " .. (comment or "") end
       rows[#rows + 1] = { key = key, default = default, comment = comment, at = at }
     end
   end

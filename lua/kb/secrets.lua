@@ -6,14 +6,28 @@
 -- The register: kb.kfp, kb.k8s and kb.argo register each credential they
 -- send (tokens from token=, token_file= and kubeconfig users, exec plugin
 -- tokens, basic auth, header values of headers= that carry credentials,
--- cookies), whatever its source, before it goes out. M.scrub replaces
--- every registered secret, in plain text and base64 (standard and URL-safe
--- alphabets, at each of the three alignments a secret can have inside a
--- longer base64 text), so an error message quoting what the server echoed
--- never holds one, and nor does anything it is written to (stderr,
--- result.json, the journal, the report).
+-- cookies), whatever its source, before it goes out; so does kb.params
+-- for the value of a parameter a scenario declares secret.
+--
+-- The scrubber: M.scrub(text) is the one function every value kbrun writes
+-- passes (docs/security.md): registered secrets, in plain text, JSON-escaped
+-- and base64 (standard and URL-safe alphabets, at each of the three
+-- alignments a secret can have inside a longer base64 text), become
+-- "<redacted>"; then the pattern rules of kb_redact (include/kb/redact.h,
+-- the C logger applies them to every log line too): a URL's userinfo
+-- becomes "***", query parameters and key=value pairs named like
+-- credentials, Authorization and Cookie headers, bearer tokens, JWTs and
+-- PEM private keys become "[REDACTED]". M.scrub_value does it to every
+-- string of a table, and to the values of fields named like credentials
+-- or declared secret (M.protect); M.encode_json is what the writers of
+-- config/params.json, result.json and the journal encode with; the report
+-- writer scrubs its document with M.scrub_value. Loading this module also
+-- makes kb.log's debug/info/warn/error replace registered secrets before
+-- the C logger sees the line (the C layers never hold them).
 local fs = require "kb.fs"
 local u = require "kb.k8s.util"
+local log = require "kb.log"
+local json = require "kb.json"
 
 local M = {}
 
@@ -100,8 +114,13 @@ end
 -- contains another is replaced whole).
 local registered, list = {}, {}
 
-local function add(text)
-  if type(text) ~= "string" or #text < 4 or registered[text] then return end
+-- Scrubbed strings, reset when the register grows (metric names, op
+-- names and the like repeat in every journal record).
+local cache, cached = {}, 0
+local CACHE_MAX, CACHE_LEN = 4096, 256
+
+local function add(text, min)
+  if type(text) ~= "string" or #text < (min or 4) or registered[text] then return end
   registered[text] = true
   list[#list + 1] = text
 end
@@ -133,11 +152,19 @@ function M.register(...)
       end
       for _, p in ipairs(parts) do
         add(p)
-        for _, f in ipairs(b64_forms(p)) do add(f) end
+        -- as a JSON string holds it (a secret with a quote or backslash)
+        local escaped = json.encode(p):sub(2, -2)
+        if escaped ~= p then add(escaped) end
+        -- base64 forms of 6 characters or more: shorter ones would match
+        -- inside any long base64 text (an encoded histogram) by chance
+        for _, f in ipairs(b64_forms(p)) do add(f, 6) end
       end
     end
   end
-  if #list > before then table.sort(list, function(a, b) return #a > #b end) end
+  if #list > before then
+    table.sort(list, function(a, b) return #a > #b end)
+    cache, cached = {}, 0
+  end
 end
 
 --- secrets.registered() -> the number of registered texts (each secret
@@ -153,16 +180,162 @@ local function replace(text, secret)
   return (text:gsub(escape_pattern(secret), "<redacted>"))
 end
 
---- text with every registered secret, and every one of the list (4
--- characters or more; false and nil entries skipped; registered by this
--- call), replaced by "<redacted>". Non-strings pass through.
-function M.scrub(text, secrets)
-  if type(text) ~= "string" then return text end
-  if secrets then M.register(table.unpack(secrets, 1, #secrets)) end
+-- text with the registered secrets replaced (the log wrappers: the C
+-- logger applies the patterns itself).
+local function scrub_registered(text)
   for _, secret in ipairs(list) do
     if text:find(secret, 1, true) then text = replace(text, secret) end
   end
   return text
+end
+
+--- secrets.scrub(text [, list]) -> text with every registered secret, and
+-- every one of the list (4 characters or more; false and nil entries
+-- skipped; registered by this call), replaced by "<redacted>", then the
+-- pattern rules of kb_redact applied (URL userinfo "***", credential
+-- query parameters and key=value pairs, headers, bearer tokens, JWTs, PEM
+-- keys "[REDACTED]"). Non-strings pass through.
+function M.scrub(text, secrets)
+  if type(text) ~= "string" then return text end
+  if secrets then M.register(table.unpack(secrets, 1, #secrets)) end
+  local short = #text <= CACHE_LEN
+  if short then
+    local hit = cache[text]
+    if hit then return hit end
+  end
+  local out = log.redact(scrub_registered(text))
+  if short then
+    if cached >= CACHE_MAX then cache, cached = {}, 0 end
+    cache[text], cached = out, cached + 1
+  end
+  return out
+end
+
+-- Fields that must never be written: table -> {name = true} (M.protect).
+local protected = setmetatable({}, { __mode = "k" })
+
+-- Does a field of this name hold a credential? The pattern rules decide
+-- (a key ending in token, password, secret, ...), so a table field and
+-- the same pair in a log line are judged alike.
+local credential_names = {}
+local function credential_field(k, v)
+  if type(k) ~= "string" or (type(v) ~= "string" and type(v) ~= "number") or v == "" then return false end
+  local known = credential_names[k]
+  if known == nil then
+    local pair = k .. "=v"
+    known = log.redact(pair) ~= pair
+    if #k <= CACHE_LEN then credential_names[k] = known end
+  end
+  return known
+end
+
+local function scrub_value(v, seen)
+  if type(v) == "string" then return M.scrub(v) end
+  if type(v) ~= "table" then return v end
+  if seen[v] then return seen[v] end
+  local out = {}
+  seen[v] = out
+  local hidden = protected[v]
+  for k, x in pairs(v) do
+    local key = type(k) == "string" and M.scrub(k) or k
+    if hidden and hidden[k] and x ~= "" then
+      out[key] = "<redacted>"
+    elseif credential_field(k, x) then
+      out[key] = "[REDACTED]"
+    else
+      out[key] = scrub_value(x, seen)
+    end
+  end
+  local mt = getmetatable(v)
+  if type(mt) == "table" then setmetatable(out, mt) end
+  return out
+end
+
+--- secrets.scrub_value(v) -> a copy of v with every string scrubbed
+-- (M.scrub, keys too), the value of every field named like a credential
+-- (token, password, secret, authorization, cookie, ... as kb_redact's
+-- key rule) "[REDACTED]", and every field protected by M.protect
+-- "<redacted>". Metatables (kb.json's array marks) are kept; v itself is
+-- not changed. Non-tables: M.scrub(v).
+function M.scrub_value(v)
+  return scrub_value(v, {})
+end
+
+--- secrets.encode_json(v [, opts]) -> kb.json.encode(M.scrub_value(v),
+-- opts): what the writers of config/params.json, result/result.json and
+-- the journal encode with. The scrubber runs over the encoded text first;
+-- only when it finds something (or a table protected by M.protect is
+-- about) is the value scrubbed field by field and encoded again, so the
+-- JSON stays valid (a header rule never swallows a closing quote).
+function M.encode_json(v, opts)
+  local text = json.encode(v, opts)
+  if next(protected) == nil and M.scrub(text) == text then return text end
+  return json.encode(scrub_value(v, {}), opts)
+end
+
+--- secrets.protect(t, names): the fields `names` (a list) of table t are
+-- secret: their values are registered (so they are scrubbed wherever they
+-- appear, 4 characters or more) and M.scrub_value writes "<redacted>" for
+-- them (kb.params does it for parameters declared `secret = true`).
+function M.protect(t, names)
+  local set = protected[t] or {}
+  for _, name in ipairs(names) do
+    set[name] = true
+    if type(t[name]) == "string" then M.register(t[name]) end
+  end
+  protected[t] = set
+end
+
+--- secrets.params(declared) -> defaults, secret_names: a scenario's
+-- parameter declarations with `{default = v, secret = true}` entries
+-- turned into their default v; secret_names lists the parameters declared
+-- secret (nil when none). Other values are defaults as they are.
+function M.params(declared)
+  if type(declared) ~= "table" then return declared, nil end
+  local defaults, names
+  for k, v in pairs(declared) do
+    if type(v) == "table" and v.default ~= nil and getmetatable(v) == nil then
+      for f in pairs(v) do
+        if f ~= "default" and f ~= "secret" then
+          error(string.format("parameter '%s': a declaration table takes default and secret, not '%s'",
+            tostring(k), tostring(f)), 0)
+        end
+      end
+      defaults = defaults or {}
+      if v.secret then
+        names = names or {}
+        names[#names + 1] = k
+      end
+    end
+  end
+  if not defaults then return declared, nil end
+  local plain = {}
+  for k, v in pairs(declared) do
+    plain[k] = (type(v) == "table" and v.default ~= nil and getmetatable(v) == nil) and v.default or v
+  end
+  if names then table.sort(names) end
+  return plain, names
+end
+
+-- kb.log's leveled functions, with the registered secrets replaced before
+-- the C logger (which applies the pattern rules) writes the line.
+if not rawget(log, "scrubs_registered") then
+  local format = string.format
+  for _, level in ipairs({ "debug", "info", "warn", "error" }) do
+    local write = log[level]
+    log[level] = function(...)
+      local n, fmt = select("#", ...), ...
+      if n == 0 then error(format("bad argument #1 to 'kb.log.%s' (value expected)", level), 2) end
+      if n > 1 and type(fmt) ~= "string" and type(fmt) ~= "number" then
+        error(format("bad argument #1 to 'kb.log.%s' (string expected, got %s)", level, type(fmt)), 2)
+      end
+      if not log.enabled(level) then return end
+      local msg
+      if n > 1 then msg = format(...) else msg = tostring(fmt) end
+      return write(scrub_registered(msg))
+    end
+  end
+  log.scrubs_registered = true
 end
 
 return M

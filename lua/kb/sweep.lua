@@ -124,7 +124,9 @@ end
 
 --- A simulator config with `pools` node pools "pool-1".. of `nodes` nodes
 -- each: sweep.cluster{pools = 2, nodes = 3, cpu = 8, memory = "30Gi",
--- gpu = 0, labels = {...}, profile_overrides...}. Other fields of opts
+-- gpu = 0, labels = {...}, images = {...} (on the nodes from the start),
+-- profile_overrides...}; or pool_list = {{name =, nodes =, ...}, ...}, the
+-- pools as the simulator config writes them. Other fields of opts
 -- (kfp_api, api_faults, steps, k8s, ...) are copied into the config, so a
 -- cell can also change the API latency model and the faults.
 function M.cluster(opts)

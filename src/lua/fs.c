@@ -34,6 +34,7 @@
  *   exists(path) -> "file" | "dir" | "other" | false   (follows symlinks)
  *   stat(path) -> { type = "file"|"dir"|"other", size, mtime (s, float),
  *                   mode (permission bits) }
+ *   chmod(path, mode)       sets the permission bits (tonumber("600", 8))
  *   remove(path [, {recursive = true}]) -> true, or false if path was absent
  *       A file or an empty directory; with recursive, a whole tree (symlinks
  *       inside are removed, never followed). Refuses "", "/" however spelt,
@@ -715,6 +716,15 @@ static int l_stat(lua_State *L) {
   return 1;
 }
 
+/* chmod(path, mode): sets the permission bits (e.g. tonumber("600", 8)). */
+static int l_chmod(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  lua_Integer mode = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, mode >= 0 && mode <= 07777, 2, "permission bits from 0 to 07777");
+  if (chmod(path, (mode_t)mode) != 0) return fs_fail(L, "chmod", "cannot chmod", path, errno);
+  return 0;
+}
+
 /* ---- remove -------------------------------------------------------------- */
 
 /* The path being removed, for error messages (truncated if very deep). */
@@ -973,7 +983,7 @@ int luaopen_kb_fs(lua_State *L) {
   static const luaL_Reg funcs[] = {
     {"read", l_read}, {"write", l_write}, {"append", l_append},
     {"open_append", l_open_append}, {"mkdir", l_mkdir}, {"list", l_list},
-    {"exists", l_exists}, {"stat", l_stat}, {"remove", l_remove},
+    {"exists", l_exists}, {"stat", l_stat}, {"chmod", l_chmod}, {"remove", l_remove},
     {"with_lock", l_with_lock}, {"set_write_hook", l_set_write_hook}, {"join", l_join}, {"dirname", l_dirname},
     {"basename", l_basename}, {"abspath", l_abspath}, {"tmpdir", l_tmpdir},
     {NULL, NULL}};
