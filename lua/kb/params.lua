@@ -123,9 +123,6 @@ function M.merge(defaults, from_file, from_cli, opts)
   -- {default = v, secret = true}: a secret parameter, never written
   local secret_names
   defaults, secret_names = require("kb.secrets").params(defaults)
-  -- {default = v, secret = true}: a secret parameter, never written
-  local secret_names
-  defaults, secret_names = require("kb.secrets").params(defaults)
   local merged = {}
   local file_name = opts and opts.file
   for k, v in pairs(defaults or {}) do merged[k] = v end
@@ -177,7 +174,6 @@ function M.merge(defaults, from_file, from_cli, opts)
       merged[k] = v
     end
   end
-  if secret_names then require("kb.secrets").protect(merged, secret_names) end
   if secret_names then require("kb.secrets").protect(merged, secret_names) end
   return merged
 end
