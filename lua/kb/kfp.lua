@@ -124,7 +124,7 @@ local function parse_host(host)
   local authority, prefix = rest:match("^([^/?#]*)(.*)$")
   if prefix:find("[?#]") then usage("host must not have a query or fragment: %q", host) end
   if authority:find("@", 1, true) then
-    usage("host must not carry credentials (user:password@); use token= or headers=")
+    usage("host must not carry credentials (user:password@); give them with token_file=, token=, cookies= or headers=")
   end
   local name = authority:match("^%[(.-)%]") or authority:match("^([^:]*)")
   if name == "" then usage("host has no host name: %q", host) end
