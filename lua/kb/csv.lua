@@ -53,9 +53,10 @@ function M.format_number(v)
   return s
 end
 
+-- Text cells pass kb.secrets' scrubber, as everything kbrun writes (docs/security.md).
 local function cell(v)
   local t = type(v)
-  if t == "string" then return v end
+  if t == "string" then return require("kb.secrets").scrub(v) end
   if t == "number" then return M.format_number(v) end
   if v == nil or v == json.null then return "" end
   return tostring(v)
