@@ -374,6 +374,32 @@ local function run_post_job(exp, r, c, folder, ctx, remaining)
   return res or {}
 end
 
+-- A result file the post step left in result/ (a Lua post job writing
+-- ctx.result_dir/result.json, or a container whose experiment volume is
+-- this folder, as Kubebench's post-processors write
+-- $KUBEBENCH_EXP_RESULT_PATH/result.json). kbrun's own document is
+-- result/result.json, so the post step's file is kept byte for byte as
+-- result/post-job-<name> (logged, named in the record as post_job_file)
+-- and its content is the record's result when the post job returned none.
+local function keep_post_result(folder, input, existed_before, res)
+  local path = fs.join(folder.result_dir, input)
+  if existed_before or not fs.exists(path) then return res, nil end
+  local text = fs.read(path)
+  local name = input
+  if input == "result.json" then
+    name = "post-job-" .. input
+    fs.write(fs.join(folder.result_dir, name), text)
+    os.remove(path)
+    kb.log.info("the post job's result/%s is kept as result/%s (kbrun's result.json holds it as result)",
+      input, name)
+  end
+  if res == nil or next(res) == nil then
+    local ok, v = pcall(json.decode, text)
+    if ok and type(v) == "table" then res = v end
+  end
+  return res, name
+end
+
 local RESERVED = { experiment_id = true, started_at = true, status = true, finished_at = true,
   duration = true, job_kind = true, message = true, params = true, timings = true }
 
@@ -407,7 +433,9 @@ end
 -- runner writes result.json), id, timeout, keep.
 -- The record: experiment_id, status ("passed", "failed", "timeout" or
 -- "error"), passed (1 or 0), message, started_at, finished_at, duration,
--- job_kind, job_name, namespace, timings, params, result, report.
+-- job_kind, job_name, namespace, timings, params, result, report, and
+-- post_job_file when the post step left its own result file (kept as
+-- result/post-job-result.json beside kbrun's result.json).
 function M.run(exp, opts)
   exp = M.load(exp)
   opts = opts or {}
@@ -453,9 +481,11 @@ function M.run(exp, opts)
       local ctx = { id = id, params = r.params, status = rec.status, job = obj, logs = logs,
         output_dir = folder.output_dir, result_dir = folder.result_dir, manifest = r.manifest }
       local remaining = math.max(1, timeout - (kb.now() - started))
+      local input = exp.reporter.csvReporterInput
+      local existed = fs.exists(fs.join(folder.result_dir, input))
       local pok, res = pcall(run_post_job, exp, r, c, folder, ctx, remaining)
       if pok then
-        rec.result = res
+        rec.result, rec.post_job_file = keep_post_result(folder, input, existed, res)
       else
         rec.status = "failed"
         rec.message = "post job: " .. tostring(type(res) == "table" and res.message or res)
@@ -517,6 +547,42 @@ local function scenario_params(exp)
   return p, was_null
 end
 
+-- Names the runner's experiment folder as Kubebench names experiments,
+-- after the experiment config: <config name>-YYYYMMDDhhmm-xxxx
+-- (tf-cnn-dummy-201809150923-z72k). kbrun made the folder before the
+-- scenario file said which experiment it runs, so it is renamed once,
+-- before anything is created, and the experiment object (kb.exp, the
+-- runner's), the watched outputs and the run's journal follow it. Not in a
+-- sweep's cell (the sweep names its cells) nor for a folder of our own.
+local function adopt_kubebench_id(e, exp)
+  if type(e) ~= "table" or e.own or not e.dir or require("kb.context").get("shard.part") then return end
+  local base = experiment.sanitize(exp.name)
+  if e.id:sub(1, #base + 1) == base .. "-" and e.id:sub(#base + 2):match("^%d+%-%w%w%w%w$") then return end
+  local parent = fs.dirname(e.dir)
+  local id, dir
+  for _ = 1, 10 do
+    id = experiment.new_id(exp.name)
+    dir = fs.join(parent, id)
+    if not fs.exists(dir) then break end
+  end
+  local ok, err = os.rename(e.dir, dir)
+  if not ok then
+    kb.log.warn("kb.kubebench: keeping the folder %s (could not rename it to %s: %s)", e.dir, dir, tostring(err))
+    return
+  end
+  local old, old_dir = e.id, e.dir
+  e.id, e.dir = id, dir
+  e.config_dir, e.output_dir, e.result_dir = fs.join(dir, "config"), fs.join(dir, "output"), fs.join(dir, "result")
+  require("kb.outputs").watch(dir)
+  local j = require("kb.journal").active()
+  if j and type(j.path) == "string" and j.path:sub(1, #old_dir + 1) == old_dir .. "/" then
+    j.path = fs.join(e.output_dir, fs.basename(j.path))
+    j.abspath = fs.abspath(j.path)
+  end
+  kb.log.info("experiment %s (was %s): named after its config %s, as Kubebench names experiments", id, old,
+    exp.name)
+end
+
 --- A kbrun scenario running one experiment:
 --   return kubebench.scenario { experiment = "kubebench/tf-cnn.yaml" }
 -- def: experiment (table or file, relative to the calling scenario's
@@ -525,7 +591,8 @@ end
 -- to a local first), name, dir, sim_config (a simulator config file used when the
 -- target is the embedded simulator and kbrun got no --sim-config). Its params are the experiment's params plus host,
 -- namespace, timeout and keep; a failed experiment fails the run
--- (threshold passed = 1). The experiment folder is kbrun's own (kb.exp).
+-- (threshold passed = 1). The experiment folder is kbrun's own (kb.exp),
+-- renamed <config name>-YYYYMMDDhhmm-xxxx as Kubebench names experiments.
 function M.scenario(def)
   local dir = def.dir
   if not dir and not debug.getinfo(1, "t").istailcall then
@@ -553,6 +620,7 @@ function M.scenario(def)
           .. "experiments with kb.sweep, whose cells split", exp.name, shards, shards) },
           { __tostring = function(e) return e.message end }), 0)
       end
+      adopt_kubebench_id(kb.exp, exp)
       local target = require "kb.target"
       if sim_config and target.is_sim(p.host) and not target.defaults.config_file and not target.defaults.config then
         target.defaults.config_file = sim_config

@@ -31,7 +31,7 @@ begin "tf-cnn-dummy: Kubebench layout and one report row"
 OUT="$WORK/experiments"
 run "$OUT" scenarios/kubebench_tf_cnn.lua
 expect_code $? 0
-EXP=$(ls -d "$OUT"/kubebench-tf-cnn-*/ 2>/dev/null | head -1)
+EXP=$(ls -d "$OUT"/tf-cnn-dummy-*/ 2>/dev/null | head -1)  # named after the config, as Kubebench names experiments
 EXP=${EXP%/}
 if [ -z "$EXP" ]; then fail "no experiment folder"; else
   expect_file "$EXP/config/kf-job-manifest.yaml"
@@ -69,7 +69,7 @@ LUA
 run "$OUT" "$WORK/failing.lua"
 expect_code $? 99
 [ "$(rows "$OUT/report.csv")" = 3 ] || fail "report.csv has $(rows "$OUT/report.csv") rows, expected 3"
-tail -1 "$OUT/report.csv" | grep -q '^failing-[0-9]*-[0-9a-z]*,[^,]*,failed,' || fail "last row: $(tail -1 "$OUT/report.csv")"
+tail -1 "$OUT/report.csv" | grep -q '^tf-cnn-dummy-[0-9]*-[0-9a-z]*,[^,]*,failed,' || fail "last row: $(tail -1 "$OUT/report.csv")"
 expect_in "$OUT/report.csv" "has failed because 1 Worker replica(s) failed"
 end
 

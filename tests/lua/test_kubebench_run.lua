@@ -33,7 +33,7 @@ T.case("tf-cnn-dummy: Kubebench layout, per-replica logs, result.json, one repor
   T.eq(params.model, "resnet50")
   T.eq(params.batch_size, 2)
   T.same(fs.list(fs.join(dir, "output")), { "worker0.log" })
-  T.contains(fs.read(fs.join(dir, "output", "worker0.log")), "done in")
+  T.contains(fs.read(fs.join(dir, "output", "worker0.log")), "total images/sec: ")
   local result = json.decode(fs.read(fs.join(dir, "result", "result.json")))
   T.eq(result.status, "passed")
   T.eq(result.experiment_id, rec.experiment_id)
