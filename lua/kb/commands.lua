@@ -124,23 +124,43 @@ end
 local COMPARE_USAGE = [[
 usage: kbrun compare [options] A B
 
-Compares two experiments (or two sweeps, cell by cell) metric by metric:
-p50/p99 of every histogram with deltas and a significance test, counters,
-the numeric fields of the result (success_rate, ...). Exits 1 if a gated
-metric regressed, 2 on a usage error or unreadable input.
+Compares two experiments, or two sweeps cell by cell, metric by metric: p50
+and p99 of every histogram with the difference and a significance test on
+the two distributions (verdict slower, faster or same), every counter and
+gauge, and every numeric field of the result (success_rate, ...).
 
-  --metric NAME     gate this metric (histogram key or name, counter, or
-                    result field such as success_rate); repeatable
-  --stat STAT       statistic of a histogram gate: p50 p90 p95 p99 (default)
-                    p999 mean max min
-  --tolerance T     allowed worsening, relative to A: 10% or 0.1 (default
-                    5%); without --metric, gates every histogram in both
-  --better DIR      lower | higher: which direction is better (default:
-                    lower, higher for success/throughput result fields)
+A and B: experiment folders (<out>/<id>/ with result/result.json), result.json
+files, or two sweeps: any folders of experiment folders (such as a sweep's
+<out>/<name>/). Sweep cells are matched by scenario and parameters; a cell's
+repeats are combined first (histograms merged, numbers averaged).
+
+  --metric NAME     gate this metric: a histogram key (api.call{op=get}) or
+                    name (its label sets merged), a counter, or a result
+                    field (success_rate, result.runs.succeeded); repeatable
+  --stat STAT       the statistic a histogram gate compares: p50 p75 p90 p95
+                    p99 (default) p999 p9999 mean min max
+  --tolerance T     how much worse B may be, relative to A: 10% or 0.1
+                    (default 5%); without --metric, gates every histogram
+                    present in both
+  --better DIR      lower | higher: the better direction (default lower;
+                    higher for result fields naming success or throughput:
+                    succe..., throughput, per_second, rps, passed)
   --test T          mw (Mann-Whitney U, default), ks (Kolmogorov-Smirnov),
-                    none (gate on the tolerance alone)
-  --alpha A         significance level (default 0.05)
-  --json            the comparison as JSON on stdout]]
+                    none (the tolerance alone)
+  --alpha A         significance level of the test, 0 < A < 1 (default 0.05)
+  --json            the comparison as JSON on stdout
+  -h, --help        this text
+
+--stat, --tolerance and --better apply to every gate. A gate regresses when
+B is worse than A by more than the tolerance and, for a histogram, the test
+finds the distributions different at --alpha. Without --metric or
+--tolerance, compare only reports.
+
+Exit codes: 0 no gate regressed (or no gate); 1 a gate regressed (in any
+sweep cell), or its metric is missing from one side; 2 usage error,
+unreadable input, a gated metric in neither run, an experiment compared
+with a sweep, or two sweeps with no cell in common. Reference:
+docs/scale-out.md.]]
 
 --- kbrun compare [options] A B: see COMPARE_USAGE and kb.compare.
 function M.compare(args)
