@@ -348,6 +348,72 @@ T.case("empty plots are valid and say so", function()
   well_formed(svg.histogram { samples = { 0.5, 0.5, 0.5 }, kde = true, unit = "s" }, "one distinct value")
 end)
 
+-- The tick labels of an axis group (class "x-axis" or "y-axis") with
+-- their data-value: list of { label, value }.
+local function axis_ticks(text, which)
+  local g = text:match('<g class="' .. which:gsub("%-", "%%-") .. '">(.-)</g>')
+  local out = {}
+  for v, l in (g or ""):gmatch('class="tick" data%-value="([^"]*)"[^>]*>([^<]*)</text>') do
+    out[#out + 1] = { l, tonumber(v) }
+  end
+  return out, g and g:match('class="axis%-title"[^>]*>([^<]*)</text>')
+end
+
+T.case("axes: plain-number ticks, the unit in the title, one unit per axis", function()
+  -- run durations of 9-12 minutes: ticks in minutes, title says so
+  local d = {}
+  for i = 1, 50 do d[i] = 540 + 180 * ((i * 0.618034) % 1) end
+  local text = svg.histogram { samples = d, unit = "s", xlabel = "run.duration", kde = true }
+  local ticks, title = axis_ticks(text, "x-axis")
+  T.eq(title, "run.duration (min)")
+  T.ok(#ticks >= 3, "x ticks")
+  for _, t in ipairs(ticks) do
+    T.eq(tonumber(t[1]) * 60, t[2], "tick " .. t[1] .. " min stands for its value in seconds")
+  end
+  local yt, ytitle = axis_ticks(text, "y-axis")
+  T.eq(ytitle, "count")
+  -- the KDE's peak is inside the y range: no point at the plot's top
+  local top = tonumber(text:match('<g class="y%-axis">.-<line x1="[%d.]+" y1="([%d.]+)" x2="[%d.]+" y2="[%d.]+" stroke="#444"/>'))
+  local kde_top = math.huge
+  for y in text:match('class="kde" d="([^"]*)"'):gmatch("[ML][%d.]+ ([%d.]+)") do kde_top = math.min(kde_top, tonumber(y)) end
+  T.ok(top and kde_top > top + 1, "KDE top " .. kde_top .. " below the axis top " .. tostring(top))
+  T.ok(#yt >= 2, "y ticks")
+  -- 90.5-91 ms: labels of a narrow axis do not collide (estimated widths)
+  local narrow = {}
+  for i = 1, 40 do narrow[i] = 0.0905 + 0.0005 * ((i * 0.618034) % 1) end
+  local nt = axis_ticks(svg.histogram { samples = narrow, unit = "s", width = 600 }, "x-axis")
+  T.ok(#nt >= 2 and #nt <= 8, #nt .. " ticks on a 600 px axis")
+end)
+
+T.case("lines: auto log y for one outlying level, shared domain, legend in its own band", function()
+  local pts = {}
+  for i, y in ipairs({ 0.2, 0.25, 0.3, 0.28, 40 }) do pts[i] = { x = 2 ^ (i + 2), y = y } end
+  local text = svg.lines { series = { { name = "run.list p99", points = pts } }, x = { scale = "log", label = "concurrent runs" },
+    y = { unit = "s", label = "p99" } }
+  well_formed(text, "auto log")
+  local yt = axis_ticks(text, "y-axis")
+  local decades = 0
+  for _, t in ipairs(yt) do
+    local l = math.log(t[2], 10)
+    if math.abs(l - math.floor(l + 0.5)) < 1e-9 then decades = decades + 1 end
+  end
+  T.ok(decades >= 2, "log y axis: " .. #yt .. " ticks, " .. decades .. " at powers of ten")
+  -- x ticks at the levels themselves (8 ... 128)
+  local xt = axis_ticks(text, "x-axis")
+  T.eq(xt[1][2], 8)
+  T.eq(xt[#xt][2], 128)
+  -- a given domain is kept (panels of one metric share it)
+  local a = svg.lines { series = { { name = "a", points = { { x = 1, y = 1 }, { x = 2, y = 2 } } } }, y = { domain = { 0, 10 }, scale = "linear" } }
+  local b = svg.lines { series = { { name = "a", points = { { x = 1, y = 5 }, { x = 2, y = 9 } } } }, y = { domain = { 0, 10 }, scale = "linear" } }
+  local ta, tb = axis_ticks(a, "y-axis"), axis_ticks(b, "y-axis")
+  T.same(ta, tb)
+  T.eq(ta[#ta][2], 10)
+  -- the legend's band ends above the plot area
+  local legend_y = tonumber(a:match('<g class="legend">.-<text x="[%d.]+" y="([%d.]+)"'))
+  local area_top = tonumber(a:match('<g class="y%-axis">.-<line x1="[%d.]+" y1="([%d.]+)" x2="[%d.]+" y2="[%d.]+" stroke="#444"/>'))
+  T.ok(legend_y + 4 < area_top, "legend baseline " .. legend_y .. " above the plot top " .. area_top)
+end)
+
 T.case("output is deterministic", function()
   local function make()
     local rnd = normals(3)
