@@ -10,6 +10,12 @@ local function err_text(err)
   return tostring(err)
 end
 
+-- The first line of a usage text (the synopsis): what a usage error
+-- prints; --help prints the whole text.
+local function synopsis(usage)
+  return (usage:match("^[^\n]*"))
+end
+
 local function fail(code, fmt, ...)
   io.stderr:write("kbrun: ", string.format(fmt, ...), "\n")
   core.exit(code)
@@ -24,15 +30,28 @@ end
 -- rebuilds result.json (and a storm's runs.csv, latencies.csv) from the
 -- journal (kb.rebuild).
 function M.report(args)
-  local usage = "usage: kbrun report [--rebuild] DIR...   (an experiment, a sweep folder, or a folder of them)"
+  local usage = [[
+usage: kbrun report [--rebuild] DIR...
+
+Rebuilds result/report.html of each DIR: an experiment folder, a sweep folder
+(its cells' reports, then sweep.html), or a folder of them (an experiments
+folder, looked into one level deep). An experiment whose result.json is
+missing or older than output/journal.jsonl (kbrun was killed) first gets
+result.json (and a storm's runs.csv, latencies.csv) rebuilt from the journal.
+
+  --rebuild         rebuild result.json from the journal even when it is current
+  -h, --help        this text
+
+Prints the path of every page written. Exit codes: 0 done; 1 a folder could
+not be rebuilt; 2 usage error, or a DIR that holds no experiment or sweep.]]
   local dirs, force = {}, false
   for _, a in ipairs(args.argv) do
     if a == "--rebuild" then force = true
     elseif a == "-h" or a == "--help" then io.stdout:write(usage, "\n") return core.exit(0)
-    elseif a:sub(1, 1) == "-" then return fail(2, "report: unknown option '%s'\n%s", a, usage)
+    elseif a:sub(1, 1) == "-" then return fail(2, "report: unknown option '%s'\n%s", a, synopsis(usage))
     else dirs[#dirs + 1] = a end
   end
-  if #dirs == 0 then return fail(2, "%s", usage) end
+  if #dirs == 0 then return fail(2, "%s", synopsis(usage)) end
   local rebuild = require "kb.rebuild"
   -- each DIR: an experiment, a sweep (its cells, then sweep.html) or a
   -- folder of them (kb.report.targets)
@@ -75,16 +94,29 @@ end
 -- YAML file or a scenario made with kb.kubebench.scenario. key=value
 -- override params; namespace=, timeout= and keep= set those options.
 function M.render(args)
-  local usage = "usage: kbrun render [--argo] EXPERIMENT.yaml|SCENARIO.lua [key=value...]"
+  local usage = [[
+usage: kbrun render [--argo] EXPERIMENT.yaml|SCENARIO.lua [key=value...]
+
+Prints, as YAML, the manifests a Kubebench experiment would create (its job,
+and its post job when that is a container), creating nothing. EXPERIMENT is
+an experiment file, or a scenario made with kb.kubebench.scenario.
+key=value overrides the experiment's params; namespace=, timeout= and keep=
+set those options (docs/kubebench.md).
+
+  --argo            the Argo Workflow that runs the experiment instead
+  -h, --help        this text
+
+Exit codes: 0 printed; 1 the experiment could not be rendered; 2 usage error
+or an unreadable file.]]
   local argo, file, assignments = false, nil, {}
   for _, a in ipairs(args.argv) do
     if a == "--argo" then argo = true
     elseif a == "-h" or a == "--help" then io.stdout:write(usage, "\n") return core.exit(0)
-    elseif a:sub(1, 1) == "-" then return fail(2, "render: unknown option '%s'\n%s", a, usage)
+    elseif a:sub(1, 1) == "-" then return fail(2, "render: unknown option '%s'\n%s", a, synopsis(usage))
     elseif not file then file = a
     else assignments[#assignments + 1] = a end
   end
-  if not file then return fail(2, "%s", usage) end
+  if not file then return fail(2, "%s", synopsis(usage)) end
   if not kb.fs.exists(file) then return fail(2, "render: cannot read '%s'", file) end
   local kubebench = require "kb.kubebench"
   local overrides, perr = require("kb.params").parse_assignments(assignments)
@@ -225,7 +257,23 @@ end
 --- kbrun merge [-o OUT] [--name NAME] [--force] DIR...: merges the
 -- experiments (the shards of one run) into a new experiment; see kb.merge.
 function M.merge(args)
-  local usage = "usage: kbrun merge [-o OUT] [--name NAME] [--force] EXPERIMENT_DIR..."
+  local usage = [[
+usage: kbrun merge [-o OUT] [--name NAME] [--force] EXPERIMENT_DIR...
+
+Merges the experiments of one sharded run (kbrun --shard I/N) into a new
+experiment <OUT>/<scenario>-merged-<date>-<xxxx>/ and prints its path:
+histograms bucket by bucket, counters added, result fields by their name,
+thresholds evaluated again (docs/scale-out.md).
+
+  -o, --out OUT     where the merged experiment goes (default: the folder of
+                    the first input)
+  --name NAME       its name instead of <scenario>-merged
+  --force           merge even with missing, repeated or mismatched shards
+                    (the warnings are recorded in merge.warnings)
+  -h, --help        this text
+
+Exit codes: 0 merged; 1 refused (other scenarios or parameters, missing or
+overlapping shards) or unreadable input; 2 usage error.]]
   local dirs, opts = {}, {}
   local argv, i = args.argv, 1
   while i <= #argv do
@@ -236,11 +284,11 @@ function M.merge(args)
       opts[a == "--name" and "name" or "out"] = argv[i]
     elseif a == "--force" then opts.force = true
     elseif a == "-h" or a == "--help" then io.stdout:write(usage, "\n") return core.exit(0)
-    elseif a:sub(1, 1) == "-" then return fail(2, "merge: unknown option '%s'\n%s", a, usage)
+    elseif a:sub(1, 1) == "-" then return fail(2, "merge: unknown option '%s'\n%s", a, synopsis(usage))
     else dirs[#dirs + 1] = a end
     i = i + 1
   end
-  if #dirs == 0 then return fail(2, "%s", usage) end
+  if #dirs == 0 then return fail(2, "%s", synopsis(usage)) end
   local ok, exp, doc = pcall(require("kb.merge").experiments, dirs, opts)
   if not ok then return fail(1, "merge: %s", err_text(exp)) end
   for _, w in ipairs(doc.merge.warnings) do io.stderr:write("kbrun: merge: warning: ", w, "\n") end
