@@ -419,10 +419,11 @@ function M.report_row(rec)
 end
 
 local function save_config(folder, exp, r)
-  fs.write(fs.join(folder.config_dir, "kf-job-manifest.yaml"), yaml.encode(r.manifest))
+  local scrub = require("kb.secrets").scrub -- docs/security.md
+  fs.write(fs.join(folder.config_dir, "kf-job-manifest.yaml"), scrub(yaml.encode(r.manifest)))
   local pname = exp.params_file or "params.yaml"
-  fs.write(fs.join(folder.config_dir, pname), yaml.encode(r.params))
-  if r.post_job then fs.write(fs.join(folder.config_dir, "post-job-manifest.yaml"), yaml.encode(r.post_job)) end
+  fs.write(fs.join(folder.config_dir, pname), scrub(yaml.encode(r.params)))
+  if r.post_job then fs.write(fs.join(folder.config_dir, "post-job-manifest.yaml"), scrub(yaml.encode(r.post_job))) end
 end
 
 --- Runs one experiment and returns its record (also in result/result.json
@@ -512,7 +513,7 @@ function M.run(exp, opts)
   local root = opts.root or folder.out or fs.dirname(folder.dir)
   rec.report = fs.join(root, exp.reporter.csvReporterOutput)
   if folder.own then
-    fs.write(fs.join(folder.result_dir, "result.json"), json.encode(rec, { pretty = true }) .. "\n")
+    fs.write(fs.join(folder.result_dir, "result.json"), require("kb.secrets").encode_json(rec, { pretty = true }) .. "\n")
   end
   report.append(rec.report, M.report_row(rec))
   return rec

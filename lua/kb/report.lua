@@ -98,7 +98,7 @@ function M.attach(data)
   local exp = kb and rawget(kb, "exp")
   if exp and exp.output_dir then
     local keep = { samples = attached.samples, outcomes = attached.outcomes }
-    fs.write(fs.join(exp.output_dir, DATA_FILE), json.encode(keep) .. "\n")
+    fs.write(fs.join(exp.output_dir, DATA_FILE), require("kb.secrets").encode_json(keep) .. "\n") -- docs/security.md
   end
 end
 
