@@ -4,7 +4,7 @@
 -- Against the embedded simulator by default; host=URL for a real cluster
 -- (through `kubectl proxy`).
 --
---   kbrun scenarios/kubebench_tf_cnn.lua                 # experiments/<id>/..., experiments/report.csv
+--   kbrun scenarios/kubebench_tf_cnn.lua                 # experiments/tf-cnn-dummy-<date>-<xxxx>/..., experiments/report.csv
 --   kbrun scenarios/kubebench_tf_cnn.lua num_worker=2 num_ps=1
 --   kbrun render scenarios/kubebench_tf_cnn.lua          # the manifests, nothing created
 local kubebench = require "kb.kubebench"

@@ -13,7 +13,7 @@
 --   s:delete_runs()                      -- step 6, timed: run.delete
 --   s:cleanup()                          -- steps 7-8 and whatever is left; idempotent
 --   s:scrape_metrics("after")
---   return s:finish()                    -- runs.csv, report data, report.csv; the result
+--   return s:finish()                    -- runs.csv, report data, kfp-storm-report.csv; the result
 --
 -- Improvements over the notebook, each on by default and switchable:
 -- bounded client concurrency (`concurrency`; 1 = the notebook's sequential
@@ -370,7 +370,7 @@ local function client_opts(self, prefix)
 end
 
 --- storm.new(params [, opts]) -> a session. params as M.DEFAULTS; opts:
--- exp (the experiment, default kb.exp), name (for report.csv), kind
+-- exp (the experiment, default kb.exp), name (for kfp-storm-report.csv), kind
 -- ("runs", or "pipelines" for the steps of kb.kfp.storm_pipelines),
 -- base_dir (where relative pipeline paths are also looked up), http (a
 -- kb.http client-like object for the KFP clients), keep_calls (keep every
@@ -1314,7 +1314,7 @@ function Session:unstarted()
 end
 
 --- Writes runs.csv, hands the samples and outcomes to the report, appends
--- the experiment's row to <out>/report.csv, prints the summary and returns
+-- the experiment's row to <out>/kfp-storm-report.csv, prints the summary and returns
 -- the result table for result.json (see storm_report.result). Idempotent.
 function Session:finish()
   if self.result then return self.result end
