@@ -383,10 +383,10 @@ local function summary_section(histos, counters, plot_ids, doc)
       'histogram is listed where retries made it differ from its call.</p>', M.MIN_PLOT)
   end
   if #counters > 0 then
-    out[#out + 1] = '<div><table class="grid num"><thead><tr><th>counter or gauge</th><th>kind</th><th>value</th></tr></thead><tbody>'
+    out[#out + 1] = '<div><table class="grid num"><thead><tr><th>counter or gauge</th><th>value</th></tr></thead><tbody>'
     for _, m in ipairs(counters) do
-      out[#out + 1] = format("<tr><th>%s</th><td class=\"kind\">%s</td><td>%s</td></tr>", esc(metric_key(m)),
-        esc(m.kind), esc(scalar_text(m.value)))
+      out[#out + 1] = format("<tr><th>%s%s</th><td>%s</td></tr>", esc(metric_key(m)),
+        m.kind == "gauge" and ' <span class="muted">(gauge)</span>' or "", esc(scalar_text(m.value)))
     end
     out[#out + 1] = "</tbody></table></div>"
   end
@@ -638,7 +638,7 @@ section{background:#fff;border:1px solid var(--line);border-radius:6px;padding:1
 table{border-collapse:collapse;font-size:13px}
 table.grid th,table.grid td{padding:4px 8px;border-bottom:1px solid var(--line);text-align:left}
 table.grid thead th{font-size:12px;color:var(--muted);font-weight:600;border-bottom:2px solid var(--line)}
-table.num td{text-align:right;font-variant-numeric:tabular-nums}
+table.num td{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 table.num td.kind{text-align:left;color:var(--muted)}
 table.grid tbody th{font-weight:500}
 table.grid a{color:#35589a;text-decoration:none}
@@ -646,11 +646,10 @@ tr.fail td{background:#fdecea;color:var(--bad);font-weight:600}
 tr.pass td.mark{color:var(--good);font-weight:600}
 td.fail{background:#fdecea;color:var(--bad);font-weight:600}
 table.kv th{text-align:left;font-weight:500;padding:3px 18px 3px 0;vertical-align:top;color:#333;white-space:nowrap}
-table.kv td{padding:3px 0;overflow-wrap:anywhere}
+table.kv td{padding:3px 0;overflow-wrap:anywhere;vertical-align:top}
 table.kv code{font-size:12.5px}
-.side{display:grid;grid-auto-flow:column;justify-content:start;align-items:start;gap:8px 28px}
-@media (max-width:1100px){.side{grid-auto-flow:row}}
-.kv2{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:0 28px}.kv2 table.kv{width:100%}
+.side{display:flex;flex-wrap:wrap;align-items:flex-start;gap:8px 28px}
+.kv2{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:0 28px}.kv2 table.kv{justify-self:start;align-self:start}
 details summary{cursor:pointer;list-style-position:outside}details summary h2{display:inline;margin:0}
 .plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:14px}
 section.extra table.grid{margin:6px 0 10px}section.extra figure{max-width:760px}
@@ -754,8 +753,11 @@ function M.html(doc, opts)
   -- what a reader came for first (thresholds, the scenario's own sections:
   -- a storm's outcomes, calibration, server vs client), the raw dump last
   local body = { thresholds_section(doc, histograms_by_name(metrics)), figures_section(doc) }
-  for _, s in ipairs(type(opts.sections) == "table" and opts.sections or {}) do
-    body[#body + 1] = format('<section class="extra"><h2>%s</h2>%s</section>', esc(s.title or ""), s.html or "")
+  local extra_nav = {}
+  for i, s in ipairs(type(opts.sections) == "table" and opts.sections or {}) do
+    local id = anchor("section", s.title or "", i)
+    body[#body + 1] = format('<section class="extra" id="%s"><h2>%s</h2>%s</section>', id, esc(s.title or ""), s.html or "")
+    extra_nav[#extra_nav + 1] = format('<a href="#%s">%s</a>', id, esc(s.title or ("section " .. i)))
   end
   body[#body + 1] = summary_section(histos, counters, plot_ids, doc)
   body[#body + 1] = plots_section(plot_list, opts, doc, plot_ids)
@@ -771,6 +773,10 @@ function M.html(doc, opts)
         nav[#nav + 1] = format('<a href="#%s">%s</a>', pair[1], pair[2])
         break
       end
+    end
+    -- the scenario's sections come right after the thresholds (or first)
+    if pair[1] == "figures" then
+      for _, a in ipairs(extra_nav) do nav[#nav + 1] = a end
     end
   end
   return concat({

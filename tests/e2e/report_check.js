@@ -113,6 +113,13 @@
     var sr = sections[si].getBoundingClientRect();
     var h2 = sections[si].querySelector("h2");
     lines.push("KBSECTION " + Math.round(sr.top + window.scrollY) + " " + Math.round(sr.height) + " " + (h2 ? h2.textContent : sections[si].id));
+    // tables and plots stay inside their section's frame
+    var inner = sections[si].querySelectorAll("table, figure");
+    for (var ti = 0; ti < inner.length; ti++) {
+      var ir = inner[ti].getBoundingClientRect();
+      if (ir.width > 0 && ir.right > sr.right + 1)
+        problem("section " + (h2 ? h2.textContent : si), inner[ti].tagName.toLowerCase() + " sticks out of the section by " + Math.round(ir.right - sr.right) + " px");
+    }
   }
   var verdict = document.querySelector("header p.verdict");
   lines.push("KBVERDICT " + (verdict ? verdict.textContent : ""));

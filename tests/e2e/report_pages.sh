@@ -69,7 +69,7 @@ field() { sed -n "s/^KBPAGE .*$1=\([0-9]*\).*/\1/p" "$KEEP/$2.check"; }
 page_ok() { # page_ok NAME: no problem found, not wider than the window
   local name=$1
   if grep -q '^KBPROBLEM' "$KEEP/$name.check"; then
-    fail "$name: $(grep -c '^KBPROBLEM' "$KEEP/$name.check") problems, e.g. $(grep '^KBPROBLEM' "$KEEP/$name.check" | head -3 | cut -c12-300 | tr '\n' ';')"
+    fail "$name: $(grep -c '^KBPROBLEM' "$KEEP/$name.check") problems, e.g. $(grep '^KBPROBLEM' "$KEEP/$name.check" | head -3 | cut -c11-300 | tr '\n' ';')"
     return 1
   fi
   local w

@@ -419,7 +419,8 @@ h1{font-size:22px;margin:8px 0}h2{font-size:17px;margin:0 0 8px}
 section{background:#fff;border:1px solid var(--line);border-radius:6px;padding:14px;margin:14px 0;overflow-x:auto}
 .grid{display:flex;flex-wrap:wrap;gap:10px}figure{margin:0;flex:1 1 520px;max-width:100%}
 svg{max-width:100%;height:auto}
-table{border-collapse:collapse;font-size:13px}td,th{border-bottom:1px solid var(--line);padding:3px 8px;text-align:right}
+table{border-collapse:collapse;font-size:13px}td,th{border-bottom:1px solid var(--line);padding:3px 7px;text-align:right}
+th{overflow-wrap:anywhere;vertical-align:bottom}td{white-space:nowrap}
 th:first-child,td:first-child{text-align:left}.muted{color:var(--muted)}.failed{color:#b42318}
 a{color:#35589a;text-decoration:none}a:hover{text-decoration:underline}
 ]]
