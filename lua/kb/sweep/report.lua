@@ -451,12 +451,21 @@ local function cell_link(c)
   return { html = concat(parts, " ") }
 end
 
-local function cell_rows(list, params, metrics)
+-- mean ± sd in the metric's unit (durations as in the plots: "6.2 min
+-- ±12 s"), plain numbers otherwise
+local function unit_stat_text(st, unit)
+  if unit ~= "s" or not st or not is_num(st.mean) then return stat_text(st) end
+  local t = svg.format_value(st.mean, "s")
+  if is_num(st.sd) then t = t .. " ±" .. svg.format_value(st.sd, "s") end
+  return t
+end
+
+local function cell_rows(list, params, metrics, units)
   local rows = {}
   for _, c in ipairs(list) do
     local row = { cell_link(c) }
     for _, p in ipairs(params) do row[#row + 1] = tostring(c.params[p]) end
-    for _, m in ipairs(metrics) do row[#row + 1] = stat_text(c.stats[m]) end
+    for _, m in ipairs(metrics) do row[#row + 1] = unit_stat_text(c.stats[m], units and units[m]) end
     row[#row + 1] = c.failed > 0 and format("%d/%d failed%s", c.failed, c.repeats,
       c.error and (": " .. tostring(c.error):sub(1, 120)) or "") or "ok"
     rows[#rows + 1] = row
@@ -546,8 +555,8 @@ function M.html(records, info)
     for _, m in ipairs(plot_metrics) do header[#header + 1] = m end
     header[#header + 1] = "status"
     body[#body + 1] = format('<section id="best"><h2>Best and worst cells by %s (%s is better)</h2><h3>Best</h3>%s<h3>Worst</h3>%s</section>',
-      esc(gmetric), dir == "min" and "lower" or "higher", html_table(header, cell_rows(best, shown, plot_metrics)),
-      html_table(header, cell_rows(worst, shown, plot_metrics)))
+      esc(gmetric), dir == "min" and "lower" or "higher", html_table(header, cell_rows(best, shown, plot_metrics, ropts.units)),
+      html_table(header, cell_rows(worst, shown, plot_metrics, ropts.units)))
   end
 
   if info.searches and #info.searches > 0 then
@@ -569,7 +578,7 @@ function M.html(records, info)
   for _, m in ipairs(metrics) do header[#header + 1] = m end
   header[#header + 1] = "status"
   body[#body + 1] = format('<section id="cells"><h2>All cells (mean ±sd over repeats)</h2><p class="muted">A cell\'s id links to its experiment\'s report (plots of its calls, its figures, parameters).</p>%s</section>',
-    html_table(header, cell_rows(cells, shown, metrics)))
+    html_table(header, cell_rows(cells, shown, metrics, ropts.units)))
 
   return concat({
     "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
