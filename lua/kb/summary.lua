@@ -168,7 +168,7 @@ function M.print(doc, exp, opts)
     for _, line in ipairs(checks) do out[#out + 1] = "  " .. line end
   end
   if exp then out[#out + 1] = "  results: " .. exp.result_dir end
-  io.stdout:write(table.concat(out, "\n"), "\n")
+  io.stdout:write(require("kb.secrets").scrub(table.concat(out, "\n")), "\n") -- docs/security.md
 end
 
 --- What -q still prints: the verdict line and every failed threshold.
@@ -181,7 +181,7 @@ function M.print_quiet(doc, opts)
   for _, line in ipairs(M.threshold_lines(doc, { tty = tty, failed_only = true })) do
     out[#out + 1] = "  " .. line
   end
-  io.stdout:write(table.concat(out, "\n"), "\n")
+  io.stdout:write(require("kb.secrets").scrub(table.concat(out, "\n")), "\n") -- docs/security.md
 end
 
 return M
