@@ -237,8 +237,7 @@ local function setup_server(opts, c)
         credentials[#credentials + 1] = "header " .. k
       end
       -- a bare token a server echoes back must be redacted too
-      if lk:find("auth", 1, true) or lk:find("token", 1, true) or lk:find("cookie", 1, true)
-          or lk:find("key", 1, true) or lk:find("secret", 1, true) or lk:find("session", 1, true) then
+      if secret_store.credential_header(k) then
         secret_store.register(tostring(v))
         s.credential_headers = s.credential_headers or {}
         s.credential_headers[#s.credential_headers + 1] = k

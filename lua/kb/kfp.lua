@@ -156,14 +156,8 @@ local function read_token(path)
   return token
 end
 
--- Header names whose values are credentials (registered with kb.secrets):
--- the standard ones and anything named like a key, token, secret or session.
-local function is_credential_header(name)
-  local n = name:lower()
-  return CREDENTIAL_HEADERS[n] or n:find("auth", 1, true) or n:find("token", 1, true)
-    or n:find("secret", 1, true) or n:find("key", 1, true) or n:find("session", 1, true)
-    or n:find("password", 1, true) or n:find("cookie", 1, true)
-end
+-- Header names whose values are credentials (registered with kb.secrets).
+local is_credential_header = credentials.credential_header
 
 local function build_headers(s)
   local h = {}

@@ -130,11 +130,14 @@ end
 -- registers x as well (and the user:password that basic auth encodes, and
 -- the password), a cookie header each value. Values shorter than 4
 -- characters are not registered (they would redact ordinary words).
+local seen_values = {} -- values register() took apart already
+
 function M.register(...)
   local before = #list
   for i = 1, select("#", ...) do
     local v = select(i, ...)
-    if type(v) == "string" and #v >= 4 then
+    if type(v) == "string" and #v >= 4 and not seen_values[v] then
+      seen_values[v] = true
       local parts = { v }
       local scheme, cred = v:match("^%s*(%a[%w-]*)%s+(%S+)%s*$")
       if scheme then
@@ -315,6 +318,54 @@ function M.params(declared)
   end
   if names then table.sort(names) end
   return plain, names
+end
+
+-- Header names whose values are credentials: the standard ones and
+-- anything named like auth, a key, token, secret, session, password or
+-- cookie ("kubeflow-userid" is an identity, not a secret).
+local CREDENTIAL_HEADERS = { authorization = true, ["proxy-authorization"] = true, cookie = true }
+
+--- secrets.credential_header(name) -> whether a header of this name carries
+-- a credential (its value is registered before it is sent).
+function M.credential_header(name)
+  if type(name) ~= "string" then return false end
+  local n = name:lower()
+  return CREDENTIAL_HEADERS[n] or n:find("auth", 1, true) ~= nil or n:find("token", 1, true) ~= nil
+    or n:find("secret", 1, true) ~= nil or n:find("key", 1, true) ~= nil
+    or n:find("session", 1, true) ~= nil or n:find("password", 1, true) ~= nil
+    or n:find("cookie", 1, true) ~= nil
+end
+
+--- secrets.register_headers(headers): registers the values of the
+-- credential headers (M.credential_header) of a header table.
+function M.register_headers(headers)
+  if type(headers) ~= "table" then return end
+  for k, v in pairs(headers) do
+    if M.credential_header(k) and (type(v) == "string" or type(v) == "number") then M.register(tostring(v)) end
+  end
+end
+
+-- kb.http's module functions register the credential headers a scenario
+-- passes (kb.kfp, kb.k8s and kb.argo register theirs themselves), so a
+-- server echoing a bare token is scrubbed whatever sent it. The methods of
+-- a kb.http.client() are not wrapped.
+do
+  local ok, http = pcall(require, "kb.http")
+  if ok and type(http) == "table" and not rawget(http, "registers_credentials") then
+    -- the position of the options table in each function's arguments
+    local OPTS = { get = 2, head = 2, delete = 2, post = 3, put = 3, patch = 3, request = 1, stream = 1 }
+    for name, at in pairs(OPTS) do
+      local f = http[name]
+      if type(f) == "function" then
+        http[name] = function(...)
+          local opts = select(at, ...)
+          if type(opts) == "table" and opts.headers then M.register_headers(opts.headers) end
+          return f(...)
+        end
+      end
+    end
+    http.registers_credentials = true
+  end
 end
 
 -- kb.log's leveled functions, with the registered secrets replaced before

@@ -11,6 +11,8 @@
 #   S_HEADER  kfp.client{headers = {Authorization = "Bearer ..."}} (401 echoing it)
 #   S_COOKIE  kfp.client{cookies = ...}       (401 echoing the Cookie header)
 #   S_PARAM   a parameter declared {secret = true}, logged, raised and returned
+#   S_DIRECT  a bare Authorization header of a scenario's own kb.http.get
+#             (the 401 body quoting it is logged)
 # Every run is verbose (-v), against a failing (closed port) or an echoing
 # server. Then every file under the output folders (experiment folders,
 # report.csv and the like), stdout and stderr are searched for each secret,
@@ -40,7 +42,8 @@ S_KUBE="kubeTok${tag}Q8"
 S_HEADER="hdrTok${tag}Q9"
 S_COOKIE="cookieVal${tag}QA"
 S_PARAM="paramKey${tag}QB"
-ALL="S_HOST S_PROM S_QUERY S_SIG S_KEY S_TOKEN S_ARGO S_KUBE S_HEADER S_COOKIE S_PARAM"
+S_DIRECT="directTok${tag}QC"
+ALL="S_HOST S_PROM S_QUERY S_SIG S_KEY S_TOKEN S_ARGO S_KUBE S_HEADER S_COOKIE S_PARAM S_DIRECT"
 
 # the echoing server, in the background for at most 120 s
 "$KBRUN" -q -o "$WORK/server" "$SRC/tests/e2e/secrets_everywhere.lua" \
@@ -97,6 +100,8 @@ return {
     local ok, err = pcall(c.get_run, c, "run-1")
     kb.log.warn("get_run failed: %s", tostring(err))
     kb.log.info("the api key is %s", p.api_key)
+    local direct = kb.http.get(p.url .. "/direct", { headers = { Authorization = "$S_DIRECT" }, timeout = 10 })
+    kb.log.warn("direct call: HTTP %d %s", direct.status, direct.body)
     kb.report.attach { outcomes = { failed = 1 } }
     kb.metrics.counter("calls", { outcome = "auth" }):inc()
     error("giving up with " .. p.api_key .. " after " .. tostring(err))
@@ -120,6 +125,7 @@ for name in host prom query token http argo jobs client; do
 done
 grep -q '401' "$WORK/token.stderr" || fail "token: no 401 from the echoing server on stderr"
 grep -q 'unauthenticated' "$WORK/client.stderr" || fail "client: the echoed message is not on stderr"
+grep -q 'direct call: HTTP 401' "$WORK/client.stderr" || fail "client: the direct call's answer is not on stderr"
 grep -q 'giving up with <redacted>' "$WORK/client.stderr" || fail "client: the scenario error is not scrubbed on stderr"
 grep -q '"api_key": "<redacted>"' "$OUT"/client/*/config/params.json || fail "client: params.json does not mark the secret parameter"
 grep -q 'http://\*\*\*@127.0.0.1' "$OUT"/host/*/config/params.json || fail "host: userinfo not written as ***"
