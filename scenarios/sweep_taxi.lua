@@ -4,7 +4,8 @@
 --
 --   kbrun scenarios/sweep_taxi.lua                     # 24 cells on the simulator, ~15 s
 --   kbrun --seed 7 scenarios/sweep_taxi.lua repeats=3  # error bars over 3 repeats, ~40 s
--- (wall-clock times measured on a 2-core machine: 13.5-16 s and 40 s.)
+-- (wall-clock times measured on a 2-core machine: 13.5-16 s; repeats=3
+-- 40 s, 56 s while other jobs loaded it.)
 --   kbrun scenarios/sweep_taxi.lua host=http://127.0.0.1:8888   # a real KFP: runs x steps x pool
 --
 -- Each cell is a run storm (kb.kfp.storm, the taxi_50runs notebook steps)
