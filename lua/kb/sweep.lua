@@ -35,6 +35,7 @@ local sjournal = require "kb.sweep.journal"
 local search = require "kb.sweep.search"
 local report = require "kb.sweep.report"
 local lock = require "kb.sweep.lock"
+local params_mod = require "kb.params"
 
 local M = {}
 local format = string.format
@@ -43,6 +44,15 @@ M.sampling, M.journal, M.search, M.report = sampling, sjournal, search, report
 
 local function bad(fmt, ...)
   error("kb.sweep: " .. format(fmt, ...), 0)
+end
+
+-- "a=1 b=x": a cell's parameters, in name order, for messages.
+local function cell_label(cell)
+  local keys, out = {}, {}
+  for k in pairs(cell or {}) do keys[#keys + 1] = tostring(k) end
+  table.sort(keys)
+  for i, k in ipairs(keys) do out[i] = k .. "=" .. tostring(cell[k]) end
+  return table.concat(out, " ")
 end
 
 local function copy(t)
@@ -246,6 +256,8 @@ end
 
 -- Runs one repeat of one cell unless the journal has it; returns its record.
 function Sweep:run_one(c, rep)
+  -- a cell refused how it was called (a usage error): the rest are not run
+  if self.refused then return { status = "refused", metrics = {} } end
   local rk = sjournal.run_key(c.key, rep)
   local done = self.j.done[rk]
   if done and (done.status == "ok" or not self.def.retry_failed) then
@@ -292,6 +304,19 @@ function Sweep:run_one(c, rep)
     self.slot_sem:release()
   end
   if not ok and kb.is_cancelled(metrics) then error(metrics, 0) end
+  if not ok and type(metrics) == "table" and metrics.class == "usage" then
+    -- The user's mistake (kb.kfp.storm refusing num_runs=abc), the same for
+    -- every cell: not a result of this cell. Nothing is journaled for it,
+    -- no further cell starts, and the sweep ends with that one message
+    -- (kb.params.refusal; exit 2). A journal without a finished cell does
+    -- not hold a later, corrected run back (kb.sweep.journal).
+    if metrics.discard then pcall(fs.remove, exp.dir, { recursive = true }) end
+    if not self.refused then
+      self.refused = params_mod.refusal(format("kb.sweep: cell %s r%d (%s): %s", c.id, rep,
+        cell_label(c.cell), tostring(metrics.message or metrics)))
+    end
+    error(self.refused, 0)
+  end
   local rec = { key = c.key, id = c.id, index = c.index, sub = c.sub, ["repeat"] = rep, seed = seed,
     params = params, dir = exp_id, elapsed = kb.now() - t0 }
   if ok and metrics ~= nil and type(metrics) ~= "table" then
@@ -496,6 +521,7 @@ function M.run(def)
   local okw, csv_path, html_path = pcall(self.write_reports, self, true, ok)
   self.j:close()
   if not ok then
+    if self.refused then error(self.refused, 0) end -- one message (see run_one)
     if okw then self:say("interrupted; %s and %s hold the %d finished cell run(s)", csv_path, html_path, #self.j.order) end
     error(err, 0)
   end

@@ -2,7 +2,8 @@
 # A user's mistakes read as one message with advice (kb.params.refuse and
 # the runner's usage errors, docs/scenarios.md "Exit codes"): a params-file
 # mapping where a string is expected, a parameter of the wrong type, a bad
-# parameter value a library refuses (kb.kfp.storm), a refused sweep resume.
+# parameter value a library refuses (kb.kfp.storm), also in a sweep's cells,
+# a refused sweep resume.
 # Each exits 2, prints the exact message once, no Lua traceback, and writes
 # no experiment folder. An error inside scenario code keeps its traceback.
 set -u
@@ -95,6 +96,22 @@ cmp -s "$J" "$WORK/journal.before" || fail "the refused resume changed the sweep
 run "$WORK/out6" -q "$SWEEP" $SMALL step_seconds=30 fresh=true
 expect_code "$CODE" 0
 ls -d "$WORK"/out6/sweep-taxi.old-* >/dev/null 2>&1 || fail "fresh=true did not move the old results aside"
+end
+
+# a bad value in a sweep's cells: the sweep stops with that one message, and
+# the corrected command then runs (a journal without a finished cell does
+# not hold it back)
+begin sweep-cell-refused
+run "$WORK/out8" -q "$SWEEP" num_runs=abc pools=1,2 nodes=1 steps=2 parallel=1 # the first cell refuses
+expect_code "$CODE" 2
+expect_line "kbrun: kb.sweep: cell c001 r1 (nodes=1 num_runs=abc pools=1 steps=2): kb.kfp.storm: num_runs must be an integer from 1 to 100000, got abc"
+no_traceback
+[ -z "$(ls "$WORK/out8" | grep -v '^sweep-taxi$')" ] || fail "an experiment folder was written: $(ls "$WORK/out8")"
+ls -d "$WORK"/out8/sweep-taxi/c00* >/dev/null 2>&1 && fail "a refused cell's folder was kept"
+grep -q '"event":"done"' "$WORK/out8/sweep-taxi/journal.jsonl" && fail "a refused cell was journaled as finished"
+run "$WORK/out8" -q "$SWEEP" num_runs=2 pools=1,2 nodes=1 steps=2
+expect_code "$CODE" 0
+[ "$(tail -n +2 "$WORK/out8/sweep-taxi/sweep.csv" | wc -l)" = 2 ] || fail "the corrected sweep did not run its 2 cells"
 end
 
 # 4. an error inside scenario code keeps its traceback (exit 1)

@@ -85,6 +85,14 @@ function M.open(dir, def, seed, opts)
     local records, skipped = kjournal.read(path)
     self.skipped = skipped
     local head = records[1]
+    local finished = false -- a journal without a finished cell holds nothing to keep
+    for _, r in ipairs(records) do if r.event == "done" then finished = true; break end end
+    if head and head.event == "sweep" and head.hash ~= hash and not finished then
+      -- e.g. a first run whose cells refused a parameter: start over
+      fs.remove(path)
+      records, head, skipped = {}, nil, 0
+      self.skipped = 0
+    end
     if head and head.event == "sweep" then
       if head.hash ~= hash then
         local changes = M.diff(head.definition, json.decode(M.canonical(def)))
