@@ -59,6 +59,8 @@
 #include <lua.h>
 #include <uv.h>
 
+#include "kb/vclock.h"
+
 typedef struct kb_rt kb_rt;
 typedef struct kb_task kb_task;
 typedef void (*kb_cancel_fn)(void *op);
@@ -67,26 +69,10 @@ typedef void (*kb_cancel_fn)(void *op);
 typedef int (*kb_deliver_fn)(lua_State *L, void *op);
 
 /* ---- the scenario clock -------------------------------------------------
- * Everything time-based goes through the runtime's clock: kb.now, kb.sleep,
- * timeouts and recorded latencies. The real clock is monotonic time. A
- * virtual clock (the simulator's) runs `speed` times faster than real time:
- * scenario durations are divided by speed before they become uv timers. */
-typedef struct kb_clock {
-  double (*now)(struct kb_clock *self); /* scenario seconds */
-  double speed;                         /* scenario seconds per real second */
-  void *data;
-} kb_clock;
-
-/* A clock linear in monotonic time: base + elapsed * speed. The real clock
- * is one with speed 1. */
-typedef struct kb_linear_clock {
-  kb_clock clock; /* first: a kb_linear_clock is a kb_clock */
-  double base;
-  uint64_t origin_ns;
-} kb_linear_clock;
-
-void kb_linear_clock_init(kb_linear_clock *c, double base, double speed);
-
+ * Everything time-based goes through the runtime's clock (kb/vclock.h):
+ * kb.now, kb.sleep, timeouts and recorded latencies. It starts as the real
+ * clock (linear, speed 1). The embedded simulator either speeds it up
+ * (linear, speed 600) or makes it fast-forward over waits (events). */
 /* ---- runtime ------------------------------------------------------------ */
 kb_rt *kb_rt_new(void);
 void kb_rt_free(kb_rt *rt);
@@ -94,20 +80,23 @@ kb_rt *kb_rt_from_lua(lua_State *L);
 lua_State *kb_rt_lua(kb_rt *rt);
 uv_loop_t *kb_rt_loop(kb_rt *rt);
 
-/* Replace the scenario clock (the simulator installs its virtual clock).
- * The clock must outlive the runtime or be reset before it is freed. */
-void kb_rt_set_clock(kb_rt *rt, kb_clock *clock);
 /* Switches the runtime's clock to `speed` scenario seconds per real second,
- * continuing from the current kb.now() (the embedded simulator sets its
- * speed; 1 is real time). */
+ * continuing from the current kb.now() (1 is real time). */
 void kb_rt_set_speed(kb_rt *rt, double speed);
-kb_clock *kb_rt_clock(kb_rt *rt);
+/* The clock itself, for timers (kb_vtimer_init) and for the simulator. */
+kb_vclock *kb_rt_clock(kb_rt *rt);
 double kb_rt_now(kb_rt *rt);
 /* A scenario-clock duration in seconds as real milliseconds for a uv timer
  * or a libcurl timeout (rounded up, at least 1 ms for positive values). */
 uint64_t kb_rt_real_ms(kb_rt *rt, double scenario_seconds);
 /* Real seconds elapsed, as scenario seconds. */
 double kb_rt_scenario_seconds(kb_rt *rt, double real_seconds);
+
+/* A job on libuv's thread pool (kb.fs): real work the clock must not skip
+ * over, and one kb_rt_free waits for before Lua goes (its completion still
+ * touches the Lua state). */
+void kb_rt_work_begin(kb_rt *rt);
+void kb_rt_work_end(kb_rt *rt);
 
 /* Run the loop until kb_rt_stop() or until nothing is left to do. Returns
  * the exit code given to kb_rt_stop (0 if the loop just ran dry). */

@@ -1,5 +1,6 @@
 /* kb.core: tasks, sleeping, clocks and semaphores for Lua. The friendlier
  * `kb` module (lua/kb/init.lua) is built on top of these. */
+#include <math.h>
 #include <stdlib.h>
 #include <sys/time.h>
 
@@ -24,35 +25,21 @@ static int l_spawn(lua_State *L) {
 /* ---- sleep ---------------------------------------------------------------- */
 
 typedef struct {
-  uv_timer_t timer;
+  kb_vtimer timer; /* on the scenario clock: it never fires early */
   kb_task *task;
-  double deadline; /* scenario clock */
 } sleep_op;
 
-static void sleep_free(uv_handle_t *h) { free(h->data); }
-
-/* libuv timers count whole milliseconds of a loop time cached at the start
- * of each iteration, so one may fire a fraction of a millisecond early;
- * on a clock sped up 600 times that is most of a simulated second. A
- * sleep never ends before its deadline: an early timer is re-armed. */
-static void sleep_done(uv_timer_t *timer) {
+static void sleep_done(kb_vtimer *timer) {
   sleep_op *op = timer->data;
   kb_task *t = op->task;
-  kb_rt *rt = kb_task_rt(t);
-  double left = op->deadline - kb_rt_now(rt);
-  if (left > 0) {
-    uint64_t ms = kb_rt_real_ms(rt, left);
-    uv_timer_start(timer, sleep_done, ms ? ms : 1, 0);
-    return;
-  }
-  uv_close((uv_handle_t *)timer, sleep_free);
+  free(op);
   kb_task_wake(t);
 }
 
 static void sleep_cancel(void *p) {
   sleep_op *op = p;
-  uv_timer_stop(&op->timer);
-  uv_close((uv_handle_t *)&op->timer, sleep_free);
+  kb_vtimer_stop(&op->timer);
+  free(op);
 }
 
 /* kb.sleep(seconds): suspends the task for that long on the scenario clock.
@@ -61,16 +48,69 @@ static int l_sleep(lua_State *L) {
   lua_Number s = luaL_checknumber(L, 1);
   luaL_argcheck(L, s >= 0 && s == s, 1, "sleep time must be a non-negative number");
   kb_task *t = kb_task_running(L);
-  kb_rt *rt = kb_task_rt(t);
-  if (kb_rt_real_ms(rt, s) == 0) return kb_task_yield(L);
+  if (s == 0) return kb_task_yield(L);
   sleep_op *op = malloc(sizeof *op);
   if (!op) return luaL_error(L, "kb.sleep: out of memory");
-  uv_timer_init(kb_rt_loop(rt), &op->timer);
+  kb_vtimer_init(kb_rt_clock(kb_task_rt(t)), &op->timer, sleep_done, op);
+  op->task = t;
+  if (kb_vtimer_start(&op->timer, s) != 0) {
+    free(op);
+    return luaL_error(L, "kb.sleep: out of memory");
+  }
+  return kb_task_await(L, t, sleep_cancel, op);
+}
+
+/* kb.core.sleep_real(seconds): real seconds, whatever the scenario clock
+ * does (journal flushes, progress lines, bounds on a cleanup). A real wait
+ * does not hold a fast-forwarding clock back. */
+typedef struct {
+  uv_timer_t timer;
+  kb_task *task;
+} real_sleep_op;
+
+static void real_sleep_free(uv_handle_t *h) { free(h->data); }
+
+static void real_sleep_done(uv_timer_t *timer) {
+  real_sleep_op *op = timer->data;
+  kb_task *t = op->task;
+  uv_close((uv_handle_t *)timer, real_sleep_free);
+  kb_task_wake(t);
+}
+
+static void real_sleep_cancel(void *p) {
+  real_sleep_op *op = p;
+  uv_timer_stop(&op->timer);
+  uv_close((uv_handle_t *)&op->timer, real_sleep_free);
+}
+
+static int l_sleep_real(lua_State *L) {
+  lua_Number s = luaL_checknumber(L, 1);
+  luaL_argcheck(L, s >= 0 && s == s, 1, "sleep time must be a non-negative number");
+  kb_task *t = kb_task_running(L);
+  if (s == 0) return kb_task_yield(L);
+  real_sleep_op *op = malloc(sizeof *op);
+  if (!op) return luaL_error(L, "kb.sleep_real: out of memory");
+  uv_timer_init(kb_rt_loop(kb_task_rt(t)), &op->timer);
   op->timer.data = op;
   op->task = t;
-  op->deadline = kb_rt_now(rt) + s;
-  uv_timer_start(&op->timer, sleep_done, kb_rt_real_ms(rt, s), 0);
-  return kb_task_await(L, t, sleep_cancel, op);
+  double ms = ceil(s * 1000.0);
+  uv_timer_start(&op->timer, real_sleep_done, ms > 9.0e15 ? (uint64_t)9.0e15 : (uint64_t)ms, 0);
+  return kb_task_await(L, t, real_sleep_cancel, op);
+}
+
+/* kb.core.clock_kind() -> "events" | "linear" */
+static int l_clock_kind(lua_State *L) {
+  kb_vclock *c = kb_rt_clock(kb_rt_from_lua(L));
+  lua_pushstring(L, kb_vclock_mode_of(c) == KB_VCLOCK_EVENTS ? "events" : "linear");
+  return 1;
+}
+
+/* kb.core.clock_skipped() -> seconds skipped by fast-forwarding, jumps */
+static int l_clock_skipped(lua_State *L) {
+  uint64_t jumps;
+  lua_pushnumber(L, kb_vclock_skipped(kb_rt_clock(kb_rt_from_lua(L)), &jumps));
+  lua_pushinteger(L, (lua_Integer)jumps);
+  return 2;
 }
 
 /* ---- clocks ------------------------------------------------------------------ */
@@ -88,7 +128,7 @@ static int l_time(lua_State *L) {
 }
 
 static int l_clock_speed(lua_State *L) {
-  lua_pushnumber(L, kb_rt_clock(kb_rt_from_lua(L))->speed);
+  lua_pushnumber(L, kb_vclock_speed(kb_rt_clock(kb_rt_from_lua(L))));
   return 1;
 }
 
@@ -277,6 +317,9 @@ static const luaL_Reg core_functions[] = {
   {"now", l_now},
   {"time", l_time},
   {"clock_speed", l_clock_speed},
+  {"clock_kind", l_clock_kind},
+  {"clock_skipped", l_clock_skipped},
+  {"sleep_real", l_sleep_real},
   {"semaphore", l_semaphore},
   {"exit", l_exit},
   {"unobserved_failures", l_unobserved_failures},

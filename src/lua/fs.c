@@ -339,6 +339,7 @@ enum { JOB_READ, JOB_WRITE };
 
 typedef struct {
   uv_work_t req;
+  kb_rt *rt;
   kb_task *task; /* NULL once cancelled: the job then only cleans up */
   lua_State *L;  /* the main state: the write hook runs there */
   int kind, sync, err;
@@ -411,6 +412,7 @@ static int job_deliver(lua_State *L, void *op) {
 static void job_done(uv_work_t *req, int status) {
   fs_job *job = req->data;
   lua_State *L = job->L;
+  kb_rt_work_end(job->rt);
   if (job->ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, job->ref);
   job->ref = LUA_NOREF;
   if (status == UV_ECANCELED || !job->task) {
@@ -452,6 +454,7 @@ static int job_start(lua_State *L, int kind, const char *path, size_t plen, int 
   job->req.data = job;
   job->task = t;
   job->L = kb_rt_lua(rt);
+  job->rt = rt;
   job->kind = kind;
   job->sync = sync;
   job->plen = plen;
@@ -464,6 +467,7 @@ static int job_start(lua_State *L, int kind, const char *path, size_t plen, int 
     job->ref = luaL_ref(L, LUA_REGISTRYINDEX);
   }
   int r = uv_queue_work(kb_rt_loop(rt), &job->req, job_work, job_done);
+  if (r == 0) kb_rt_work_begin(rt);
   if (r != 0) {
     if (job->ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, job->ref);
     free(job);

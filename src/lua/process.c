@@ -71,6 +71,7 @@ typedef struct waiter {
  * so it can outlive the Lua state at shutdown. */
 struct kproc {
   kb_rt *rt;
+  kb_vclock *clock; /* counted busy on it while the child runs (kb/vclock.h) */
   int mode;
   uv_process_t proc;
   uv_pipe_t in, out, err;
@@ -568,6 +569,8 @@ static void spawn_exited(kproc *p) {
 
 static void on_child_exit(uv_process_t *h, int64_t status, int sig) {
   kproc *p = h->data;
+  kb_vclock_busy(p->clock, -1); /* real work over: the clock may skip again */
+  p->clock = NULL;
   p->exited = 1;
   p->exit_status = status;
   p->term_signal = sig;
@@ -813,6 +816,8 @@ static kproc *start(lua_State *L, int mode) {
   }
   p->started = 1;
   p->pid = p->proc.pid;
+  p->clock = kb_rt_clock(rt); /* a child's time is real: no skipping over it */
+  kb_vclock_busy(p->clock, +1);
   lua_settop(L, top); /* argv and envp are not needed after the fork */
 
   if (mode == MODE_RUN) {

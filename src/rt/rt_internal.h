@@ -49,8 +49,8 @@ struct kb_task {
 struct kb_rt {
   uv_loop_t loop;
   lua_State *L;
-  kb_linear_clock linear; /* the runtime's own clock (real, or sped up) */
-  kb_clock *clock;
+  kb_vclock *clock;      /* the scenario clock; its timers live on loop */
+  int pool_jobs;         /* thread-pool jobs not completed (kb_rt_work_begin) */
 
   uv_idle_t ready_idle; /* drains the ready queue */
   kb_task *ready_head, *ready_tail;

@@ -47,11 +47,10 @@ kb_rt *kb_rt_new(void) {
   rt->loop.data = rt;
   uv_idle_init(&rt->loop, &rt->ready_idle);
   rt->ready_idle.data = rt;
-  kb_linear_clock_init(&rt->linear, 0.0, 1.0);
-  rt->clock = &rt->linear.clock;
-
-  rt->L = luaL_newstate();
+  rt->clock = kb_vclock_new(&rt->loop, KB_VCLOCK_LINEAR, 1.0);
+  rt->L = rt->clock ? luaL_newstate() : NULL;
   if (!rt->L) {
+    kb_vclock_free(rt->clock);
     uv_close((uv_handle_t *)&rt->ready_idle, NULL);
     uv_run(&rt->loop, UV_RUN_DEFAULT);
     uv_loop_close(&rt->loop);
@@ -79,8 +78,14 @@ void kb_rt_free(kb_rt *rt) {
    * handle is left is closed before the loop goes. */
   kb__tasks_abandon(rt);
   kb__signals_stop(rt);
+  /* A job a pool thread runs cannot be cancelled; its completion unrefs
+   * what it kept in the Lua registry: let it complete first. */
+  while (rt->pool_jobs > 0 && uv_run(&rt->loop, UV_RUN_ONCE)) {
+  }
   lua_close(rt->L);
   rt->L = NULL;
+  kb_vclock_free(rt->clock); /* after Lua: its collector stops timers */
+  rt->clock = NULL;
   uv_close((uv_handle_t *)&rt->ready_idle, NULL);
   uv_run(&rt->loop, UV_RUN_DEFAULT);
   uv_walk(&rt->loop, close_any, NULL);
@@ -100,16 +105,26 @@ kb_rt *kb_rt_from_lua(lua_State *L) {
 lua_State *kb_rt_lua(kb_rt *rt) { return rt->L; }
 uv_loop_t *kb_rt_loop(kb_rt *rt) { return &rt->loop; }
 
-void kb_rt_set_clock(kb_rt *rt, kb_clock *clock) {
-  rt->clock = clock ? clock : &rt->linear.clock;
+kb_vclock *kb_rt_clock(kb_rt *rt) { return rt->clock; }
+
+void kb_rt_work_begin(kb_rt *rt) {
+  rt->pool_jobs++;
+  kb_vclock_busy(rt->clock, +1);
 }
 
-kb_clock *kb_rt_clock(kb_rt *rt) { return rt->clock; }
-double kb_rt_now(kb_rt *rt) { return rt->clock->now(rt->clock); }
+void kb_rt_work_end(kb_rt *rt) {
+  rt->pool_jobs--;
+  kb_vclock_busy(rt->clock, -1);
+}
+double kb_rt_now(kb_rt *rt) { return kb_vclock_now(rt->clock); }
+
+void kb_rt_set_speed(kb_rt *rt, double speed) {
+  kb_vclock_set(rt->clock, KB_VCLOCK_LINEAR, speed > 0 ? speed : 1.0);
+}
 
 uint64_t kb_rt_real_ms(kb_rt *rt, double scenario_seconds) {
   if (!(scenario_seconds > 0)) return 0;
-  double ms = scenario_seconds * 1000.0 / rt->clock->speed;
+  double ms = scenario_seconds * 1000.0 / kb_vclock_speed(rt->clock);
   if (ms > 9.0e15) return (uint64_t)9.0e15; /* "forever", without overflow */
   uint64_t whole = (uint64_t)ms;
   if ((double)whole < ms) whole++;
@@ -117,7 +132,7 @@ uint64_t kb_rt_real_ms(kb_rt *rt, double scenario_seconds) {
 }
 
 double kb_rt_scenario_seconds(kb_rt *rt, double real_seconds) {
-  return real_seconds * rt->clock->speed;
+  return real_seconds * kb_vclock_speed(rt->clock);
 }
 
 int kb_rt_run(kb_rt *rt) {
