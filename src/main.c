@@ -39,7 +39,12 @@ static void usage(FILE *out) {
     "      --seed N            random seed (default: from the clock, recorded)\n"
     "      --sim-config FILE   cluster config of the embedded simulator (docs/simulator.md)\n"
     "      --sim-profile NAME  simulator profile: default (calibrated), fast, degraded\n"
-    "      --sim-speed X       simulated seconds per real second (default 600)\n"
+    "      --sim-clock KIND    the embedded simulator's clock: events (default: jumps\n"
+    "                          over every wait, host overhead costs no time, a seed\n"
+    "                          reproduces the figures) or linear (--sim-speed times\n"
+    "                          real time; docs/simulator.md)\n"
+    "      --sim-speed X       linear clock: simulated seconds per real second (600);\n"
+    "                          implies --sim-clock linear\n"
     "      --shard I/N         run shard I of N (0 <= I < N; see kb.shard)\n"
     "      --metrics-listen HOST:PORT  serve live metrics for Prometheus on\n"
     "                          http://HOST:PORT/metrics (port 0: any free port,\n"
@@ -147,7 +152,7 @@ typedef struct {
   const char *params_file;
   const char *out;
   const char *seed;
-  const char *sim_config, *sim_profile, *sim_speed;
+  const char *sim_config, *sim_profile, *sim_speed, *sim_clock;
   const char *shard;
   const char *metrics_listen; /* kb.prometheus exporter, started by the runner */
   int quiet, verbose;
@@ -167,6 +172,7 @@ static void push_args(lua_State *L, const options *o, int argc, char **argv, int
   lua_setfield(L, -2, "out");
   const char *strings[][2] = {{"seed", o->seed}, {"sim_config", o->sim_config},
                               {"sim_profile", o->sim_profile}, {"sim_speed", o->sim_speed},
+                              {"sim_clock", o->sim_clock},
                               {"shard", o->shard}, {"metrics_listen", o->metrics_listen}};
   for (size_t i = 0; i < sizeof strings / sizeof *strings; i++) {
     if (!strings[i][1]) continue;
@@ -293,6 +299,7 @@ int main(int argc, char **argv) {
     {"sim-config", required_argument, NULL, 'C'},
     {"sim-profile", required_argument, NULL, 'P'},
     {"sim-speed", required_argument, NULL, 'X'},
+    {"sim-clock", required_argument, NULL, 'K'},
     {"shard", required_argument, NULL, 'I'},
     {"metrics-listen", required_argument, NULL, 'M'},
     {NULL, 0, NULL, 0}
@@ -325,6 +332,13 @@ int main(int argc, char **argv) {
     case 'C': o.sim_config = optarg; break;
     case 'P': o.sim_profile = optarg; break;
     case 'I': o.shard = optarg; break; /* validated by kb.shard (runner) */
+    case 'K':
+      if (strcmp(optarg, "events") != 0 && strcmp(optarg, "linear") != 0) {
+        fprintf(stderr, "kbrun: --sim-clock wants 'events' or 'linear', got '%s'\n", optarg);
+        return EXIT_USAGE;
+      }
+      o.sim_clock = optarg;
+      break;
     case 'M': o.metrics_listen = optarg; break; /* validated by kb.prometheus (runner) */
     case 'X': {
       char *end;

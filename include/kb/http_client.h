@@ -31,6 +31,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "kb/vclock.h"
+
 typedef struct kb_http_client kb_http_client;
 typedef struct kb_http_request kb_http_request;
 
@@ -80,6 +82,12 @@ kb_http_client *kb_http_client_new(uv_loop_t *loop, const kb_http_client_opts *o
 void kb_http_client_free(kb_http_client *c);
 
 /* Requests started and not yet done or cancelled. */
+/* The scenario clock. On a fast-forwarding one, a request to a real server
+ * counts as real work (the clock does not skip while it runs) and one over
+ * a Unix socket (kb_http_request_set_unix_socket: a server on this loop)
+ * times out on the clock. NULL (the default): curl's real-time timeouts. */
+void kb_http_client_set_clock(kb_http_client *c, kb_vclock *clock);
+
 size_t kb_http_client_active(const kb_http_client *c);
 
 /* ---- requests -------------------------------------------------------------- */
@@ -90,6 +98,8 @@ typedef struct kb_http_timings {
   double tls;     /* TLS handshake (0 for plain HTTP or reuse) */
   double ttfb;    /* from kb_http_request_start to the first response byte */
   double total;   /* from kb_http_request_start to completion */
+  double clock;   /* the same on a fast-forwarding client clock (the time
+                     the scenario saw pass), else -1 */
 } kb_http_timings;
 
 typedef struct kb_http_response {
@@ -211,6 +221,9 @@ int kb_http_request_set_options(kb_http_request *r, const kb_http_options *o);
  * the limit and the redacted URL). Streams (set_stream) hold no body and
  * ignore it. Returns 0, or -EINVAL once started. */
 int kb_http_request_set_max_body(kb_http_request *r, size_t max);
+/* Connect through the Unix socket at path (the URL still names the host
+ * for the Host header); NULL: TCP. Before start. 0 or -errno. */
+int kb_http_request_set_unix_socket(kb_http_request *r, const char *path);
 
 /* The response a finished request delivered to its done callback (valid
  * until the request is freed), for a caller that reads it later. */

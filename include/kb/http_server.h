@@ -107,6 +107,11 @@ kb_httpd *kb_httpd_new(uv_loop_t *loop, const kb_httpd_config *config,
  * or a UV_* code (UV_EADDRINUSE, UV_EINVAL for a bad host or port or a
  * second call). After a failure the server cannot listen again; close it. */
 int kb_httpd_listen(kb_httpd *srv, const char *host, int port);
+/* Also (or only) listen on a Unix socket at path, which must not exist.
+ * Same-loop clients reach the server through it with no TCP in between:
+ * a write is in the server's queue when write() returns, which a
+ * fast-forwarding clock relies on (kb/vclock.h). 0 or a libuv error. */
+int kb_httpd_listen_unix(kb_httpd *srv, const char *path);
 
 /* The bound port (0 before a successful listen). */
 int kb_httpd_port(const kb_httpd *srv);

@@ -49,8 +49,8 @@ typedef struct kb_k8s_req_info {
                               namespaces when ns is ""), e.g. for list cost */
 } kb_k8s_req_info;
 
-/* Seconds of wall time to wait before the request is executed and
- * answered (the simulator's API latency model); <= 0: none. */
+/* Seconds on the latency clock to wait before the request is executed
+ * and answered (the simulator's API latency model); <= 0: none. */
 typedef double (*kb_k8s_latency_fn)(void *ud, const kb_k8s_req_info *info);
 
 typedef enum kb_k8s_fault_kind {
@@ -76,7 +76,10 @@ kb_k8s_api *kb_k8s_api_new(uv_loop_t *loop, kb_k8s_store *st);
  * and frees the object once its timers are closed (run the loop). */
 void kb_k8s_api_free(kb_k8s_api *api);
 
-void kb_k8s_api_set_latency(kb_k8s_api *api, kb_k8s_latency_fn fn, void *ud);
+/* The hook's delays wait on clock (which must outlive the API object). */
+struct kb_vclock;
+void kb_k8s_api_set_latency(kb_k8s_api *api, struct kb_vclock *clock, kb_k8s_latency_fn fn,
+                            void *ud);
 void kb_k8s_api_set_fault(kb_k8s_api *api, kb_k8s_fault_fn fn, void *ud);
 
 /* Takes the request (returns 1) when its path is a Kubernetes one, else

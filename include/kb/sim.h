@@ -187,13 +187,22 @@ const kb_sim_config *kb_sim_config_of(const kb_sim *sim);
 double kb_sim_now(const kb_sim *sim);
 double kb_sim_epoch(const kb_sim *sim);
 void kb_sim_set_epoch(kb_sim *sim, double unix_seconds);
-/* Attached: origin_ns such that now = (uv_hrtime() - origin_ns)/1e9*speed.
- * Manual: *origin_ns = 0 and *speed = 0. */
+/* Attached to a linear clock: origin_ns such that now = (uv_hrtime() -
+ * origin_ns)/1e9*speed. On a fast-forwarding clock *origin_ns = 0 and
+ * speed 1 (only the clock's thread can tell the time). Manual: 0 and 0. */
 void kb_sim_clock_params(const kb_sim *sim, uint64_t *origin_ns, double *speed);
 
-/* Real-time mode: a uv timer on loop fires due events; the virtual clock
- * continues from the current sim time. KB_SIM_ESTATE if already attached. */
+/* Real-time mode: a clock of the simulator's own on loop (linear, at its
+ * speed) fires due events; the virtual clock continues from the current
+ * sim time. KB_SIM_ESTATE if already attached. */
 int kb_sim_attach(kb_sim *sim, struct uv_loop_s *loop);
+/* The same on a clock someone else owns (the runtime's, to share one time
+ * and one timer queue with the scenario); it must outlive the attachment. */
+struct kb_vclock;
+int kb_sim_attach_clock(kb_sim *sim, struct kb_vclock *clock);
+/* The clock the simulator is attached to (NULL in manual mode): the REST
+ * layer's modelled latencies wait on it. */
+struct kb_vclock *kb_sim_clock(const kb_sim *sim);
 /* Back to manual mode at the current virtual time. The timer handle is
  * closed (freed on the loop's next iteration). */
 void kb_sim_detach(kb_sim *sim);

@@ -9,11 +9,18 @@
  *   kb_sim_server_stop(s);                              // joins the thread
  *
  * The only state other threads read is the clock (kb_sim_server_clock),
- * fixed once started. Everything else lives on the server's thread. */
+ * fixed once started. Everything else lives on the server's thread.
+ *
+ * In-loop: with opts.loop (and opts.clock) the server runs on the caller's
+ * loop and clock instead, with no thread: the embedded simulator of a
+ * fast-forwarding scenario clock, which must see every party that waits.
+ * Then every call, stop included, comes from that loop's thread, and the
+ * memory is released on a later iteration of the loop. */
 #ifndef KB_SIM_SERVER_H
 #define KB_SIM_SERVER_H
 
 #include <stdint.h>
+#include <uv.h>
 
 #include "kb/sim.h"
 
@@ -28,6 +35,9 @@ typedef struct kb_sim_server_opts {
   uint64_t seed;
   double speed;            /* <= 0: 600 */
   const char *admin_token; /* required for /sim/v1 when not bound to loopback */
+  uv_loop_t *loop;         /* non-NULL: run in-loop (see above) */
+  struct kb_vclock *clock; /* in-loop: the clock to share; NULL: a linear one at speed */
+  const char *unix_path;   /* also listen on this Unix socket (removed at stop) */
 } kb_sim_server_opts;
 
 /* Starts the server thread and returns once it listens (or failed: NULL
@@ -39,6 +49,9 @@ const char *kb_sim_server_host(const kb_sim_server *s);
  * epoch = unix seconds at sim time 0. */
 void kb_sim_server_clock(const kb_sim_server *s, uint64_t *origin_ns, double *speed,
                          double *epoch);
+/* The simulator's time now (sim seconds). From any thread, except for an
+ * in-loop server (its loop's thread only). */
+double kb_sim_server_now(const kb_sim_server *s);
 /* Stops serving, joins the thread and frees everything. */
 void kb_sim_server_stop(kb_sim_server *s);
 

@@ -68,6 +68,7 @@
  *
  * Streams (kb.http.stream): src/lua/http_stream.c. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -99,6 +100,7 @@ static lclient *push_client(lua_State *L, const kb_http_client_opts *opts) {
   if (!(lc->c = kb_http_client_new(kb_rt_loop(rt), opts)))
     kb_error_raise(L, "resource", "kb.http: cannot create an HTTP client (libcurl failed "
                    "to initialise)");
+  kb_http_client_set_clock(lc->c, kb_rt_clock(rt));
   return lc;
 }
 
@@ -406,7 +408,7 @@ static void set_option(lua_State *L, kb_lhttp_spec *s, const char *k) {
  * out, which at x600 would otherwise be a mere 1/600 of the real stall. */
 static uint64_t timeout_ms(kb_rt *rt, double seconds) {
   uint64_t ms = kb_rt_real_ms(rt, seconds);
-  if (ms == 0 || kb_rt_clock(rt)->speed <= 1.0) return ms;
+  if (ms == 0 || kb_vclock_speed(kb_rt_clock(rt)) <= 1.0) return ms;
   double floor_ms = seconds * 1000.0 < 250.0 ? seconds * 1000.0 : 250.0;
   return ms < (uint64_t)floor_ms ? (uint64_t)floor_ms : ms;
 }
@@ -644,12 +646,35 @@ kb__lhttp_sim_timing kb__lhttp_sim_timing_of(const kb_http_response *resp) {
  * time to a real cluster. Scaling it too would inflate every latency by
  * overhead * speed. Other servers' answers take the runtime clock's rate. */
 double kb__lhttp_to_scenario(kb_rt *rt, double real, kb__lhttp_sim_timing sim) {
-  double speed = kb_rt_clock(rt)->speed;
+  double speed = kb_vclock_speed(kb_rt_clock(rt));
   if (sim.hold < 0) return speed == 1.0 ? real : kb_rt_scenario_seconds(rt, real);
   double modelled = sim.modelled >= 0 ? sim.modelled : sim.hold * speed;
   /* The simulator answers holds below a timer tick at once, so real may be
    * shorter than hold: the modelled time still counts in full. */
   return modelled + (real > sim.hold ? real - sim.hold : 0);
+}
+
+/* A response's time table. On a fast-forwarding clock every request's
+ * time is what the clock saw pass (total_clock): the modelled latency for
+ * the embedded simulator, real time for a real server. Else real seconds
+ * converted by kb__lhttp_to_scenario. A stream's head has no total yet. */
+void kb__lhttp_push_times(lua_State *L, kb_rt *rt, const kb_http_timings *t,
+                          kb__lhttp_sim_timing sim, int with_total) {
+  lua_createtable(L, 0, 5);
+  if (t->clock >= 0) {
+    kb__lhttp_set_number(L, "dns", 0);
+    kb__lhttp_set_number(L, "connect", 0);
+    kb__lhttp_set_number(L, "tls", 0);
+    kb__lhttp_set_number(L, "ttfb", t->clock);
+    if (with_total) kb__lhttp_set_number(L, "total", t->clock);
+    return;
+  }
+  kb__lhttp_sim_timing none = sim.hold >= 0 ? (kb__lhttp_sim_timing){0, 0} : sim;
+  kb__lhttp_set_number(L, "dns", kb__lhttp_to_scenario(rt, t->dns, none));
+  kb__lhttp_set_number(L, "connect", kb__lhttp_to_scenario(rt, t->connect, none));
+  kb__lhttp_set_number(L, "tls", kb__lhttp_to_scenario(rt, t->tls, none));
+  kb__lhttp_set_number(L, "ttfb", kb__lhttp_to_scenario(rt, t->ttfb, sim));
+  if (with_total) kb__lhttp_set_number(L, "total", kb__lhttp_to_scenario(rt, t->total, sim));
 }
 
 void kb__lhttp_push_version(lua_State *L, int version) {
@@ -671,14 +696,7 @@ static void push_response(lua_State *L, kb_rt *rt, const kb_http_response *resp)
   lua_setfield(L, -2, "body");
   kb__lhttp_push_version(L, resp->http_version);
   lua_setfield(L, -2, "version");
-  lua_createtable(L, 0, 5);
-  kb__lhttp_sim_timing sim = kb__lhttp_sim_timing_of(resp);
-  kb__lhttp_sim_timing none = sim.hold >= 0 ? (kb__lhttp_sim_timing){0, 0} : sim;
-  kb__lhttp_set_number(L, "dns", kb__lhttp_to_scenario(rt, resp->time.dns, none));
-  kb__lhttp_set_number(L, "connect", kb__lhttp_to_scenario(rt, resp->time.connect, none));
-  kb__lhttp_set_number(L, "tls", kb__lhttp_to_scenario(rt, resp->time.tls, none));
-  kb__lhttp_set_number(L, "ttfb", kb__lhttp_to_scenario(rt, resp->time.ttfb, sim));
-  kb__lhttp_set_number(L, "total", kb__lhttp_to_scenario(rt, resp->time.total, sim));
+  kb__lhttp_push_times(L, rt, &resp->time, kb__lhttp_sim_timing_of(resp), 1);
   lua_setfield(L, -2, "time");
   if (resp->redirects > 0) {
     lua_pushinteger(L, resp->redirects);
@@ -769,6 +787,45 @@ int kb__lhttp_raise_start_error(lua_State *L, int err, const char *method) {
                         strerror(-err));
 }
 
+/* ---- Unix-socket routes ----------------------------------------------------------------
+ * The embedded simulator of a fast-forwarding clock is reached over a Unix
+ * socket (kb/vclock.h says why): requests whose URL starts with its origin
+ * ("http://127.0.0.1:PORT") go there. Kept in the registry, origin -> path. */
+
+static const char ROUTES_KEY = 'u';
+
+void kb__lhttp_route(lua_State *L, const char *origin, const char *path) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &ROUTES_KEY) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &ROUTES_KEY);
+  }
+  if (path) lua_pushstring(L, path);
+  else lua_pushnil(L);
+  lua_setfield(L, -2, origin);
+  lua_pop(L, 1);
+}
+
+/* The socket for url, or NULL. The result lives in the registry as long
+ * as the route. */
+static const char *route_of(lua_State *L, const char *url) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &ROUTES_KEY) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return NULL;
+  }
+  const char *scheme_end = strstr(url, "://");
+  const char *path = NULL;
+  if (scheme_end) {
+    size_t n = strcspn(scheme_end + 3, "/?#") + (size_t)(scheme_end + 3 - url);
+    lua_pushlstring(L, url, n);
+    if (lua_rawget(L, -2) == LUA_TSTRING) path = lua_tostring(L, -1);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return path;
+}
+
 /* build_protected(args, slots...): build_request under lua_pcall, with
  * copies of the spec's slots as its arguments from index 2. */
 typedef struct {
@@ -792,6 +849,9 @@ static int build_protected(lua_State *L) {
  * which a function with to-be-closed slots must not.) */
 kb_http_request *kb__lhttp_new_request(lua_State *L, kb_http_client *c, const kb_lhttp_spec *s) {
   luaL_checkstack(L, NSLOTS + 4, "kb.http: building a request");
+  char sock[256] = ""; /* looked up first: nothing here may raise later */
+  const char *route = route_of(L, s->url);
+  if (route) snprintf(sock, sizeof sock, "%s", route);
   build_args a = {kb_http_request_new(c, s->method, s->url), s, 0};
   if (!a.r) kb_error_raise(L, "resource", "kb.http: out of memory building a request");
   lua_pushcfunction(L, build_protected);
@@ -801,6 +861,7 @@ kb_http_request *kb__lhttp_new_request(lua_State *L, kb_http_client *c, const kb
     kb_http_request_free(a.r);
     lua_error(L);
   }
+  if (a.err == 0 && sock[0]) a.err = kb_http_request_set_unix_socket(a.r, sock);
   if (a.err != 0) {
     kb_http_request_free(a.r);
     kb__lhttp_raise_start_error(L, a.err, s->method);

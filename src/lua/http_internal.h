@@ -37,6 +37,9 @@ typedef struct kb_lhttp_err_text {
 void kb__lhttp_read_call(lua_State *L, kb_lhttp_spec *s, int url, int body, int opts);
 /* The request s describes, not started; raises when it cannot be built. */
 kb_http_request *kb__lhttp_new_request(lua_State *L, kb_http_client *c, const kb_lhttp_spec *s);
+/* Requests to origin ("http://host:port") go through the Unix socket at
+ * path from now on (NULL: no longer). */
+void kb__lhttp_route(lua_State *L, const char *origin, const char *path);
 int kb__lhttp_raise_start_error(lua_State *L, int err, const char *method);
 
 /* Response fields and errors, as kb.http.request pushes them. */
@@ -56,6 +59,9 @@ kb__lhttp_sim_timing kb__lhttp_sim_timing_of(const kb_http_response *resp);
 /* Real seconds of a response as scenario seconds: the modelled part in
  * simulated time, the rest (this machine's overhead) as real seconds. */
 double kb__lhttp_to_scenario(kb_rt *rt, double real, kb__lhttp_sim_timing sim);
+/* Pushes a response's `time` table (with total unless with_total is 0). */
+void kb__lhttp_push_times(lua_State *L, kb_rt *rt, const kb_http_timings *t,
+                          kb__lhttp_sim_timing sim, int with_total);
 
 /* http_stream.c: the stream type, and kb.http.stream / client:stream with
  * the client's userdata at index `client` and the options at `opts`. */

@@ -57,6 +57,7 @@ typedef struct lstream {
   int version;
   kb__lhttp_sim_timing sim; /* the simulator's modelled hold, or not the simulator */
   kb_http_timings head_time;
+  double total_clock;        /* on a fast-forwarding clock, else -1 */
   double total;       /* real seconds of the whole transfer, once ended */
   kb_http_error error; /* of a failed transfer, raised by read() */
   kb_lhttp_err_text err;       /* its texts, in err_buf; err_buf NULL: out of memory */
@@ -284,6 +285,7 @@ static void on_stream_done(kb_http_request *r, const kb_http_response *resp, voi
     return;
   }
   st->total = resp->time.total;
+  st->total_clock = resp->time.clock;
   if (resp->error) {
     kb_lhttp_err_text e = {resp->message, resp->safe_url, resp->detail, resp->hint, resp->method,
                   resp->curl_code};
@@ -408,16 +410,15 @@ static int stream_gc(lua_State *L) {
  * scaled like scenario time, the head like a normal response. */
 static void push_stream_time(lua_State *L, const lstream *st) {
   kb_rt *rt = st->rt;
-  kb__lhttp_sim_timing none = st->sim.hold >= 0 ? (kb__lhttp_sim_timing){0, 0} : st->sim;
   const kb_http_timings *h = &st->head_time;
-  double ttfb = kb__lhttp_to_scenario(rt, h->ttfb, st->sim);
-  lua_createtable(L, 0, 5);
-  kb__lhttp_set_number(L, "dns", kb__lhttp_to_scenario(rt, h->dns, none));
-  kb__lhttp_set_number(L, "connect", kb__lhttp_to_scenario(rt, h->connect, none));
-  kb__lhttp_set_number(L, "tls", kb__lhttp_to_scenario(rt, h->tls, none));
-  kb__lhttp_set_number(L, "ttfb", ttfb);
+  kb__lhttp_push_times(L, rt, h, st->sim, 0);
   if (st->state == ST_ENDED || (st->state == ST_FAILED && st->total > 0)) {
+    if (st->total_clock >= 0) {
+      kb__lhttp_set_number(L, "total", st->total_clock);
+      return;
+    }
     double body = st->total - h->ttfb;
+    double ttfb = kb__lhttp_to_scenario(rt, h->ttfb, st->sim);
     kb__lhttp_set_number(L, "total", ttfb + kb_rt_scenario_seconds(rt, body > 0 ? body : 0));
   }
 }
@@ -475,6 +476,7 @@ static lstream *push_stream(lua_State *L, int client) {
   memset(st, 0, sizeof *st);
   st->rt = kb_rt_from_lua(L);
   st->sim = KB__LHTTP_NOT_SIM;
+  st->total_clock = -1;
   luaL_setmetatable(L, STREAM_META);
   lua_pushvalue(L, client);
   lua_setiuservalue(L, -2, 2);

@@ -254,6 +254,51 @@ static void drain(kb_http_client *c) {
 
 static void on_check(uv_check_t *h) { drain(h->data); }
 
+/* A request over a Unix socket to a server on this loop (the embedded
+ * simulator) times out on the fast-forwarding clock: curl's own timer
+ * counts real time, which the clock skips. */
+static void on_deadline(kb_vtimer *t) {
+  kb_http_request *r = t->data;
+  kb_http_client *c = r->client;
+  if (!r->started) return;
+  curl_multi_remove_handle(c->multi, r->easy);
+  snprintf(r->errbuf, sizeof r->errbuf, "Operation timed out after %llu milliseconds "
+           "(on the scenario clock)", (unsigned long long)r->timeout_ms);
+  c->depth++;
+  kb__http_request_finish(r, CURLE_OPERATION_TIMEDOUT);
+  if (--c->depth == 0 && c->closing) client_destroy(c);
+}
+
+/* On a fast-forwarding clock: a request to a real server is real work the
+ * clock must not skip over; one to the embedded simulator gets its
+ * timeout on the clock instead of curl's. */
+void kb__http_clock_start(kb_http_request *r) {
+  kb_http_client *c = r->client;
+  r->busy = 0;
+  r->clock_start = -1;
+  if (!c->clock || kb_vclock_mode_of(c->clock) != KB_VCLOCK_EVENTS) return;
+  r->clock_start = kb_vclock_now(c->clock);
+  if (!r->unix_socket) {
+    r->busy = 1;
+    kb_vclock_busy(c->clock, +1);
+    return;
+  }
+  kb_vtimer_init(c->clock, &r->deadline, on_deadline, r);
+  if (r->timeout_ms) {
+    curl_easy_setopt(r->easy, CURLOPT_TIMEOUT_MS, 0L);
+    kb_vtimer_start(&r->deadline, (double)r->timeout_ms / 1e3);
+  }
+}
+
+void kb__http_clock_stop(kb_http_request *r) {
+  kb_http_client *c = r->client;
+  if (r->busy) kb_vclock_busy(c->clock, -1);
+  r->busy = 0;
+  if (r->deadline.clock) kb_vtimer_stop(&r->deadline);
+}
+
+void kb_http_client_set_clock(kb_http_client *c, kb_vclock *clock) { c->clock = clock; }
+
 void kb__http_request_activate(kb_http_request *r) {
   kb_http_client *c = r->client;
   r->prev = NULL;
@@ -266,6 +311,7 @@ void kb__http_request_activate(kb_http_request *r) {
 
 void kb__http_request_deactivate(kb_http_request *r) {
   kb_http_client *c = r->client;
+  kb__http_clock_stop(r);
   if (r->prev) r->prev->next = r->next;
   else c->active = r->next;
   if (r->next) r->next->prev = r->prev;

@@ -7,6 +7,7 @@
 #include <curl/curl.h>
 
 #include "kb/http_client.h"
+#include "kb/vclock.h"
 
 /* A growable byte buffer whose memory is kept across reuses. */
 typedef struct hbuf {
@@ -78,6 +79,11 @@ struct kb_http_request {
   int queued;        /* on the client's list of streams to deliver */
   kb_http_request *qprev, *qnext;
   uint64_t t_start;  /* uv_hrtime() at start */
+  uint64_t timeout_ms; /* the timeout option, for a deadline on the clock */
+  int unix_socket;   /* sent over a Unix socket (the embedded simulator) */
+  int busy;          /* counted as real work on the client's clock */
+  kb_vtimer deadline; /* the timeout on a fast-forwarding clock */
+  double clock_start; /* fast-forwarding clock's time at start, or -1 */
   int sock_errno;    /* errno of a failed socket() in OPENSOCKETFUNCTION */
   hbuf msg;          /* error message, redacted URL, hint */
   kb_http_response resp;
@@ -107,6 +113,7 @@ struct kb_http_client {
   kb_http_request *delivering; /* whose stream callback runs; NULL if it
                                   was cancelled from inside it */
 
+  kb_vclock *clock;  /* the scenario clock, or NULL (kb_http_client_set_clock) */
   int depth;         /* > 0 while finishing transfers (callbacks run) */
   int closing;       /* kb_http_client_free was called */
   int warned_insecure;
@@ -117,6 +124,10 @@ curl_socket_t kb__http_open_socket(void *clientp, curlsocktype purpose,
                                    struct curl_sockaddr *addr);
 int kb__http_close_socket(void *clientp, curl_socket_t fd);
 void kb__http_request_activate(kb_http_request *r);
+/* The request's part in the scenario clock: before curl gets the handle,
+ * and when it is done (kb__http_request_deactivate calls the latter). */
+void kb__http_clock_start(kb_http_request *r);
+void kb__http_clock_stop(kb_http_request *r);
 void kb__http_request_deactivate(kb_http_request *r);
 /* Puts a stream on the delivery list (no-op if on it) / takes it off. */
 void kb__http_stream_queue(kb_http_request *r);

@@ -199,6 +199,8 @@ static void request_release(kb_http_request *r) {
   r->max_body = 0;
   r->body_too_large = 0;
   r->follow = 0;
+  r->timeout_ms = 0;
+  r->unix_socket = 0;
   r->nheaders = 0;
   r->has_body = 0;
   r->url_has_query = 0;
@@ -330,6 +332,7 @@ int kb_http_request_set_options(kb_http_request *r, const kb_http_options *o) {
   r->dirty = 1;
 #define SET(opt, val) \
   do { if (rc == CURLE_OK) rc = curl_easy_setopt(e, opt, val); } while (0)
+  r->timeout_ms = o->timeout_ms;
   if (o->timeout_ms) SET(CURLOPT_TIMEOUT_MS, clamp_ms(o->timeout_ms));
   if (o->connect_timeout_ms) SET(CURLOPT_CONNECTTIMEOUT_MS, clamp_ms(o->connect_timeout_ms));
   r->follow = o->follow_redirects;
@@ -482,9 +485,21 @@ int kb_http_request_start(kb_http_request *r, kb_http_done_cb cb, void *ud) {
     return err;
   if ((err = set_method(r)) != 0 || (err = build_header_list(r)) != 0) return err;
   r->t_start = uv_hrtime();
-  if (curl_multi_add_handle(c->multi, r->easy) != CURLM_OK) return -ENOMEM;
+  kb__http_clock_start(r);
+  if (curl_multi_add_handle(c->multi, r->easy) != CURLM_OK) {
+    kb__http_clock_stop(r);
+    return -ENOMEM;
+  }
   r->started = 1;
   kb__http_request_activate(r);
+  return 0;
+}
+
+int kb_http_request_set_unix_socket(kb_http_request *r, const char *path) {
+  if (r->started) return -EINVAL;
+  r->dirty = 1;
+  if (curl_easy_setopt(r->easy, CURLOPT_UNIX_SOCKET_PATH, path) != CURLE_OK) return -ENOMEM;
+  r->unix_socket = path != NULL;
   return 0;
 }
 
@@ -557,6 +572,8 @@ static void fill_timings(kb_http_request *r, kb_http_timings *t) {
   t->connect = conn > dns ? usec(conn - dns) : 0.0;
   t->tls = app > conn ? usec(app - conn) : 0.0;
   t->ttfb = first > 0 ? usec(first) + queued : 0.0;
+  kb_vclock *clock = r->client->clock;
+  t->clock = r->clock_start >= 0 && clock ? kb_vclock_now(clock) - r->clock_start : -1;
 }
 
 static int version_number(long v) {

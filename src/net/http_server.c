@@ -98,7 +98,13 @@ struct kb_httpd_req {
 };
 
 struct conn {
-  uv_tcp_t tcp;
+  union {             /* a TCP or a Unix-socket connection: both are streams */
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+    uv_stream_t stream;
+    uv_handle_t handle;
+  } io;
+  int is_unix;
   uv_shutdown_t shutdown;
   http_parser parser;
   kb_httpd *srv;
@@ -122,6 +128,8 @@ struct kb_httpd {
   kb_httpd_handler_fn handler;
   void *ud;
   uv_tcp_t listener;
+  uv_pipe_t unix_listener;
+  int unix_init;
   uv_timer_t sweep;      /* idle timeouts and linger deadlines */
   uv_idle_t idle;        /* resumes connections listed in ready */
   int listener_init;
@@ -227,7 +235,7 @@ static void conn_on_write(uv_write_t *w, int status) {
     if (c->writes == 0) conn_reset_now(c);
     return;
   }
-  size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+  size_t queued = uv_stream_get_write_queue_size(&c->io.stream);
   kb_httpd_req *r = c->req;
   if (r && r->on_drain && queued == 0) {
     kb_httpd_req_fn cb = r->on_drain;
@@ -244,7 +252,7 @@ static int conn_write(conn *c, const uv_buf_t *bufs, unsigned n) {
   for (unsigned i = 0; i < n; i++) total += bufs[i].len;
   if (total == 0) return 0;
   /* uv_try_write refuses (UV_EAGAIN) while anything is queued, so order holds. */
-  int r = uv_try_write((uv_stream_t *)&c->tcp, bufs, n);
+  int r = uv_try_write(&c->io.stream, bufs, n);
   if (r >= 0) done = (size_t)r;
   else if (r != UV_EAGAIN) return r;
   if (done == total) return 0;
@@ -264,7 +272,7 @@ static int conn_write(conn *c, const uv_buf_t *bufs, unsigned n) {
   }
   wr->conn = c;
   uv_buf_t b = mkbuf(wr->data, off);
-  r = uv_write(&wr->req, (uv_stream_t *)&c->tcp, &b, 1, conn_on_write);
+  r = uv_write(&wr->req, &c->io.stream, &b, 1, conn_on_write);
   if (r < 0) {
     free(wr);
     return r;
@@ -284,15 +292,15 @@ static void conn_close(conn *c) {
   if (c->closing) return;
   c->closing = 1;
   link_remove(&c->ready);
-  uv_close((uv_handle_t *)&c->tcp, conn_on_close);
+  uv_close(&c->io.handle, conn_on_close);
 }
 
 static void conn_reset_now(conn *c) {
   if (c->closing) return;
   c->closing = 1;
   link_remove(&c->ready);
-  if (uv_tcp_close_reset(&c->tcp, conn_on_close) != 0)
-    uv_close((uv_handle_t *)&c->tcp, conn_on_close);
+  if (c->is_unix || uv_tcp_close_reset(&c->io.tcp, conn_on_close) != 0)
+    uv_close(&c->io.handle, conn_on_close);
 }
 
 static void conn_on_shutdown(uv_shutdown_t *sh, int status) {
@@ -305,7 +313,7 @@ static void conn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 
 static void conn_start_reading(conn *c) {
   if (c->reading || c->closing) return;
-  if (uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read) == 0) c->reading = 1;
+  if (uv_read_start(&c->io.stream, conn_alloc, conn_on_read) == 0) c->reading = 1;
   else conn_close(c);
 }
 
@@ -318,7 +326,7 @@ static void conn_shutdown(conn *c) {
   c->deadline = uv_now(c->srv->loop) + c->srv->cfg.linger_ms;
   link_remove(&c->ready);
   c->shutdown.data = c;
-  if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, conn_on_shutdown) != 0) {
+  if (uv_shutdown(&c->shutdown, &c->io.stream, conn_on_shutdown) != 0) {
     conn_close(c);
     return;
   }
@@ -545,7 +553,7 @@ static void conn_reject(conn *c, enum http_errno e) {
 static int conn_can_parse(conn *c) {
   if (c->closing || c->lingering || c->resetting) return 0;
   if (c->req && c->req->state != REQ_PARSING) return 0;
-  return uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) < WRITE_HIGH_WATER;
+  return uv_stream_get_write_queue_size(&c->io.stream) < WRITE_HIGH_WATER;
 }
 
 static void conn_dispatch(conn *c) {
@@ -735,7 +743,11 @@ static void format_peer(conn *c) {
   int len = sizeof ss;
   char ip[INET6_ADDRSTRLEN] = "?"; /* "[ip]:port" fits in remote[72] */
   int port = 0;
-  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
+  if (c->is_unix) {
+    snprintf(c->remote, sizeof c->remote, "unix");
+    return;
+  }
+  if (uv_tcp_getpeername(&c->io.tcp, (struct sockaddr *)&ss, &len) == 0) {
     if (ss.ss_family == AF_INET6) {
       struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
       uv_ip6_name(a, ip, sizeof ip);
@@ -755,19 +767,21 @@ static void on_connection(uv_stream_t *ls, int status) {
   if (status < 0 || s->closing) return;
   conn *c = calloc(1, sizeof *c);
   if (!c) return; /* the pending connection waits in the backlog */
-  uv_tcp_init(s->loop, &c->tcp);
-  c->tcp.data = c;
+  c->is_unix = ls->type == UV_NAMED_PIPE;
+  if (c->is_unix) uv_pipe_init(s->loop, &c->io.pipe, 0);
+  else uv_tcp_init(s->loop, &c->io.tcp);
+  c->io.handle.data = c;
   c->srv = s;
   link_init(&c->ready);
   link_append(&s->conns, &c->all);
   s->handles++;
   s->stats.open_connections++;
-  if (uv_accept(ls, (uv_stream_t *)&c->tcp) != 0) {
+  if (uv_accept(ls, &c->io.stream) != 0) {
     conn_close(c);
     return;
   }
   s->stats.connections++;
-  uv_tcp_nodelay(&c->tcp, 1);
+  if (!c->is_unix) uv_tcp_nodelay(&c->io.tcp, 1);
   format_peer(c);
   http_parser_init(&c->parser, HTTP_REQUEST);
   c->parser.data = c;
@@ -804,6 +818,18 @@ int kb_httpd_listen(kb_httpd *s, const char *host, int port) {
   return 0;
 }
 
+int kb_httpd_listen_unix(kb_httpd *s, const char *path) {
+  if (s->closing || s->unix_init || !path || !*path) return UV_EINVAL;
+  int r = uv_pipe_init(s->loop, &s->unix_listener, 0);
+  if (r) return r;
+  s->unix_listener.data = s;
+  s->unix_init = 1;
+  s->handles++;
+  r = uv_pipe_bind(&s->unix_listener, path);
+  if (!r) r = uv_listen((uv_stream_t *)&s->unix_listener, s->cfg.backlog, on_connection);
+  return r;
+}
+
 int kb_httpd_port(const kb_httpd *s) { return s->port; }
 
 void kb_httpd_get_stats(const kb_httpd *s, kb_httpd_stats *out) { *out = s->stats; }
@@ -816,6 +842,7 @@ void kb_httpd_close(kb_httpd *s, kb_httpd_closed_fn closed, void *ud) {
   if (s->closing) return;
   s->closing = 1;
   if (s->listener_init) uv_close((uv_handle_t *)&s->listener, on_handle_closed);
+  if (s->unix_init) uv_close((uv_handle_t *)&s->unix_listener, on_handle_closed);
   uv_close((uv_handle_t *)&s->sweep, on_handle_closed);
   uv_close((uv_handle_t *)&s->idle, on_handle_closed);
   for (qlink *l = s->conns.next; l != &s->conns; l = l->next)
@@ -858,7 +885,7 @@ void kb_httpd_req_close_after(kb_httpd_req *r) { r->close_after = 1; }
 
 size_t kb_httpd_req_write_queue(const kb_httpd_req *r) {
   if (req_gone(r)) return 0;
-  return uv_stream_get_write_queue_size((const uv_stream_t *)&r->conn->tcp);
+  return uv_stream_get_write_queue_size(&r->conn->io.stream);
 }
 
 int kb_httpd_req_on_drain(kb_httpd_req *r, kb_httpd_req_fn cb, void *ud) {
@@ -1040,7 +1067,7 @@ int kb_httpd_reset(kb_httpd_req *r, const void *partial, size_t len) {
   c->deadline = uv_now(c->srv->loop) + c->srv->cfg.linger_ms;
   link_remove(&c->ready);
   if (c->reading) {
-    uv_read_stop((uv_stream_t *)&c->tcp);
+    uv_read_stop(&c->io.stream);
     c->reading = 0;
   }
   if (len && partial && conn_write_str(c, partial, len) < 0) conn_close(c);

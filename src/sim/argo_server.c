@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "k8s_internal.h"
+#include "kb/vclock.h"
 #include "sim_glue.h"
 
 #define TEMPLATE_LABEL "workflows.argoproj.io/workflow-template"
@@ -19,7 +20,8 @@ typedef struct argo_stream {
   struct glue_argo *a;
   kb_httpd_req *req;
   kb_k8s_watch *w;
-  uv_timer_t timer; /* listOptions.timeoutSeconds */
+  uv_timer_t timer;   /* listOptions.timeoutSeconds without a clock; its close frees */
+  kb_vtimer vtimer;   /* the same on the server's clock */
   int sse, ended, want_end;
   struct argo_stream *prev, *next;
 } argo_stream;
@@ -27,6 +29,7 @@ typedef struct argo_stream {
 struct glue_argo {
   kb_k8s_store *st;
   uv_loop_t *loop;
+  kb_vclock *clock; /* NULL: stream timeouts in real time */
   const kb_k8s_res *res, *templates, *pods;
   argo_stream *streams;
 };
@@ -110,6 +113,7 @@ static void stream_end(argo_stream *s) {
   s->w = NULL;
   kb_httpd_req_on_abort(s->req, NULL, NULL);
   kb_httpd_stream_end(s->req);
+  if (s->vtimer.clock) kb_vtimer_stop(&s->vtimer);
   uv_timer_stop(&s->timer);
   uv_close((uv_handle_t *)&s->timer, stream_closed);
 }
@@ -120,6 +124,7 @@ static void stream_abort(kb_httpd_req *req, void *ud) {
 }
 
 static void stream_timeout(uv_timer_t *t) { stream_end(t->data); }
+static void stream_vtimeout(kb_vtimer *t) { stream_end(t->data); }
 
 /* One message of a stream: "data: {...}\n\n" for SSE, else a JSON line. */
 static char *stream_msg(const cJSON *msg, int sse, size_t *len) {
@@ -196,7 +201,12 @@ static void do_watch(glue_argo *a, kb_httpd_req *req, const char *ns) {
   /* argo-server passes listOptions to its Kubernetes watch, which ends
    * after timeoutSeconds; without it the stream stays open */
   double timeout = atof(tmo);
-  if (timeout > 0) uv_timer_start(&s->timer, stream_timeout, (uint64_t)(timeout * 1000 + 0.5), 0);
+  if (timeout > 0 && a->clock) { /* real seconds to a client: as long on the clock */
+    kb_vtimer_init(a->clock, &s->vtimer, stream_vtimeout, s);
+    kb_vtimer_start(&s->vtimer, timeout * kb_vclock_speed(a->clock));
+  } else if (timeout > 0) {
+    uv_timer_start(&s->timer, stream_timeout, (uint64_t)(timeout * 1000 + 0.5), 0);
+  }
   kb_k8s_watch_opts o = {.ns = ns, .label_selector = labels, .field_selector = fields,
                          .resource_version = rv};
   s->w = kb_k8s_watch_start(a->st, a->res, &o, stream_event, s, &err);
@@ -614,6 +624,8 @@ glue_argo *glue_argo_new(kb_k8s_store *st, uv_loop_t *loop) {
   }
   return a;
 }
+
+void glue_argo_set_clock(glue_argo *a, kb_vclock *clock) { a->clock = clock; }
 
 void glue_argo_free(glue_argo *a) {
   if (!a) return;

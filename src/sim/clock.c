@@ -63,20 +63,21 @@ void sim_heap_free(sim_heap *h) {
 
 /* ---- clock ---- */
 
-static double wall_now(const kb_sim *sim) {
-  return (double)(uv_hrtime() - sim->origin_ns) / 1e9 * sim->speed;
-}
+static double wall_now(const kb_sim *sim) { return kb_vclock_now(sim->clock) - sim->origin; }
 
 double kb_sim_now(const kb_sim *sim) {
-  if (!sim->loop) return sim->now;
+  if (!sim->clock) return sim->now;
   double t = wall_now(sim);
   return t > sim->now ? t : sim->now;
 }
 
 void kb_sim_clock_params(const kb_sim *sim, uint64_t *origin_ns, double *speed) {
-  if (origin_ns) *origin_ns = sim->loop ? sim->origin_ns : 0;
-  if (speed) *speed = sim->loop ? sim->speed : 0;
+  int linear = sim->clock && kb_vclock_mode_of(sim->clock) == KB_VCLOCK_LINEAR;
+  if (origin_ns) *origin_ns = linear ? sim->origin_ns : 0;
+  if (speed) *speed = sim->clock ? kb_vclock_speed(sim->clock) : 0;
 }
+
+kb_vclock *kb_sim_clock(const kb_sim *sim) { return sim->clock; }
 
 double kb_sim_next_event_time(const kb_sim *sim) {
   const sim_event *e = sim_heap_peek(&sim->heap);
@@ -122,7 +123,7 @@ static long drain(kb_sim *sim, double t) {
 }
 
 int kb_sim_advance_to(kb_sim *sim, double t) {
-  if (sim->loop) return KB_SIM_ESTATE;
+  if (sim->clock) return KB_SIM_ESTATE;
   if (!(t >= sim->now)) return KB_SIM_EINVAL;
   drain(sim, t);
   sim->now = t;
@@ -130,7 +131,7 @@ int kb_sim_advance_to(kb_sim *sim, double t) {
 }
 
 long kb_sim_run_until_idle(kb_sim *sim, double limit) {
-  if (sim->loop) return KB_SIM_ESTATE;
+  if (sim->clock) return KB_SIM_ESTATE;
   long n = 0;
   while (sim->heap.n && sim->heap.ev[0].t <= limit) n += drain(sim, sim->heap.ev[0].t);
   return n;
@@ -138,32 +139,32 @@ long kb_sim_run_until_idle(kb_sim *sim, double limit) {
 
 static void arm(kb_sim *sim);
 
-static void on_timer(uv_timer_t *t) {
-  kb_sim *sim = t->data;
-  kb_sim_sync(sim);
-}
+static void on_timer(kb_vtimer *t) { kb_sim_sync(t->data); }
 
+/* Due is judged on the clock's own numbers (event time + origin <= clock
+ * time), as the timer was armed: judged in sim time, rounding could leave
+ * an event the clock calls due undrained, and a clock that stands still
+ * would fire its timer for ever. */
 void kb_sim_sync(kb_sim *sim) {
-  if (!sim->loop || sim->in_dispatch) return;
-  double t = wall_now(sim);
+  if (!sim->clock || sim->in_dispatch) return;
+  double clock_now = kb_vclock_now(sim->clock);
+  double t = clock_now - sim->origin;
   if (t < sim->now) t = sim->now;
+  while (sim->heap.n && sim->heap.ev[0].t + sim->origin <= clock_now) {
+    double due = sim->heap.ev[0].t;
+    drain(sim, due > t ? due : t);
+  }
   drain(sim, t);
-  sim->now = t;
+  if (t > sim->now) sim->now = t;
   arm(sim);
 }
 
-/* Arm the timer for the next event (real milliseconds, rounded up). */
+/* Arm the timer for the next event, on the clock (which never fires it
+ * early). */
 static void arm(kb_sim *sim) {
-  uv_timer_t *timer = sim->timer;
-  if (!timer) return;
   const sim_event *e = sim_heap_peek(&sim->heap);
-  if (!e) {
-    uv_timer_stop(timer);
-    return;
-  }
-  double dt = (e->t - wall_now(sim)) / sim->speed * 1e3;
-  uint64_t ms = dt <= 0 ? 0 : (uint64_t)ceil(dt);
-  uv_timer_start(timer, on_timer, ms, 0);
+  if (!e) kb_vtimer_stop(&sim->timer);
+  else kb_vtimer_start_at(&sim->timer, e->t + sim->origin);
 }
 
 /* Called whenever an event is scheduled: an earlier event may need an
@@ -171,36 +172,38 @@ static void arm(kb_sim *sim) {
 int sim_schedule(kb_sim *sim, double t, sim_ev_kind kind, uint32_t a, uint32_t b) {
   if (t < sim->now) t = sim->now;
   int rc = sim_heap_push(&sim->heap, t, kind, a, b, subject_gen(sim, kind, a));
-  if (!rc && sim->loop && !sim->in_dispatch && sim->heap.ev[0].seq == sim->heap.seq - 1)
+  if (!rc && sim->clock && !sim->in_dispatch && sim->heap.ev[0].seq == sim->heap.seq - 1)
     arm(sim);
   return rc;
 }
 
-int kb_sim_attach(kb_sim *sim, uv_loop_t *loop) {
-  if (sim->loop) return KB_SIM_ESTATE;
-  uv_timer_t *t = malloc(sizeof *t);
-  if (!t) return KB_SIM_ENOMEM;
-  if (uv_timer_init(loop, t)) {
-    free(t);
-    return KB_SIM_EINVAL;
-  }
-  t->data = sim;
-  sim->timer = t;
-  sim->loop = loop;
+int kb_sim_attach_clock(kb_sim *sim, kb_vclock *clock) {
+  if (sim->clock) return KB_SIM_ESTATE;
+  if (!clock) return KB_SIM_EINVAL;
+  sim->clock = clock;
   /* Continue from the current virtual time. */
-  sim->origin_ns = uv_hrtime() - (uint64_t)(sim->now / sim->speed * 1e9);
+  sim->origin = kb_vclock_now(clock) - sim->now;
+  double speed = kb_vclock_speed(clock);
+  sim->origin_ns = uv_hrtime() - (uint64_t)(sim->now / speed * 1e9);
+  kb_vtimer_init(clock, &sim->timer, on_timer, sim);
   arm(sim);
   return 0;
 }
 
-static void free_handle(uv_handle_t *h) { free(h); }
+int kb_sim_attach(kb_sim *sim, uv_loop_t *loop) {
+  if (sim->clock) return KB_SIM_ESTATE;
+  kb_vclock *c = kb_vclock_new(loop, KB_VCLOCK_LINEAR, sim->speed);
+  if (!c) return KB_SIM_ENOMEM;
+  kb_sim_attach_clock(sim, c);
+  sim->owns_clock = 1;
+  return 0;
+}
 
 void kb_sim_detach(kb_sim *sim) {
-  if (!sim->loop) return;
+  if (!sim->clock) return;
   kb_sim_sync(sim);
-  uv_timer_t *t = sim->timer;
-  uv_timer_stop(t);
-  uv_close((uv_handle_t *)t, free_handle);
-  sim->timer = NULL;
-  sim->loop = NULL;
+  kb_vtimer_stop(&sim->timer);
+  if (sim->owns_clock) kb_vclock_free(sim->clock); /* its handles close on the loop */
+  sim->clock = NULL;
+  sim->owns_clock = 0;
 }

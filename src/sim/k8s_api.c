@@ -3,8 +3,8 @@
  * fault/latency hooks. Tables and discovery documents come from
  * k8s_table.c and k8s_openapi.c.
  *
- * A request goes: route -> fault hook -> latency hook (a uv timer when it
- * asks for a delay) -> execute. Streams (watch, logs -f) stay open in the
+ * A request goes: route -> fault hook -> latency hook (a timer on the
+ * hook's clock when it asks for a delay) -> execute. Streams (watch, logs -f) stay open in the
  * api's stream list until the client goes away, the timeout fires, or the
  * api is freed. */
 #include <ctype.h>
@@ -15,6 +15,7 @@
 
 #include "k8s_table.h"
 #include "kb/k8s_api.h"
+#include "kb/vclock.h"
 #include "kb/log.h"
 #include "kb/yaml.h"
 
@@ -29,6 +30,7 @@ struct kb_k8s_api {
   kb_k8s_store *st;
   kb_k8s_latency_fn latency;
   void *latency_ud;
+  kb_vclock *latency_clock;
   kb_k8s_fault_fn fault;
   void *fault_ud;
   kstream *streams;
@@ -43,7 +45,8 @@ struct kstream {
   kb_k8s_api *api;
   kb_httpd_req *req;
   kb_k8s_watch *w;
-  uv_timer_t timer;
+  uv_timer_t timer;   /* the timeout without a clock; always: its close frees ks */
+  kb_vtimer vtimer;   /* the timeout on the API's clock */
   const kb_k8s_res *res;
   int table, cols_sent, ended, want_end;
   k8s_table_include inc;
@@ -57,7 +60,7 @@ struct kstream {
 struct kdelay {
   kb_k8s_api *api;
   kb_httpd_req *req;
-  uv_timer_t timer;
+  kb_vtimer timer;
   kdelay *prev, *next;
 };
 
@@ -283,6 +286,7 @@ static void stream_finish(kstream *ks) {
   else api->streams = ks->next;
   if (ks->next) ks->next->prev = ks->prev;
   api->n_streams--;
+  if (ks->vtimer.clock) kb_vtimer_stop(&ks->vtimer);
   uv_timer_stop(&ks->timer);
   uv_close((uv_handle_t *)&ks->timer, stream_closed);
 }
@@ -290,6 +294,19 @@ static void stream_finish(kstream *ks) {
 static void stream_abort(kb_httpd_req *req, void *ud) { stream_finish(ud); }
 
 static void stream_timeout(uv_timer_t *t) { stream_finish(t->data); }
+static void stream_vtimeout(kb_vtimer *t) { stream_finish(t->data); }
+
+/* timeoutSeconds are real seconds to an outside client: on the clock they
+ * last as long (in events mode, they pass as the clock does). */
+static void stream_set_timeout(kstream *ks, double seconds) {
+  kb_vclock *c = ks->api->latency_clock;
+  if (!c) {
+    uv_timer_start(&ks->timer, stream_timeout, (uint64_t)(seconds * 1000), 0);
+    return;
+  }
+  kb_vtimer_init(c, &ks->vtimer, stream_vtimeout, ks);
+  kb_vtimer_start(&ks->vtimer, seconds * kb_vclock_speed(c));
+}
 
 /* Writes one line; a client that cannot keep up is cut off. */
 static void stream_line(kstream *ks, const char *text, size_t len, int in_callback) {
@@ -369,7 +386,7 @@ static void do_watch(kb_k8s_api *api, kb_httpd_req *req, const route *r, const c
   ks->inc = table_include(query);
   double timeout = DEFAULT_WATCH_TIMEOUT;
   if (qget(query, "timeoutSeconds", tmo, sizeof tmo) && atof(tmo) > 0) timeout = atof(tmo);
-  uv_timer_start(&ks->timer, stream_timeout, (uint64_t)(timeout * 1000), 0);
+  stream_set_timeout(ks, timeout);
   kb_k8s_watch *w = kb_k8s_watch_start(api->st, r->res, &o, watch_event, ks, &err);
   ks->w = w;
   if (!w || ks->want_end || kb_k8s_watch_done(w)) stream_finish(ks);
@@ -810,22 +827,16 @@ static void execute(kb_k8s_api *api, kb_httpd_req *req) {
 
 /* ---- hooks and entry points ------------------------------------------------------- */
 
-static void delay_closed(uv_handle_t *h) {
-  kdelay *d = h->data;
-  kb_k8s_api *api = d->api;
-  free(d);
-  api->handles--;
-  api_maybe_free(api);
-}
-
+/* Unlinks and frees d (its timer stopped). */
 static void delay_unlink(kdelay *d) {
   if (d->prev) d->prev->next = d->next;
   else d->api->delays = d->next;
   if (d->next) d->next->prev = d->prev;
-  uv_close((uv_handle_t *)&d->timer, delay_closed);
+  kb_vtimer_stop(&d->timer);
+  free(d);
 }
 
-static void delay_fired(uv_timer_t *t) {
+static void delay_fired(kb_vtimer *t) {
   kdelay *d = t->data;
   kb_k8s_api *api = d->api;
   kb_httpd_req *req = d->req;
@@ -886,18 +897,16 @@ int kb_k8s_api_handle(kb_k8s_api *api, kb_httpd_req *req) {
   double delay = api->latency ? api->latency(api->latency_ud, &info) : 0;
   if (delay > 0 && !api->closing) {
     kdelay *d = calloc(1, sizeof *d);
-    if (d) {
+    if (d) kb_vtimer_init(api->latency_clock, &d->timer, delay_fired, d);
+    if (d && kb_vtimer_start(&d->timer, delay) == 0) {
       d->api = api;
       d->req = req;
-      uv_timer_init(api->loop, &d->timer);
-      d->timer.data = d;
-      api->handles++;
       d->next = api->delays;
       if (api->delays) api->delays->prev = d;
       api->delays = d;
-      uv_timer_start(&d->timer, delay_fired, (uint64_t)(delay * 1000 + 0.5), 0);
       return 1;
     }
+    free(d);
   }
   execute(api, req);
   return 1;
@@ -916,9 +925,10 @@ kb_k8s_api *kb_k8s_api_new(uv_loop_t *loop, kb_k8s_store *st) {
   return api;
 }
 
-void kb_k8s_api_set_latency(kb_k8s_api *api, kb_k8s_latency_fn fn, void *ud) {
-  api->latency = fn;
+void kb_k8s_api_set_latency(kb_k8s_api *api, kb_vclock *clock, kb_k8s_latency_fn fn, void *ud) {
+  api->latency = clock ? fn : NULL;
   api->latency_ud = ud;
+  api->latency_clock = clock;
 }
 
 void kb_k8s_api_set_fault(kb_k8s_api *api, kb_k8s_fault_fn fn, void *ud) {

@@ -1,7 +1,7 @@
 /* The KFP REST front: routes (grpc-gateway patterns of both API
  * versions), request parsing, and delayed answers. A handler runs when
- * the request arrives; its answer waits for the modelled API latency on a
- * uv timer (sim seconds / clock speed). */
+ * the request arrives; its answer waits for the modelled API latency on
+ * the simulator's clock. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,7 +183,7 @@ static const route routes[] = {
 /* ---- delayed answers ---- */
 
 struct kfp_pending {
-  uv_timer_t timer;
+  kb_vtimer timer;
   kfp_pending *next, *prev;
   kb_sim_kfp *kfp;
   kb_httpd_req *req;
@@ -200,17 +200,16 @@ static void unlink_pending(kb_sim_kfp *kfp, kfp_pending *p) {
   if (p->next) p->next->prev = p->prev;
 }
 
-static void free_pending(uv_handle_t *h) {
-  kfp_pending *p = h->data;
+static void free_pending(kfp_pending *p) {
   free(p->body);
   free(p);
 }
 
-static void on_delay(uv_timer_t *t) {
+static void on_delay(kb_vtimer *t) {
   kfp_pending *p = t->data;
   kb_httpd_respond(p->req, p->status, json_headers, 1, p->body, p->len);
   unlink_pending(p->kfp, p);
-  uv_close((uv_handle_t *)&p->timer, free_pending);
+  free_pending(p);
 }
 
 static void answer(kb_sim_kfp *kfp, kfp_req *r, double delay_sim) {
@@ -219,13 +218,13 @@ static void answer(kb_sim_kfp *kfp, kfp_req *r, double delay_sim) {
   kb_sim_clock_params(kfp->sim, &origin, &speed);
   double ms = speed > 0 && delay_sim > 0 ? delay_sim / speed * 1000.0 : 0;
   kb_httpd_req_set_timing(r->http, ms, delay_sim > 0 ? delay_sim * 1000.0 : 0);
-  kfp_pending *p = ms >= 1 ? calloc(1, sizeof *p) : NULL;
-  if (!p || uv_timer_init(kfp->loop, &p->timer)) {
+  kfp_pending *p = ms > 0 ? calloc(1, sizeof *p) : NULL;
+  if (p) kb_vtimer_init(kb_sim_clock(kfp->sim), &p->timer, on_delay, p);
+  if (!p || kb_vtimer_start(&p->timer, delay_sim) != 0) {
     free(p);
     kb_httpd_respond(r->http, r->status, json_headers, 1, r->out.data, r->out.len);
     return;
   }
-  p->timer.data = p;
   p->kfp = kfp;
   p->req = r->http;
   p->status = r->status;
@@ -233,7 +232,6 @@ static void answer(kb_sim_kfp *kfp, kfp_req *r, double delay_sim) {
   p->next = kfp->pending;
   if (kfp->pending) kfp->pending->prev = p;
   kfp->pending = p;
-  uv_timer_start(&p->timer, on_delay, (uint64_t)ms, 0);
 }
 
 /* ---- request parsing ---- */
@@ -431,10 +429,6 @@ static kfp_experiment *default_experiment(kb_sim_kfp *kfp) {
   return e;
 }
 
-static void free_timer(uv_handle_t *h) {
-  free(h);
-}
-
 kb_sim_kfp *kb_sim_kfp_new(kb_sim *sim, uv_loop_t *loop) {
   kb_sim_kfp *kfp = calloc(1, sizeof *kfp);
   if (!kfp) return NULL;
@@ -443,15 +437,15 @@ kb_sim_kfp *kb_sim_kfp_new(kb_sim *sim, uv_loop_t *loop) {
   /* ids are deterministic per simulator config + seed + call sequence */
   kb_sim_rng_seed(&kfp->rng, kb_sim_seed_mix(sim->seed, 0x6b6670 /* "kfp" */, 1));
   kfp->metrics = kfp_metrics_new();
-  kfp->sched_timer = malloc(sizeof *kfp->sched_timer);
   kfp_experiment *e = kfp->metrics ? default_experiment(kfp) : NULL;
-  if (!e || !kfp->sched_timer || uv_timer_init(loop, kfp->sched_timer)) {
-    free(kfp->sched_timer);
-    kfp->sched_timer = NULL;
+  if (!e) {
     kb_sim_kfp_free(kfp);
     return NULL;
   }
-  kfp->sched_timer->data = kfp;
+  if (kb_sim_clock(sim)) {
+    kb_vtimer_init(kb_sim_clock(sim), &kfp->sched_timer, kfp_on_sched, kfp);
+    kfp->has_clock = 1;
+  }
   kfp->default_experiment_id = e->id;
   return kfp;
 }
@@ -463,13 +457,10 @@ void kb_sim_kfp_free(kb_sim_kfp *kfp) {
     static const char body[] = "{\"code\":14,\"message\":\"the simulator is shutting down\"}";
     kb_httpd_respond(p->req, 503, json_headers, 1, body, sizeof body - 1);
     unlink_pending(kfp, p);
-    uv_timer_stop(&p->timer);
-    uv_close((uv_handle_t *)&p->timer, free_pending);
+    kb_vtimer_stop(&p->timer);
+    free_pending(p);
   }
-  if (kfp->sched_timer) {
-    uv_timer_stop(kfp->sched_timer);
-    uv_close((uv_handle_t *)kfp->sched_timer, free_timer);
-  }
+  if (kfp->has_clock) kb_vtimer_stop(&kfp->sched_timer);
   kfp_store_free(kfp);
   kfp_metrics_free(kfp->metrics);
   free(kfp);

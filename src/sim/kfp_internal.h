@@ -3,6 +3,7 @@
 #ifndef KB_KFP_INTERNAL_H
 #define KB_KFP_INTERNAL_H
 
+#include "kb/vclock.h"
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
@@ -120,7 +121,8 @@ struct kb_sim_kfp {
   size_t compactions;   /* vector compactions so far (stats) */
   kfp_metrics *metrics;
   kfp_pending *pending; /* delayed responses */
-  uv_timer_t *sched_timer;
+  kb_vtimer sched_timer;   /* next recurring-run trigger, on the sim clock */
+  int has_clock;           /* attached: delays and triggers wait on the clock */
   int closing;
 };
 
@@ -366,6 +368,7 @@ void kfp_run_delete(kb_sim_kfp *kfp, kfp_run *run);
 
 /* Starts due runs and re-arms the schedule timer. */
 void kfp_schedule_tick(kb_sim_kfp *kfp);
+void kfp_on_sched(kb_vtimer *t); /* the recurring-run trigger timer fired */
 /* Next time strictly after `after` (unix seconds) matching the cron
  * expression, or INFINITY; -1 for a malformed expression. */
 double kfp_cron_next(const char *expr, double after);

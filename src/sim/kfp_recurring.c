@@ -238,7 +238,7 @@ static size_t active_runs(const kb_sim_kfp *kfp, const kfp_recurring *rr) {
   return n;
 }
 
-static void on_sched(uv_timer_t *t) {
+void kfp_on_sched(kb_vtimer *t) {
   kb_sim_kfp *kfp = t->data;
   kb_sim_sync(kfp->sim);
   kfp_schedule_tick(kfp);
@@ -264,12 +264,8 @@ void kfp_schedule_tick(kb_sim_kfp *kfp) {
     }
     if (rr->next_fire < wake) wake = rr->next_fire;
   }
-  uint64_t origin;
-  double speed;
-  kb_sim_clock_params(kfp->sim, &origin, &speed);
-  if (!kfp->sched_timer) return;
-  uv_timer_stop(kfp->sched_timer);
-  if (speed <= 0 || !isfinite(wake)) return;
-  double ms = (wake - now) / speed * 1000.0;
-  uv_timer_start(kfp->sched_timer, on_sched, ms < 1 ? 1 : (uint64_t)ms + 1, 0);
+  if (!kfp->has_clock) return;
+  kb_vtimer_stop(&kfp->sched_timer);
+  /* a hair after the trigger, so `after(...) <= now` holds when it fires */
+  if (isfinite(wake)) kb_vtimer_start(&kfp->sched_timer, wake - now + 1e-6);
 }

@@ -20,6 +20,7 @@
 #include "kb/log.h"
 #include "kb/sim_kfp.h"
 #include "kb/sim_server.h"
+#include "kb/vclock.h"
 #include "kb/yaml.h"
 #include "sim_api_faults.h"
 #include "sim_glue.h"
@@ -44,8 +45,13 @@ struct kb_sim_server {
   double want_speed;
 
   uv_thread_t thread;
-  uv_loop_t loop;
+  uv_loop_t own_loop;   /* with a thread of its own */
+  uv_loop_t *loop;      /* own_loop, or the caller's (opts.loop) */
+  kb_vclock *clock;     /* the caller's (opts.clock), or the model's own */
+  int in_loop;          /* runs on the caller's loop: no thread */
+  char *unix_path;
   uv_async_t stop_async;
+  uv_idle_t finale;     /* in-loop stop: its close frees what is left */
   kb_sim *sim;
   kb_httpd *httpd;
   kb_sim_kfp *kfp;
@@ -342,14 +348,12 @@ static void dispatch_api(kb_sim_server *s, kb_httpd_req *req, int api) {
 }
 
 typedef struct stalled_req {
-  uv_timer_t timer;
+  kb_vtimer timer;
   kb_sim_server *server;
   kb_httpd_req *req;
   int api;
   struct stalled_req *prev, *next;
 } stalled_req;
-
-static void stalled_free(uv_handle_t *h) { free(h->data); }
 
 static void stalled_unlink(stalled_req *st) {
   if (st->prev) st->prev->next = st->next;
@@ -357,11 +361,11 @@ static void stalled_unlink(stalled_req *st) {
   if (st->next) st->next->prev = st->prev;
 }
 
-static void hold_done(uv_timer_t *t) {
+static void hold_done(kb_vtimer *t) {
   stalled_req *st = t->data;
   stalled_unlink(st);
   dispatch_api(st->server, st->req, st->api);
-  uv_close((uv_handle_t *)t, stalled_free);
+  free(st);
 }
 
 /* At shutdown: stalled requests get a 503 instead of their stall. */
@@ -369,17 +373,19 @@ static void stalled_abort_all(kb_sim_server *s) {
   while (s->stalled) {
     stalled_req *st = s->stalled;
     stalled_unlink(st);
-    uv_timer_stop(&st->timer);
+    kb_vtimer_stop(&st->timer);
     respond_text(st->req, 503, "text/plain", "the simulator is shutting down\n");
-    uv_close((uv_handle_t *)&st->timer, stalled_free);
+    free(st);
   }
 }
 
-/* Holds a request for `ms` of real time, then dispatches it: a stall
+/* Holds a request for `seconds` of sim time, then dispatches it: a stall
  * fault, or a modelled latency served before the handler (argo-server). */
-static void hold_then_dispatch(kb_sim_server *s, kb_httpd_req *req, int api, uint64_t ms) {
+static void hold_then_dispatch(kb_sim_server *s, kb_httpd_req *req, int api, double seconds) {
   stalled_req *st = malloc(sizeof *st);
-  if (!st) {
+  if (st) kb_vtimer_init(s->clock, &st->timer, hold_done, st);
+  if (!st || kb_vtimer_start(&st->timer, seconds) != 0) {
+    free(st);
     dispatch_api(s, req, api);
     return;
   }
@@ -390,15 +396,12 @@ static void hold_then_dispatch(kb_sim_server *s, kb_httpd_req *req, int api, uin
   st->next = s->stalled;
   if (s->stalled) s->stalled->prev = st;
   s->stalled = st;
-  uv_timer_init(&s->loop, &st->timer);
-  st->timer.data = st;
-  uv_timer_start(&st->timer, hold_done, ms, 0);
 }
 
-/* argo-server's modelled latency, in real ms; the Server-Timing header says
- * it in both clocks. Streams (workflow-events, logs) and the version and
+/* argo-server's modelled latency, in sim seconds; the Server-Timing header
+ * says it in both clocks. Streams (workflow-events, logs) and the version and
  * info documents answer at once, as the Kubernetes side does. */
-static double argo_latency_ms(kb_sim_server *s, kb_httpd_req *req) {
+static double argo_latency(kb_sim_server *s, kb_httpd_req *req) {
   const char *path = kb_httpd_req_path(req), *m = kb_httpd_req_method(req);
   if (s->speed <= 0 || strncmp(path, "/api/v1/workflow", 16) != 0 ||
       !strncmp(path, "/api/v1/workflow-events", 23))
@@ -417,9 +420,8 @@ static double argo_latency_ms(kb_sim_server *s, kb_httpd_req *req) {
     items = wf ? kb_k8s_store_count(s->store, wf, ns[0] ? ns : NULL) : 0;
   }
   double sim_s = kb_sim_api_latency(s->sim, list ? "argo.list" : "argo.single", 0, items);
-  double ms = sim_s / s->speed * 1000.0;
-  kb_httpd_req_set_timing(req, ms, sim_s * 1000.0);
-  return ms;
+  kb_httpd_req_set_timing(req, sim_s / s->speed * 1000.0, sim_s * 1000.0);
+  return sim_s;
 }
 
 static void handle(kb_httpd_req *req, void *ud) {
@@ -450,12 +452,12 @@ static void handle(kb_httpd_req *req, void *ud) {
     return;
   }
   case KB_SIM_FAULT_STALL:
-    hold_then_dispatch(s, req, api, (uint64_t)(s->faults.stall_seconds * 1000.0 / s->speed) + 1);
+    hold_then_dispatch(s, req, api, s->faults.stall_seconds);
     return;
   default: break;
   }
-  double hold_ms = api == API_ARGO ? argo_latency_ms(s, req) : 0;
-  if (hold_ms >= 1) hold_then_dispatch(s, req, api, (uint64_t)(hold_ms + 0.5));
+  double hold = api == API_ARGO ? argo_latency(s, req) : 0;
+  if (hold > 0) hold_then_dispatch(s, req, api, hold);
   else dispatch_api(s, req, api);
 }
 
@@ -511,8 +513,8 @@ static double store_now(void *ud) {
   return kb_sim_epoch(s->sim) + kb_sim_now(s->sim);
 }
 
-/* The k8s API's latency hook: the modelled latency in real seconds; the
- * Server-Timing header reports it so clients scale it to virtual time.
+/* The k8s API's latency hook: the modelled latency in sim seconds; the
+ * Server-Timing header reports it in both clocks.
  * Streams (watch, logs) and discovery are not delayed. */
 static double k8s_latency(void *ud, const kb_k8s_req_info *info) {
   kb_sim_server *s = ud;
@@ -522,21 +524,19 @@ static double k8s_latency(void *ud, const kb_k8s_req_info *info) {
   int list = !strcmp(info->verb, "list") || !strcmp(info->verb, "deletecollection");
   double sim_s = kb_sim_api_latency(s->sim, list ? "k8s.list" : "k8s.single", 0,
                                     list ? info->stored : 0);
-  double ms = sim_s / s->speed * 1000.0;
-  if (s->k8s_req) kb_httpd_req_set_timing(s->k8s_req, ms, sim_s * 1000.0);
-  return ms / 1000.0;
+  if (s->k8s_req) kb_httpd_req_set_timing(s->k8s_req, sim_s / s->speed * 1000.0, sim_s * 1000.0);
+  return sim_s;
 }
 
 static int setup_k8s(kb_sim_server *s) {
   kb_k8s_store_config sc = {.now = store_now, .now_ud = s, .seed = s->seed ? s->seed : 1};
   s->store = kb_k8s_store_new(&sc);
   if (!s->store || kb_k8s_store_add_builtins(s->store) < 0) return -1;
-  s->k8s = kb_k8s_api_new(&s->loop, s->store);
+  s->k8s = kb_k8s_api_new(s->loop, s->store);
   if (!s->k8s) return -1;
-  kb_k8s_api_set_latency(s->k8s, k8s_latency, s);
-  s->glue = glue_new(s->sim, s->store, NULL, &s->loop);
+  s->glue = glue_new(s->sim, s->store, NULL, s->loop);
   if (!s->glue || glue_start(s->glue) < 0) return -1;
-  s->argo = glue_argo_new(s->store, &s->loop);
+  s->argo = glue_argo_new(s->store, s->loop);
   return s->argo ? 0 : -1;
 }
 
@@ -556,25 +556,30 @@ static int setup(kb_sim_server *s) {
   cJSON_Delete(api_faults);
   if (bad) return -1;
   kb_sim_set_epoch(s->sim, (double)time(NULL));
-  /* Before the clock starts: at 600x, building the store would otherwise
-   * cost a varying few sim seconds before the first request. */
+  /* The store is built before the model's clock starts: at 600x, building
+   * it would otherwise cost a varying few sim seconds before the first
+   * request. Its latency hook needs the clock, set right after. */
   if (setup_k8s(s) < 0) {
     set_err(err, KB_SIM_ENOMEM, "out of memory starting the simulator's Kubernetes API%s", NULL);
     return -1;
   }
-  if (kb_sim_attach(s->sim, &s->loop) < 0) {
+  int att = s->clock ? kb_sim_attach_clock(s->sim, s->clock) : kb_sim_attach(s->sim, s->loop);
+  if (att < 0) {
     set_err(err, KB_SIM_ESTATE, "cannot attach the simulator to its loop%s", NULL);
     return -1;
   }
+  s->clock = kb_sim_clock(s->sim);
+  kb_k8s_api_set_latency(s->k8s, s->clock, k8s_latency, s);
+  glue_argo_set_clock(s->argo, s->clock);
   kb_sim_clock_params(s->sim, &s->origin_ns, &s->speed);
   s->epoch = kb_sim_epoch(s->sim);
-  s->kfp = kb_sim_kfp_new(s->sim, &s->loop);
+  s->kfp = kb_sim_kfp_new(s->sim, s->loop);
   glue_set_kfp(s->glue, s->kfp);
   /* Server-Timing tells clients how long the modelled latency held each
    * response, so they can scale just that part to the virtual clock. */
   kb_httpd_config hcfg = {.server_timing = "kbrun-sim", .on_response = on_response,
                           .on_response_ud = s, .date_now = store_now, .date_now_ud = s};
-  s->httpd = kb_httpd_new(&s->loop, &hcfg, handle, s);
+  s->httpd = kb_httpd_new(s->loop, &hcfg, handle, s);
   if (!s->kfp || !s->httpd) {
     set_err(err, KB_SIM_ENOMEM, "out of memory starting the simulator%s", NULL);
     return -1;
@@ -587,12 +592,21 @@ static int setup(kb_sim_server *s) {
     return -1;
   }
   s->port = kb_httpd_port(s->httpd);
+  if (s->unix_path && (r = kb_httpd_listen_unix(s->httpd, s->unix_path)) < 0) {
+    err->code = KB_SIM_EINVAL;
+    snprintf(err->message, sizeof err->message, "cannot listen on %.150s: %s", s->unix_path,
+             kb_httpd_strerror(r));
+    return -1;
+  }
   return 0;
 }
 
 /* Order matters: the API modules finish the requests they hold, the model
- * stops its timer, then the HTTP server closes its connections. */
-static void teardown(kb_sim_server *s) {
+ * stops its timer, then the HTTP server closes its connections. What the
+ * handles' close callbacks may still touch is freed after them
+ * (release_rest): on our own thread after a last run of the loop, on the
+ * caller's loop from the close of `finale`, which comes after them. */
+static void stop_serving(kb_sim_server *s) {
   stalled_abort_all(s);
   glue_argo_free(s->argo);
   s->argo = NULL;
@@ -602,24 +616,33 @@ static void teardown(kb_sim_server *s) {
   s->kfp = NULL;
   glue_stop(s->glue);
   if (s->sim) kb_sim_detach(s->sim);
-  if (s->httpd) kb_httpd_close(s->httpd, on_httpd_closed, s);
-  s->httpd = NULL;
-  uv_close((uv_handle_t *)&s->stop_async, NULL);
-  uv_run(&s->loop, UV_RUN_DEFAULT);
+}
+
+static void server_free(kb_sim_server *s);
+
+static void release_rest(kb_sim_server *s) {
   glue_free(s->glue);
   s->glue = NULL;
   kb_k8s_store_free(s->store);
   s->store = NULL;
   if (s->sim) kb_sim_free(s->sim);
   s->sim = NULL;
-  if (uv_loop_close(&s->loop) != 0)
+}
+
+static void teardown(kb_sim_server *s) {
+  stop_serving(s);
+  if (s->httpd) kb_httpd_close(s->httpd, on_httpd_closed, s);
+  s->httpd = NULL;
+  uv_close((uv_handle_t *)&s->stop_async, NULL);
+  uv_run(s->loop, UV_RUN_DEFAULT);
+  release_rest(s);
+  if (uv_loop_close(s->loop) != 0)
     kb_log(KB_LOG_WARN, "simulator: its loop closed with handles still open");
 }
 
 static void thread_main(void *arg) {
   kb_sim_server *s = arg;
-  uv_loop_init(&s->loop);
-  uv_async_init(&s->loop, &s->stop_async, on_stop);
+  uv_async_init(s->loop, &s->stop_async, on_stop);
   s->stop_async.data = s;
   if (setup(s) < 0) {
     teardown(s);
@@ -627,8 +650,32 @@ static void thread_main(void *arg) {
     return;
   }
   signal_state(s, 1);
-  uv_run(&s->loop, UV_RUN_DEFAULT);
+  uv_run(s->loop, UV_RUN_DEFAULT);
   teardown(s);
+}
+
+static void finale_closed(uv_handle_t *h) {
+  kb_sim_server *s = h->data;
+  release_rest(s);
+  server_free(s);
+}
+
+static void inloop_httpd_closed(kb_httpd *srv, void *ud) {
+  (void)srv;
+  kb_sim_server *s = ud;
+  uv_close((uv_handle_t *)&s->finale, finale_closed);
+}
+
+static void inloop_stop(kb_sim_server *s) {
+  stop_serving(s);
+  if (s->unix_path) unlink(s->unix_path);
+  if (s->httpd) {
+    kb_httpd *h = s->httpd;
+    s->httpd = NULL;
+    kb_httpd_close(h, inloop_httpd_closed, s);
+  } else {
+    inloop_httpd_closed(NULL, s);
+  }
 }
 
 static void server_free(kb_sim_server *s) {
@@ -637,6 +684,7 @@ static void server_free(kb_sim_server *s) {
   free(s->config_yaml);
   free(s->config_name);
   free(s->admin_token);
+  free(s->unix_path);
   uv_mutex_destroy(&s->mu);
   uv_cond_destroy(&s->cond);
   free(s);
@@ -645,6 +693,19 @@ static void server_free(kb_sim_server *s) {
 static int is_loopback(const char *host) {
   return !host || strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
          strcmp(host, "::1") == 0 || strcmp(host, "[::1]") == 0;
+}
+
+/* On the caller's loop and clock: set up here and now. */
+static kb_sim_server *start_in_loop(kb_sim_server *s, kb_sim_error *err) {
+  uv_idle_init(s->loop, &s->finale);
+  s->finale.data = s;
+  if (setup(s) < 0) {
+    *err = s->start_err;
+    inloop_stop(s);
+    return NULL;
+  }
+  s->state = 1;
+  return s;
 }
 
 kb_sim_server *kb_sim_server_start(const kb_sim_server_opts *o, kb_sim_error *err) {
@@ -658,6 +719,7 @@ kb_sim_server *kb_sim_server_start(const kb_sim_server_opts *o, kb_sim_error *er
   s->config_yaml = dup_or_null(o->config_yaml);
   s->config_name = dup_or_null(o->config_name);
   s->admin_token = dup_or_null(o->admin_token);
+  s->unix_path = dup_or_null(o->unix_path);
   s->want_port = o->port;
   s->seed = o->seed;
   s->want_speed = o->speed;
@@ -671,8 +733,17 @@ kb_sim_server *kb_sim_server_start(const kb_sim_server_opts *o, kb_sim_error *er
     server_free(s);
     return NULL;
   }
+  if (o->loop) {
+    s->in_loop = 1;
+    s->loop = o->loop;
+    s->clock = o->clock;
+    return start_in_loop(s, err);
+  }
+  s->loop = &s->own_loop;
+  uv_loop_init(s->loop);
   if (uv_thread_create(&s->thread, thread_main, s) != 0) {
     set_err(err, KB_SIM_ENOMEM, "cannot start the simulator thread%s", NULL);
+    uv_loop_close(s->loop);
     server_free(s);
     return NULL;
   }
@@ -698,8 +769,17 @@ void kb_sim_server_clock(const kb_sim_server *s, uint64_t *origin_ns, double *sp
   *epoch = s->epoch;
 }
 
+double kb_sim_server_now(const kb_sim_server *s) {
+  if (s->in_loop) return kb_sim_now(s->sim);
+  return (double)(uv_hrtime() - s->origin_ns) / 1e9 * s->speed;
+}
+
 void kb_sim_server_stop(kb_sim_server *s) {
   if (!s) return;
+  if (s->in_loop) {
+    inloop_stop(s);
+    return;
+  }
   uv_async_send(&s->stop_async);
   uv_thread_join(&s->thread);
   server_free(s);

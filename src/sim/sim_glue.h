@@ -123,6 +123,9 @@ void glue_logs_ended(sim_glue *g, const kb_sim_pod_info *pi, const char *ns, con
  * /userinfo, over the store's objects; errors in grpc-gateway's shape. */
 typedef struct glue_argo glue_argo;
 glue_argo *glue_argo_new(kb_k8s_store *st, uv_loop_t *loop);
+/* Stream timeouts wait on clock from now on. */
+struct kb_vclock;
+void glue_argo_set_clock(glue_argo *a, struct kb_vclock *clock);
 /* 1 when the path is argo-server's (the request is answered), else 0. */
 int glue_argo_handle(glue_argo *a, kb_httpd_req *req);
 /* 1 for argo-server paths. */

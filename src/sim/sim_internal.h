@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "kb/sim.h"
+#include "kb/vclock.h"
 
 #define SIM_NONE UINT32_MAX
 
@@ -200,9 +201,11 @@ struct kb_sim {
   uint64_t seed;
   double speed, epoch;
   double now;           /* model time of the last processed event / advance */
-  struct uv_loop_s *loop;
-  void *timer;          /* uv_timer_t *, owned until its close callback */
-  uint64_t origin_ns;
+  kb_vclock *clock;     /* attached: the clock events fire on, else NULL */
+  int owns_clock;       /* attached to a loop: the clock is ours */
+  kb_vtimer timer;      /* armed for the next event */
+  double origin;        /* clock time at sim time 0 */
+  uint64_t origin_ns;   /* linear: uv_hrtime() at sim time 0 */
   int in_dispatch;
   sim_heap heap;
   uint64_t events_processed;

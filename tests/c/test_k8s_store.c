@@ -8,6 +8,7 @@
 
 #include "kb/http_server.h"
 #include "kb/k8s_api.h"
+#include "kb/vclock.h"
 #include "kb/k8s_store.h"
 #include "kbtest.h"
 
@@ -589,7 +590,8 @@ static void test_rest(void) {
   kb_k8s_api *api = kb_k8s_api_new(&loop, st);
   int calls = 0;
   kb_k8s_api_set_fault(api, fault_hook, NULL);
-  kb_k8s_api_set_latency(api, latency_hook, &calls);
+  kb_vclock *clk = kb_vclock_new(&loop, KB_VCLOCK_LINEAR, 1.0);
+  kb_k8s_api_set_latency(api, clk, latency_hook, &calls);
   kb_httpd *srv = kb_httpd_new(&loop, NULL, kb_k8s_api_handler, api);
   KB_CHECK(kb_httpd_listen(srv, "127.0.0.1", 0) == 0);
   create_pod(st, "default", "p1", "{\"app\":\"web\"}");
@@ -632,6 +634,7 @@ static void test_rest(void) {
   KB_CHECK(calls == 10); /* not for the faulted requests */
   KB_CHECK(kb_k8s_api_streams(api) == 0);
   kb_k8s_api_free(api);
+  kb_vclock_free(clk);
   kb_httpd_close(srv, NULL, NULL);
   uv_close((uv_handle_t *)&cl.done, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);
