@@ -99,7 +99,8 @@ return {
     timeout = 21600,                  -- a cell's storm, cluster seconds
     repeats = 1,
     parallel = 3,                     -- cells at once (each with its own simulator)
-    speed = 600,                      -- simulator speed (every cell the same)
+    speed = 0,                        -- > 0: a linear simulator clock at that speed; 0: the
+                                      -- fast-forwarding clock (a seed gives the same figures)
     fresh = false,                    -- true: move the previous results aside, start over
   },
 
@@ -118,7 +119,7 @@ return {
       params = { api = p.api, node_cpu = p.node_cpu, step_cpu = p.step_cpu, step_seconds = p.step_seconds,
         poll = p.poll, concurrency = p.concurrency, timeout = p.timeout },
       matrix = matrix, order = order,
-      repeats = p.repeats, parallel = p.parallel, speed = p.speed, fresh = p.fresh,
+      repeats = p.repeats, parallel = p.parallel, speed = p.speed > 0 and p.speed or nil, fresh = p.fresh,
       metrics = { "duration_p50", "makespan", "duration_max", "duration_p90", "success_rate", "create_p50",
         "create_p99", "timed_out", "errors" },
       report = {

@@ -99,6 +99,7 @@ function M.replay(records)
     elseif k == "end" then st["end"] = r
     elseif k == "clock" then
       if r.speed ~= 1 then st.speed = r.speed end
+      if r.mode == "events" then st.events_clock = true end
     elseif k ~= nil then
       local ok, err = pcall(apply, st, r)
       if not ok then st.problems[#st.problems + 1] = string.format("%s %s: %s", k, tostring(r.m), tostring(err)) end
@@ -145,7 +146,8 @@ function M.document(st, info)
     started_at = b.started_at,
     finished_at = e and e.finished_at or nil,
     duration = e and e.duration or st.last_t,
-    clock = e and e.clock or { kind = st.speed and "virtual" or "real", speed = st.speed or 1 },
+    clock = e and e.clock or (st.events_clock and { kind = "virtual", mode = "events", speed = 1 })
+      or { kind = st.speed and "virtual" or "real", speed = st.speed or 1 },
     seed = b.seed,
     shard = b.shard,
     params = p.params or b.params,

@@ -174,12 +174,12 @@ function Run:open_journal()
     shard = require("kb.shard").describe(), environment = M.environment(),
     flush_ms = interval * 1000 }
   -- the clock: the embedded simulator installs its own during the run
-  local speed = 1
+  local speed, kind = 1, "linear"
   j:on_flush(function()
-    local now = core.clock_speed()
-    if now ~= speed then
-      speed = now
-      j:write{ k = "clock", speed = now }
+    local now, now_kind = core.clock_speed(), core.clock_kind()
+    if now ~= speed or now_kind ~= kind then
+      speed, kind = now, now_kind
+      j:write{ k = "clock", speed = now, mode = now_kind }
     end
   end)
   journal.set_active(j)
@@ -404,7 +404,9 @@ end
 -- installed during the run (even if stopped since), else the real clock.
 function M.clock()
   local speed = require("kb.sim").speed_used()
-  if speed and speed ~= 1 then return { kind = "virtual", speed = speed } end
+  -- fast-forwarding: modelled time, no host overhead, no scale factor
+  if speed == "events" then return { kind = "virtual", mode = "events", speed = 1 } end
+  if speed and speed ~= 1 then return { kind = "virtual", mode = "linear", speed = speed } end
   return { kind = "real", speed = 1 }
 end
 
@@ -484,6 +486,8 @@ local function main(run, args)
   target.defaults.config_file = args.sim_config
   target.defaults.profile = args.sim_profile
   target.defaults.speed = tonumber(args.sim_speed) or target.defaults.speed
+  -- a speed only means something to the linear clock
+  target.defaults.clock = args.sim_clock or (args.sim_speed and "linear") or target.defaults.clock
   target.defaults.seed = run.seed_value
 
   local merged, merr = params.merge(nil, file_params, cli)

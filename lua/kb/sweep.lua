@@ -175,9 +175,17 @@ Ctx.__index = Ctx
 -- clock of cells still running.
 function Ctx:sim(config, opts)
   opts = opts or {}
-  self.sweep:ensure_clock()
-  local sim = kb.sim.start { config = config, profile = opts.profile, speed = self.sweep.speed,
-    seed = opts.seed or self.seed, clock = false }
+  local sim
+  if self.sweep.clock == "events" then
+    -- cells share the runtime's fast-forwarding clock on its loop: it
+    -- skips only when every cell waits, so cells never skew each other
+    sim = kb.sim.start { config = config, profile = opts.profile, seed = opts.seed or self.seed,
+      clock = "events" }
+  else
+    self.sweep:ensure_clock()
+    sim = kb.sim.start { config = config, profile = opts.profile, speed = self.sweep.speed,
+      seed = opts.seed or self.seed, clock = false }
+  end
   self.sims[#self.sims + 1] = sim
   return sim
 end
@@ -334,7 +342,8 @@ function Sweep:run_one(c, rep)
   pcall(exp.write_json, exp, "result", "result.json", {
     sweep = self.name, experiment_id = exp_id, cell = c.id, key = c.key, ["repeat"] = rep, seed = seed,
     status = rec.status, error = rec.error, params = params, metrics = back.metrics, elapsed = rec.elapsed,
-    clock = { speed = require("kb.core").clock_speed() }, registry = registry,
+    clock = { mode = require("kb.core").clock_kind(), speed = require("kb.core").clock_speed() },
+    registry = registry,
   })
   self:progress(back, false)
   local okw, werr = pcall(self.write_reports, self, false, false)
@@ -406,7 +415,10 @@ function M.run(def)
   local exp = rawget(kb, "exp")
   local out = def.out or (exp and exp.out) or "experiments"
   local self = setmetatable({ def = def, name = def.name, repeats = repeats, parallel = parallel,
-    speed = def.speed or target.defaults.speed or 600, finished = 0, skipped = 0, ran = 0, tasks = {} }, Sweep)
+    speed = def.speed or target.defaults.speed, finished = 0, skipped = 0, ran = 0, tasks = {} }, Sweep)
+  -- the clock: fast-forwarding (events) unless a speed asks for the linear one
+  self.clock = self.speed and "linear" or def.clock or target.defaults.clock or "events"
+  if self.clock == "linear" then self.speed = self.speed or 600 end
   self.dir = fs.join(out, experiment.sanitize(def.name))
   -- sharded (kbrun --shard I/N): this shard's cells, in a folder of its own
   local shard = require "kb.shard"
@@ -437,7 +449,7 @@ function M.run(def)
   fs.mkdir(self.dir)
   guard.held = guard.held or take()
   local seed = def.seed or target.defaults.seed or 1
-  self.j = sjournal.open(self.dir, hashed(def, repeats, parallel, self.speed), seed, { wall = kb.time(),
+  self.j = sjournal.open(self.dir, hashed(def, repeats, parallel, self.clock == "events" and "events" or self.speed), seed, { wall = kb.time(),
     kbrun = require("kb.core").version, warn = function(msg) log.warn("%s", msg) end })
   self.seed = self.j.seed
   self.resumed = self.j.resumed

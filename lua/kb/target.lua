@@ -13,7 +13,7 @@ local M = {}
 
 --- Options for the embedded simulator, set by the runner from the command
 -- line (--sim-config, --sim-profile, --sim-speed, --seed).
-M.defaults = { speed = 600 }
+M.defaults = {} -- speed (linear clock), clock, profile, config_file, seed
 
 local embedded
 
@@ -24,7 +24,7 @@ end
 
 --- Starts the embedded simulator once; later calls return the same one.
 -- opts (optional, first call only): profile, config (YAML text or table),
--- config_file, speed, seed.
+-- config_file, speed, seed, clock ("events" or "linear", as kb.sim.start).
 function M.simulator(opts)
   if embedded then return embedded end
   opts = opts or {}
@@ -40,8 +40,13 @@ function M.simulator(opts)
     config_name = config_name,
     speed = opts.speed or d.speed,
     seed = opts.seed or d.seed or 1,
+    clock = opts.clock or d.clock,
   }
-  kb.log.info("embedded simulator at %s (x%g)", embedded.url, embedded.speed)
+  if require("kb.core").clock_kind() == "events" then
+    kb.log.info("embedded simulator at %s (virtual clock, fast-forwarding)", embedded.url)
+  else
+    kb.log.info("embedded simulator at %s (x%g)", embedded.url, embedded.speed)
+  end
   return embedded
 end
 

@@ -185,7 +185,7 @@ T.case("kb.log: every function survives bad arguments", function()
 end)
 
 T.case("kb.core: every function survives bad arguments", function()
-  local skip = { exit = true, cancel_all = true, on_signal = true, sleep = true }
+  local skip = { exit = true, cancel_all = true, on_signal = true, sleep = true, sleep_real = true }
   T.ok(sweep_module("core", core, skip) > 50)
   T.raises(core.spawn, "bad argument #1", 42)
   T.raises(core.sleep, "bad argument #1", "soon")
@@ -197,6 +197,9 @@ T.case("kb.core: every function survives bad arguments", function()
   -- A negative or NaN sleep returns at once instead of waiting forever.
   T.ok(guarded(2, core.sleep, -1) ~= "hung")
   T.ok(guarded(2, core.sleep, 0 / 0) ~= "hung")
+  T.raises(core.sleep_real, "bad argument #1", "soon")
+  T.ok(guarded(2, core.sleep_real, -1) ~= "hung")
+  T.ok(guarded(2, core.sleep_real, 0 / 0) ~= "hung")
   local sem = core.semaphore(1)
   sweep_methods("semaphore", sem, { "available", "release" })
 end)

@@ -35,6 +35,9 @@ local function run_probe(args, env)
 end
 
 local function embedded(speed)
+  if speed == "events" then
+    return run_probe({ "--sim-clock", "events", "--sim-config", config }, { PROBE_URL = false })
+  end
   return run_probe({ "--sim-speed", tostring(speed), "--sim-config", config }, { PROBE_URL = false })
 end
 
@@ -47,14 +50,28 @@ end
 
 -- Every median is the modelled latency plus real overhead: never below it,
 -- and within 10% above it (the overhead is milliseconds against 0.5 s).
-local function check(label, medians)
+local function check(label, medians, key_suffix)
   for _, surface in ipairs { "kfp", "k8s", "argo" } do
-    local m = medians[surface]
+    local m = medians[surface .. (key_suffix or "")]
     T.ok(type(m) == "number", label .. " " .. surface .. " measured")
     T.ok(m >= MODELLED * 0.999, string.format("%s %s: %.4f s >= modelled %.3f s", label, surface, m, MODELLED))
     T.ok(m <= MODELLED * 1.10, string.format("%s %s: %.4f s within 10%% of modelled %.3f s", label, surface, m, MODELLED))
   end
 end
+
+-- The fast-forwarding clock (the default): res.time and kb.now() taken
+-- around the call both read exactly the modelled latency (host overhead
+-- costs no time on it).
+T.case("embedded simulator, events clock: res.time and kb.now() read the modelled latency", function()
+  local m = embedded("events")
+  T.eq(m.clock, "events")
+  check("events res.time", m)
+  check("events kb.now()", m, "_now")
+  for _, surface in ipairs { "kfp", "k8s", "argo" } do
+    T.ok(math.abs(m[surface] - MODELLED) < 1e-6, surface .. ": exactly the modelled draw, got " .. m[surface])
+    T.ok(math.abs(m[surface .. "_now"] - MODELLED) < 1e-6, surface .. ": kb.now() around, got " .. m[surface .. "_now"])
+  end
+end)
 
 for _, speed in ipairs { 60, 600, 6000 } do
   T.case("embedded simulator at x" .. speed .. ": res.time reads the modelled latency", function()

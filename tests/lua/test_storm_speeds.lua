@@ -76,6 +76,32 @@ for _, speed in ipairs { 60, 600, 6000 } do
   end)
 end
 
+-- The fast-forwarding clock (kbrun's default): the modelled latencies,
+-- and the same seed gives the same figures, to the last digit.
+T.case("embedded simulator, events clock: modelled figures, the same for the same seed", function()
+  local opts = { "--sim-clock", "events", "--seed", "11", "--sim-config", config }
+  local docs = {}
+  for i = 1, 2 do
+    local base = kb.fs.join(dir, "events-" .. i)
+    docs[i] = {
+      taxi = run_scenario("taxi_50runs.lua", { opts = opts, params = STORM }, base .. "-taxi"),
+      argo = run_scenario("argo_storm.lua", { opts = opts, params = ARGO_STORM }, base .. "-argo"),
+    }
+  end
+  local taxi, argo = docs[1].taxi, docs[1].argo
+  T.eq(taxi.clock.mode, "events")
+  check("events", taxi, argo)
+  for _, name in ipairs { "run.create", "run.get", "run.duration", "poll.run.get" } do
+    T.eq(p50(docs[2].taxi, name), p50(taxi, name), "same seed, same " .. name)
+  end
+  T.eq(p50(docs[2].argo, "argo.create"), p50(argo, "argo.create"), "same seed, same argo.create")
+  for _, stat in ipairs { "count", "min", "p50", "p90", "max", "mean" } do
+    T.eq(docs[2].taxi.result.durations[stat], taxi.result.durations[stat], "same seed, same durations " .. stat)
+  end
+  -- (the experiment's duration also holds the real time before the
+  -- simulator started, and real work such as big file writes: not compared)
+end)
+
 T.case("standalone kbrun sim at x600, the storms on the real clock", function()
   local sim <close>, url = require("sim_standalone").start { config = config, speed = 600 }
   local base = kb.fs.join(dir, "standalone")

@@ -214,7 +214,7 @@ end
 function Session:setup_clock()
   if self.sim then
     local sim = self.sim
-    self.clock = { kind = "embedded simulator", speed = sim.speed, scale = 1 }
+    self.clock = { kind = "embedded simulator", mode = core.clock_kind(), speed = sim.speed, scale = 1 }
     self.server_now = function() return sim.epoch + sim:now() end
     return
   end
