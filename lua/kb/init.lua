@@ -97,12 +97,11 @@ function Pool:map(items, fn)
   return self:wait()
 end
 
---- Runs fn with a deadline on the scenario clock: returns fn's results, or
--- raises {class = "timeout"} (fn's task is cancelled) after `seconds`.
-function kb.timeout(seconds, fn, ...)
+-- fn(...) in a task of its own, cancelled when sleep(seconds) returns first.
+local function with_deadline(sleep, seconds, fn, ...)
   local work = spawn(fn, ...)
   local timer = spawn(function()
-    core.sleep(seconds)
+    sleep(seconds)
     work:cancel()
   end)
   local result = table.pack(pcall(work.wait, work))
@@ -115,6 +114,19 @@ function kb.timeout(seconds, fn, ...)
       getmetatable(kb.cancelled)), 2)
   end
   error(result[2], 0)
+end
+
+--- Runs fn with a deadline on the scenario clock: returns fn's results, or
+-- raises {class = "timeout"} (fn's task is cancelled) after `seconds`.
+function kb.timeout(seconds, fn, ...)
+  return with_deadline(core.sleep, seconds, fn, ...)
+end
+
+--- The same with a deadline in real seconds, whatever the scenario clock
+-- does (a fast-forwarding clock may pass an hour in a millisecond): a bound
+-- on work whose cost is real, such as a cleanup.
+function kb.timeout_real(seconds, fn, ...)
+  return with_deadline(core.sleep_real, seconds, fn, ...)
 end
 
 -- Submodules load on first use: kb.http -> require "kb.http".

@@ -233,8 +233,8 @@ function Journal:start_flusher()
   self.flusher = kb.spawn(function()
     local ok, err = pcall(function()
       while self.out do
-        -- kb.sleep counts scenario seconds; the interval is real time
-        kb.sleep(self.interval * core.clock_speed())
+        -- the interval is real time, whatever the scenario clock does
+        core.sleep_real(self.interval)
         local okf, ferr = pcall(self.flush, self)
         if not okf and not self.flush_failed then
           self.flush_failed = true

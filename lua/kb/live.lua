@@ -159,7 +159,7 @@ function M.start(opts)
   self.task = kb.spawn(function()
     while true do
       -- the scenario clock may be virtual: sleep real seconds
-      core.sleep(self.interval * core.clock_speed())
+      core.sleep_real(self.interval)
       local ok, err = pcall(self.draw, self)
       if not ok and kb.is_cancelled(err) then return end
     end

@@ -210,7 +210,7 @@ function Run:cleanup()
   if not self.params_ok then return end -- it never started: nothing to clean
   self.cleaned = true
   local limit = tonumber(scenario.cleanup_timeout) or 60
-  local ok, err = pcall(kb.timeout, limit * core.clock_speed(), scenario.cleanup, kb.params)
+  local ok, err = pcall(kb.timeout_real, limit, scenario.cleanup, kb.params)
   if not ok then
     kb.log.error("cleanup failed: %s", message_of(err))
     self.cleanup_error = message_of(err)
