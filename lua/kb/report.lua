@@ -260,7 +260,8 @@ local function header(doc, opts)
   local status = is_null(doc.status) and "unknown" or tostring(doc.status)
   local clock = type(doc.clock) == "table" and doc.clock or {}
   local clock_text = clock.kind and tostring(clock.kind) or "-"
-  if type(clock.speed) == "number" and clock.speed ~= 1 then clock_text = format("%s, ×%g", clock_text, clock.speed) end
+  if clock.mode == "events" then clock_text = clock_text .. ", events (fast-forwarding)"
+  elseif type(clock.speed) == "number" and clock.speed ~= 1 then clock_text = format("%s, ×%g", clock_text, clock.speed) end
   local facts = {
     { "experiment", doc.experiment_id },
     { "scenario file", scenario.file },

@@ -107,13 +107,15 @@ function M.counter_lines(snapshot, order)
   return lines
 end
 
--- The first line: "<id>: passed in 1.2 s (virtual clock, x600)".
+-- The first line: "<id>: passed in 12.4 min (virtual clock, events)" or
+-- "... (virtual clock, x600)".
 local function verdict_line(doc, tty)
   local status = doc.status == "passed" and color(tty, "32", "passed") or color(tty, "31", tostring(doc.status))
   local clock = type(doc.clock) == "table" and doc.clock or { kind = "real", speed = 1 }
   return string.format("%s: %s in %s (%s clock%s)", doc.experiment_id, status,
     M.duration(doc.duration), clock.kind,
-    clock.speed ~= 1 and string.format(", x%g", clock.speed) or "")
+    clock.mode == "events" and ", events" or
+    (type(clock.speed) == "number" and clock.speed ~= 1) and string.format(", x%g", clock.speed) or "")
 end
 
 --- A scenario's one-line conclusion (result.verdict, e.g. kfp_probe's
