@@ -619,7 +619,7 @@ void glue_kfp_workflow(sim_glue *g, int run) {
     glue_write_end(g);
     cJSON_Delete(o);
     if (rc < 0) {
-      kb_log(KB_LOG_WARN, "simulator: cannot mirror workflow %s/%s: %s", ri.namespace_,
+      kb_log(KB_LOG_ERROR, "simulator: cannot mirror workflow %s/%s: %s", ri.namespace_,
              ri.workflow, e.message);
       r->wf_state = OBJ_GONE;
       return;

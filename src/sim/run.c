@@ -310,12 +310,25 @@ static void run_names_free(sim_run *r) {
 }
 
 static int run_names(sim_run *r, const sim_pipeline *pl, const kb_sim_run_opts *opts,
-                     kb_sim_rng *rng) {
+                     kb_sim_rng *rng, uint64_t seed) {
   if (opts && opts->workflow_name) {
     r->workflow = sim_strdup(opts->workflow_name);
   } else {
+    /* Five characters as Argo's generateName gives, but never the same
+     * twice in one simulator: the run's serial through a bijection of
+     * [0, 27^5) (a*x + b mod 27^5, a prime to 3), so names look random yet
+     * 14 million runs get distinct workflows and pods (random draws lost
+     * 2 of 10,000 Workflows to collisions). The draws still advance the
+     * stream, so every later draw of the run stays as it was. */
+    const uint64_t base = sizeof name_chars - 1, space = 14348907; /* 27^5 */
+    for (int i = 0; i < 5; i++) (void)kb_sim_rng_next(rng);
+    uint64_t offset = kb_sim_seed_mix(seed, 0x6e616d65 /* "name" */, 0) % space;
+    uint64_t x = ((r->serial % space) * 4093082899ull + offset) % space; /* a: not a multiple of 3 */
     char sfx[6];
-    for (int i = 0; i < 5; i++) sfx[i] = name_chars[kb_sim_rng_next(rng) % (sizeof name_chars - 1)];
+    for (int i = 4; i >= 0; i--) {
+      sfx[i] = name_chars[x % base];
+      x /= base;
+    }
     sfx[5] = 0;
     r->workflow = sim_printf("%s%s", pl->generate_name, sfx);
   }
@@ -341,7 +354,7 @@ int kb_sim_run_create(kb_sim *sim, int pipeline, const kb_sim_run_opts *opts, kb
   kb_sim_rng rng;
   kb_sim_rng_seed(&rng, kb_sim_seed_mix(sim->seed, r->serial, 0));
   r->steps = calloc(pl->n_steps ? pl->n_steps : 1, sizeof *r->steps);
-  if (!r->steps || run_names(r, pl, opts, &rng)) {
+  if (!r->steps || run_names(r, pl, opts, &rng, sim->seed)) {
     free(r->steps);
     run_names_free(r);
     r->steps = NULL;

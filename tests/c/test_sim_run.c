@@ -486,7 +486,41 @@ static void test_observer(void) {
   kb_sim_free(sim);
 }
 
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Generated workflow names never collide (random suffixes lost 2 of
+ * 10,000 Workflows, and their pods, to collisions): 20,000 runs of one
+ * pipeline, 20,000 distinct names of the generateName form. */
+static void test_workflow_names_unique(void) {
+  kb_sim *sim = st_sim("fast", NULL, 5);
+  if (!sim) return;
+  int p = st_load_file(sim, "data/sim/v2ir_hello_world.yaml");
+  KB_CHECK(p >= 0);
+  enum { N = 20000 };
+  char **names = calloc(N, sizeof *names);
+  int made = 0;
+  for (int i = 0; i < N; i++) {
+    int r = st_run(sim, p);
+    if (r < 0) break;
+    kb_sim_run_info ri = st_info(sim, r);
+    names[made++] = strdup(ri.workflow);
+  }
+  KB_CHECK(made == N);
+  size_t len = strlen(names[0]);
+  for (int i = 0; i < made; i++) KB_CHECK(strlen(names[i]) == len);
+  qsort(names, (size_t)made, sizeof *names, cmp_str);
+  int dups = 0;
+  for (int i = 1; i < made; i++) dups += strcmp(names[i - 1], names[i]) == 0;
+  KB_CHECK(dups == 0);
+  for (int i = 0; i < made; i++) free(names[i]);
+  free(names);
+  kb_sim_free(sim);
+}
+
 int main(void) {
+  KB_RUN(test_workflow_names_unique);
   KB_RUN(test_pending_until_capacity);
   KB_RUN(test_selector_and_taints);
   KB_RUN(test_memory_and_gpu_requests);
