@@ -59,8 +59,19 @@ typedef struct kb_httpd_config {
                                http_parser caps it at 80 KiB anyway */
   size_t max_headers;       /* header lines per request [100] -> 431 */
   size_t max_body_size;     /* request body, bytes [64 MiB] -> 413 */
-  uint64_t idle_timeout_ms; /* close a connection with no request in progress
-                               after this long [60000] */
+  uint64_t idle_timeout_ms; /* close a keep-alive connection with no request
+                               and no response in progress this long after
+                               its accept or its last response [60000] */
+  /* Read deadlines (slowloris): a request's headers must all arrive within
+   * header_timeout_ms of its first byte, and its body within
+   * body_timeout_ms of the end of its headers; else 408 and close. A request
+   * being answered (a long watch stream too) has no deadline. */
+  uint64_t header_timeout_ms; /* [10000] */
+  uint64_t body_timeout_ms;   /* [60000] */
+  /* Open connections at most (lingering ones included); the next one gets
+   * a 503 "too many connections" and is closed, with a WARN log line
+   * (kb/log.h) when refusals start and at most every 10 s after. [4096] */
+  uint64_t max_connections;
   uint64_t linger_ms;       /* after a final response or a reset request,
                                wait this long for the client [2000] */
   int backlog;              /* listen backlog [4096] */
@@ -89,6 +100,9 @@ typedef struct kb_httpd_stats {
   uint64_t responses;        /* finished by the owner while the client was there */
   uint64_t aborted;          /* client gone before the response was finished */
   uint64_t rejected;         /* answered by the server itself (400, 413, ...) */
+  uint64_t timed_out;        /* of those, 408: headers or body too slow */
+  uint64_t idle_closed;      /* closed by the idle timeout */
+  uint64_t refused;          /* over max_connections: 503 and closed */
 } kb_httpd_stats;
 
 typedef void (*kb_httpd_handler_fn)(kb_httpd_req *req, void *ud);

@@ -31,6 +31,7 @@
 
 #include "kb/buf.h"
 #include "kb/http_server.h"
+#include "kb/log.h"
 
 #define READ_BUF_SIZE (64 * 1024)
 #define MAX_BUFFERED (256 * 1024)        /* waiting input before reads pause */
@@ -40,6 +41,10 @@
 #define DEFAULT_MAX_HEADERS 100
 #define DEFAULT_MAX_BODY_SIZE ((size_t)64 * 1024 * 1024)
 #define DEFAULT_IDLE_TIMEOUT_MS 60000
+#define DEFAULT_HEADER_TIMEOUT_MS 10000
+#define DEFAULT_BODY_TIMEOUT_MS 60000
+#define DEFAULT_MAX_CONNECTIONS 4096
+#define REFUSAL_LOG_EVERY_MS 10000 /* one log line per this long while refusing */
 #define DEFAULT_LINGER_MS 2000
 #define DEFAULT_BACKLOG 4096
 
@@ -114,7 +119,10 @@ struct conn {
   char *in;              /* input that waits for the current request */
   size_t in_len, in_cap;
   size_t header_bytes;
-  uint64_t last_active;  /* uv_now of the last read or response */
+  uint64_t last_active;  /* uv_now of the accept, the last response or the
+                            last write drained: the idle timeout's start */
+  uint64_t req_begun;    /* uv_now of the current request's first byte */
+  uint64_t headers_at;   /* uv_now of its end of headers (body deadline) */
   uint64_t deadline;     /* lingering or resetting: give up then */
   int writes;            /* uv_write requests in flight */
   int reject_status;     /* why a parser callback refused the request */
@@ -140,6 +148,9 @@ struct kb_httpd {
   kb_httpd_closed_fn closed;
   void *closed_ud;
   kb_httpd_stats stats;
+  uint64_t refused_logged_at; /* uv_now of the last "refusing" log line */
+  uint64_t refused_unlogged;  /* refusals since that line */
+  int refused_logged;
   time_t date_sec;
   char date[64];
   char rbuf[READ_BUF_SIZE];
@@ -236,6 +247,7 @@ static void conn_on_write(uv_write_t *w, int status) {
     return;
   }
   size_t queued = uv_stream_get_write_queue_size(&c->io.stream);
+  if (queued == 0 && c->writes == 0) c->last_active = uv_now(c->srv->loop);
   kb_httpd_req *r = c->req;
   if (r && r->on_drain && queued == 0) {
     kb_httpd_req_fn cb = r->on_drain;
@@ -376,6 +388,7 @@ static int on_message_begin(http_parser *p) {
   conn *c = p->data;
   c->req = req_new(c);
   c->header_bytes = 0;
+  c->req_begun = uv_now(c->srv->loop);
   return c->req ? 0 : reject(c, 503);
 }
 
@@ -471,6 +484,7 @@ static int on_headers_complete(http_parser *p) {
   kb_httpd_req *r = c->req;
   kb_httpd *s = c->srv;
   r->headers_done = 1;
+  c->headers_at = uv_now(s->loop);
   if (req_index(r)) return reject(c, 503);
   r->method = http_method_str((enum http_method)p->method);
   r->version = p->http_major * 10 + p->http_minor;
@@ -528,6 +542,12 @@ static void conn_reject(conn *c, enum http_errno e) {
   case 431:
     snprintf(why, sizeof why, "request headers larger than %zu bytes or %zu lines",
              s->cfg.max_header_size, s->cfg.max_headers);
+    break;
+  case 408:
+    snprintf(why, sizeof why, "request %s not received within %llu ms",
+             c->req && c->req->headers_done ? "body" : "headers",
+             (unsigned long long)(c->req && c->req->headers_done ? s->cfg.body_timeout_ms
+                                                                 : s->cfg.header_timeout_ms));
     break;
   case 417: snprintf(why, sizeof why, "only \"Expect: 100-continue\" is supported"); break;
   case 505: snprintf(why, sizeof why, "only HTTP/1.0 and HTTP/1.1 are supported"); break;
@@ -637,7 +657,6 @@ static void conn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     conn_close(c);
     return;
   }
-  c->last_active = uv_now(st->loop);
   if (c->lingering || c->resetting) return;
   const char *data = buf->base;
   size_t len = (size_t)nread;
@@ -698,7 +717,18 @@ static void on_sweep(uv_timer_t *t) {
       if (now >= c->deadline) conn_close(c);
     } else if (c->req && c->req->state != REQ_PARSING) {
       continue; /* the owner is answering: no timeout, watches are long */
+    } else if (c->req) { /* a request arriving: its headers, then its body, have deadlines */
+      int late = c->req->headers_done ? now - c->headers_at >= s->cfg.body_timeout_ms
+                                      : now - c->req_begun >= s->cfg.header_timeout_ms;
+      if (late) {
+        s->stats.timed_out++;
+        c->reject_status = 408;
+        conn_reject(c, HPE_OK);
+      }
+    } else if (c->writes) {
+      continue; /* a response still leaving: not idle */
     } else if (now - c->last_active >= s->cfg.idle_timeout_ms) {
+      s->stats.idle_closed++;
       conn_close(c);
     }
   }
@@ -718,6 +748,9 @@ kb_httpd *kb_httpd_new(uv_loop_t *loop, const kb_httpd_config *config,
   if (!cfg->max_headers) cfg->max_headers = DEFAULT_MAX_HEADERS;
   if (!cfg->max_body_size) cfg->max_body_size = DEFAULT_MAX_BODY_SIZE;
   if (!cfg->idle_timeout_ms) cfg->idle_timeout_ms = DEFAULT_IDLE_TIMEOUT_MS;
+  if (!cfg->header_timeout_ms) cfg->header_timeout_ms = DEFAULT_HEADER_TIMEOUT_MS;
+  if (!cfg->body_timeout_ms) cfg->body_timeout_ms = DEFAULT_BODY_TIMEOUT_MS;
+  if (!cfg->max_connections) cfg->max_connections = DEFAULT_MAX_CONNECTIONS;
   if (!cfg->linger_ms) cfg->linger_ms = DEFAULT_LINGER_MS;
   if (cfg->backlog <= 0) cfg->backlog = DEFAULT_BACKLOG;
   s->handler = handler;
@@ -730,6 +763,8 @@ kb_httpd *kb_httpd_new(uv_loop_t *loop, const kb_httpd_config *config,
   s->sweep.data = s->idle.data = s;
   s->handles = 2;
   uint64_t every = cfg->idle_timeout_ms < cfg->linger_ms ? cfg->idle_timeout_ms : cfg->linger_ms;
+  if (cfg->header_timeout_ms < every) every = cfg->header_timeout_ms;
+  if (cfg->body_timeout_ms < every) every = cfg->body_timeout_ms;
   every /= 4;
   if (every < 10) every = 10;
   if (every > 1000) every = 1000;
@@ -762,6 +797,34 @@ static void format_peer(conn *c) {
   snprintf(c->remote, sizeof c->remote, "%s:%d", ip, port);
 }
 
+/* Over max_connections: a 503 if the socket takes it at once, and closed.
+ * One log line when refusals start, then at most one per
+ * REFUSAL_LOG_EVERY_MS with the count since the last. */
+static void refuse(conn *c) {
+  kb_httpd *s = c->srv;
+  uint64_t now = uv_now(s->loop);
+  s->stats.refused++;
+  s->refused_unlogged++;
+  if (!s->refused_logged || now - s->refused_logged_at >= REFUSAL_LOG_EVERY_MS) {
+    kb_log(KB_LOG_WARN,
+           "http server%s%.0d: refused %llu connection(s) (the latest from %s): %llu open, "
+           "the limit is %llu (max_connections; kbrun sim --max-connections)",
+           s->port ? " on port " : "", s->port, (unsigned long long)s->refused_unlogged,
+           c->remote, (unsigned long long)(s->stats.open_connections - 1),
+           (unsigned long long)s->cfg.max_connections);
+    s->refused_logged = 1;
+    s->refused_logged_at = now;
+    s->refused_unlogged = 0;
+  }
+  static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\n"
+                             "Content-Type: text/plain; charset=utf-8\r\n"
+                             "Content-Length: 21\r\nConnection: close\r\n\r\n"
+                             "too many connections\n";
+  uv_buf_t b = mkbuf(busy, sizeof busy - 1);
+  uv_try_write(&c->io.stream, &b, 1);
+  conn_close(c);
+}
+
 static void on_connection(uv_stream_t *ls, int status) {
   kb_httpd *s = ls->data;
   if (status < 0 || s->closing) return;
@@ -783,6 +846,10 @@ static void on_connection(uv_stream_t *ls, int status) {
   s->stats.connections++;
   if (!c->is_unix) uv_tcp_nodelay(&c->io.tcp, 1);
   format_peer(c);
+  if (s->stats.open_connections > s->cfg.max_connections) {
+    refuse(c);
+    return;
+  }
   http_parser_init(&c->parser, HTTP_REQUEST);
   c->parser.data = c;
   c->last_active = uv_now(s->loop);

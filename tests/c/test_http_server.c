@@ -21,7 +21,11 @@
 
 #include "kb/buf.h"
 #include "kb/http_server.h"
+#include "kb/log.h"
 #include "kbtest.h"
+
+#include <fcntl.h>
+#include <poll.h>
 
 #define BIG_LEN (4 * 1024 * 1024)
 #define DRAIN_LEN (8 * 1024 * 1024)
@@ -86,6 +90,18 @@ static void on_stream_timer(uv_timer_t *t) {
   }
   kb_httpd_stream_write(j->req, parts[j->step], strlen(parts[j->step]));
   j->step++;
+}
+
+static void on_watch_timer(uv_timer_t *t) {
+  job *j = t->data;
+  if (j->gone || j->step == 8) {
+    kb_httpd_stream_end(j->req);
+    uv_close((uv_handle_t *)t, job_free);
+    return;
+  }
+  char part[16];
+  snprintf(part, sizeof part, "event%d;", j->step++);
+  kb_httpd_stream_write(j->req, part, strlen(part));
 }
 
 static void on_hang_abort(kb_httpd_req *req, void *ud) {
@@ -172,6 +188,10 @@ static void handler(kb_httpd_req *req, void *ud) {
     kb_httpd_stream_write(req, e->big, DRAIN_LEN);
     if (kb_httpd_req_write_queue(req) == 0 || kb_httpd_req_on_drain(req, on_drain, e) != 1)
       on_drain(req, e); /* the kernel took it all: nothing to wait for */
+  } else if (strcmp(path, "/watch") == 0) { /* a chunk every 100 ms, 8 of them */
+    kb_httpd_stream_begin(req, 200, NULL, 0);
+    job *j = job_new(e, req, on_watch_timer, 100, 100);
+    kb_httpd_req_on_abort(req, on_stream_abort, j);
   } else if (strcmp(path, "/api") == 0) {
     handle_api(e, req);
   } else {
@@ -706,9 +726,10 @@ static void client_idle(env *e) {
   cl_open(&c, e->port);
   KB_CHECK(cl_expect_eof(&c) == 0); /* closed by the idle timeout */
   cl_close(&c);
-  /* A request half sent is no protection either. */
+  /* A request half sent is no protection either (the header deadline). */
   cl_open(&c, e->port);
   cl_send(&c, "GET /fixed HTTP/1.1\r\nHost");
+  KB_CHECK(cl_read(&c, 1) && c.r[0].status == 408);
   KB_CHECK(cl_expect_eof(&c) == 0);
   cl_close(&c);
   /* But a request being answered is never timed out. */
@@ -721,8 +742,124 @@ static void client_idle(env *e) {
 
 static void test_idle_timeout(void) {
   env e = {0};
-  kb_httpd_config cfg = {.idle_timeout_ms = 20};
+  kb_httpd_config cfg = {.idle_timeout_ms = 20, .header_timeout_ms = 20};
   run(&e, &cfg, client_idle);
+}
+
+/* 1 once the server closed or answered: polls for 50 ms. */
+static int cl_server_spoke(client *c) {
+  struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+  return poll(&pfd, 1, 50) > 0;
+}
+
+/* Sends `first`, then one byte of `rest` every 50 ms, as a slowloris does,
+ * until the server answers or 60 bytes went out (3 s, 15 times the 200 ms
+ * deadline). Returns the bytes of `rest` sent. */
+static int cl_trickle(client *c, const char *first, const char *rest) {
+  cl_send(c, first);
+  int sent = 0;
+  while (sent < 60 && rest[sent] && !cl_server_spoke(c)) {
+    if (send(c->fd, rest + sent, 1, MSG_NOSIGNAL) != 1) break;
+    sent++;
+  }
+  return sent;
+}
+
+static const char trickle[] = "X-Slow-Header-Name-That-Goes-On: and on and on and on and on\r\n";
+
+static void client_slowloris(env *e) {
+  client c;
+  /* Headers one byte at a time: cut at the header deadline with a 408. */
+  cl_open(&c, e->port);
+  int sent = cl_trickle(&c, "GET /fixed HTTP/1.1\r\nHost: x\r\n", trickle);
+  KB_CHECK(sent < 60);
+  KB_CHECK(cl_read(&c, 1));
+  KB_CHECK(c.r[0].status == 408);
+  KB_CHECK(body_is(&c.r[0], "request headers not received within 200 ms\n"));
+  KB_CHECK(has_header(&c.r[0], "connection: close\n"));
+  KB_CHECK(cl_expect_eof(&c) == 0);
+  cl_close(&c);
+  /* A body one byte at a time: cut at the body deadline. */
+  cl_open(&c, e->port);
+  sent = cl_trickle(&c, "POST /echo HTTP/1.1\r\nContent-Length: 100\r\n\r\n", trickle);
+  KB_CHECK(sent < 60);
+  KB_CHECK(cl_read(&c, 1));
+  KB_CHECK(c.r[0].status == 408);
+  KB_CHECK(body_is(&c.r[0], "request body not received within 300 ms\n"));
+  KB_CHECK(cl_expect_eof(&c) == 0);
+  cl_close(&c);
+  /* A keep-alive connection left idle after its response is closed. */
+  cl_open(&c, e->port);
+  cl_send(&c, "GET /fixed HTTP/1.1\r\n\r\n");
+  KB_CHECK(cl_read(&c, 1));
+  KB_CHECK(c.r[0].status == 200);
+  KB_CHECK(cl_expect_eof(&c) == 0);
+  cl_close(&c);
+  /* A watch-like stream (8 chunks 100 ms apart) outlives the 200 ms idle
+   * timeout and the deadlines: a response in progress is not idle. */
+  cl_open(&c, e->port);
+  cl_send(&c, "GET /watch HTTP/1.1\r\n\r\n");
+  KB_CHECK(cl_read(&c, 1));
+  KB_CHECK(c.r[0].status == 200);
+  KB_CHECK(body_is(&c.r[0], "event0;event1;event2;event3;event4;event5;event6;event7;"));
+  cl_close(&c);
+}
+
+static void test_slowloris(void) {
+  env e = {0};
+  kb_httpd_config cfg = {.header_timeout_ms = 200, .body_timeout_ms = 300,
+                         .idle_timeout_ms = 200};
+  run(&e, &cfg, client_slowloris);
+  KB_CHECK(e.stats.timed_out == 2);
+  KB_CHECK(e.stats.rejected == 2);
+  KB_CHECK(e.stats.idle_closed == 1);
+  KB_CHECK(e.stats.requests == 2); /* /fixed and /watch; the slow two never reached it */
+  KB_CHECK(e.stats.responses == 2);
+}
+
+static void client_cap(env *e) {
+  client a, b, c;
+  cl_open(&a, e->port);
+  cl_send(&a, "GET /fixed HTTP/1.1\r\n\r\n");
+  KB_CHECK(cl_read(&a, 1) && a.r[0].status == 200);
+  cl_open(&b, e->port);
+  cl_send(&b, "GET /fixed HTTP/1.1\r\n\r\n");
+  KB_CHECK(cl_read(&b, 1) && b.r[0].status == 200);
+  /* The third, with two open and a cap of 2: a 503 and closed. */
+  cl_open(&c, e->port);
+  KB_CHECK(cl_read(&c, 1));
+  KB_CHECK(c.r[0].status == 503);
+  KB_CHECK(body_is(&c.r[0], "too many connections\n"));
+  KB_CHECK(cl_expect_eof(&c) == 0);
+  cl_close(&c);
+  /* The two served ones still work. */
+  cl_send(&a, "GET /fixed HTTP/1.1\r\n\r\n");
+  KB_CHECK(cl_read(&a, 2) && a.r[1].status == 200);
+  cl_close(&a);
+  cl_close(&b);
+}
+
+static void test_connection_cap(void) {
+  char path[] = "/tmp/kb_httpd_log_XXXXXX";
+  int fd = mkstemp(path);
+  KB_CHECK(fd >= 0);
+  int old = kb_log_set_fd(fd);
+  env e = {0};
+  kb_httpd_config cfg = {.max_connections = 2};
+  run(&e, &cfg, client_cap);
+  kb_log_set_fd(old);
+  KB_CHECK(e.stats.refused == 1);
+  KB_CHECK(e.stats.connections == 3);
+  KB_CHECK(e.stats.requests == 3);
+  char log[2048] = {0};
+  ssize_t n = pread(fd, log, sizeof log - 1, 0);
+  KB_CHECK(n > 0);
+  char want[160];
+  snprintf(want, sizeof want, "WARN http server on port %d: refused 1 connection(s) (the latest from 127.0.0.1:", e.port);
+  KB_CHECK(strstr(log, want) != NULL);
+  KB_CHECK(strstr(log, "): 2 open, the limit is 2 (max_connections; kbrun sim --max-connections)") != NULL);
+  close(fd);
+  unlink(path);
 }
 
 static int *close_fds; /* sockets left open for test_server_close */
@@ -904,6 +1041,8 @@ int main(void) {
   KB_RUN(test_connection_close);
   KB_RUN(test_abort);
   KB_RUN(test_idle_timeout);
+  KB_RUN(test_slowloris);
+  KB_RUN(test_connection_cap);
   KB_RUN(test_server_close);
   KB_RUN(test_big_and_drain);
   KB_RUN(test_api_misuse);
