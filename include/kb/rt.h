@@ -92,9 +92,9 @@ uint64_t kb_rt_real_ms(kb_rt *rt, double scenario_seconds);
 /* Real seconds elapsed, as scenario seconds. */
 double kb_rt_scenario_seconds(kb_rt *rt, double real_seconds);
 
-/* A job on libuv's thread pool (kb.fs): real work the clock must not skip
- * over, and one kb_rt_free waits for before Lua goes (its completion still
- * touches the Lua state). */
+/* A job on libuv's thread pool (kb.fs): host work the clock neither skips
+ * over nor counts (kb_vclock_hold), and one kb_rt_free waits for before
+ * Lua goes (its completion still touches the Lua state). */
 void kb_rt_work_begin(kb_rt *rt);
 void kb_rt_work_end(kb_rt *rt);
 

@@ -12,7 +12,8 @@
  *  - events (fast-forward): time stands still while the loop works on its
  *    own (host overhead costs nothing: a seed reproduces the same figures),
  *    runs at the real rate while real work is in flight (a child process,
- *    a request to a real server, a thread-pool job: kb_vclock_busy), and
+ *    a request to a real server: kb_vclock_busy), waits for host work off
+ *    the loop without counting it (a thread-pool job: kb_vclock_hold), and
  *    jumps to the next timer when nothing happens: every task waits, no
  *    byte is in flight on the loop's sockets. A wait of 1.5 modelled
  *    seconds costs no real time. Only sound when every party
@@ -54,6 +55,8 @@ kb_vclock *kb_vclock_new(uv_loop_t *loop, kb_vclock_mode mode, double speed);
 /* Stops every timer (their callbacks are not called) and releases the clock
  * once its libuv handles are closed (the loop must run once more). */
 void kb_vclock_free(kb_vclock *c);
+/* Disarms every timer (their callbacks are not called); the clock stays. */
+void kb_vclock_stop_all(kb_vclock *c);
 
 double kb_vclock_now(const kb_vclock *c);
 kb_vclock_mode kb_vclock_mode_of(const kb_vclock *c);
@@ -64,9 +67,13 @@ double kb_vclock_speed(const kb_vclock *c);
 void kb_vclock_set(kb_vclock *c, kb_vclock_mode mode, double speed);
 
 /* Real work in flight that fast-forwarding must not skip over (a child
- * process, a request to a real server, a thread-pool job): +1 when it
+ * process, a request to a real server): +1 when it
  * starts, -1 when it ends. Has no effect on a linear clock. */
 void kb_vclock_busy(kb_vclock *c, int delta);
+/* Host work off the loop (a thread-pool job): +1/-1. The clock neither
+ * jumps nor runs while it is in flight: like the loop's own work, it costs
+ * no time, and a wait behind it is not skipped before it completes. */
+void kb_vclock_hold(kb_vclock *c, int delta);
 /* Seconds skipped by fast-forwarding and the number of jumps, so far. */
 double kb_vclock_skipped(const kb_vclock *c, uint64_t *jumps);
 

@@ -30,6 +30,7 @@ struct kb_vclock {
   double skipped;
   uint64_t jumps;
   int busy;
+  int held;           /* host work elsewhere (a thread-pool job): no jump */
   double ev_now;      /* events: the time when busy last changed, or jumped */
   uint64_t busy_since; /* events, busy > 0: uv_hrtime() when it started */
 
@@ -61,6 +62,12 @@ double kb_vclock_speed(const kb_vclock *c) { return c->speed; }
 double kb_vclock_skipped(const kb_vclock *c, uint64_t *jumps) {
   if (jumps) *jumps = c->jumps;
   return c->skipped;
+}
+
+void kb_vclock_hold(kb_vclock *c, int delta) {
+  if (!c) return;
+  c->held += delta;
+  if (c->held < 0) c->held = 0;
 }
 
 void kb_vclock_busy(kb_vclock *c, int delta) {
@@ -171,7 +178,7 @@ static int ready_io(int fd) {
 
 static void on_prepare(uv_prepare_t *h) {
   kb_vclock *c = h->data;
-  if (c->mode != KB_VCLOCK_EVENTS || c->busy > 0 || !c->n) return;
+  if (c->mode != KB_VCLOCK_EVENTS || c->busy > 0 || c->held > 0 || !c->n) return;
   if (uv_backend_timeout(c->loop) == 0) return; /* something runs right away */
   if (!watchers_registered(c->loop)) {
     /* Poll once without blocking, which registers them, and look again. */
@@ -229,6 +236,11 @@ static void on_closed(uv_handle_t *h) {
     free(c->heap);
     free(c);
   }
+}
+
+void kb_vclock_stop_all(kb_vclock *c) {
+  while (c->n) heap_remove(c, c->heap[0]);
+  arm(c);
 }
 
 void kb_vclock_free(kb_vclock *c) {

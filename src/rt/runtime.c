@@ -84,10 +84,14 @@ void kb_rt_free(kb_rt *rt) {
   }
   lua_close(rt->L);
   rt->L = NULL;
-  kb_vclock_free(rt->clock); /* after Lua: its collector stops timers */
-  rt->clock = NULL;
+  /* Timers nobody can wait for any more must not hold the loop; the clock
+   * itself goes only after the children and handles that may still count
+   * on it (a child exiting here declares its real work over). */
+  kb_vclock_stop_all(rt->clock);
   uv_close((uv_handle_t *)&rt->ready_idle, NULL);
   uv_run(&rt->loop, UV_RUN_DEFAULT);
+  kb_vclock_free(rt->clock);
+  rt->clock = NULL;
   uv_walk(&rt->loop, close_any, NULL);
   uv_run(&rt->loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&rt->loop) != 0)
@@ -109,12 +113,12 @@ kb_vclock *kb_rt_clock(kb_rt *rt) { return rt->clock; }
 
 void kb_rt_work_begin(kb_rt *rt) {
   rt->pool_jobs++;
-  kb_vclock_busy(rt->clock, +1);
+  kb_vclock_hold(rt->clock, +1);
 }
 
 void kb_rt_work_end(kb_rt *rt) {
   rt->pool_jobs--;
-  kb_vclock_busy(rt->clock, -1);
+  kb_vclock_hold(rt->clock, -1);
 }
 double kb_rt_now(kb_rt *rt) { return kb_vclock_now(rt->clock); }
 

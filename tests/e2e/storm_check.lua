@@ -58,9 +58,14 @@ local function check_taxi(dir, p)
     check(ops[op] == n, "latencies.csv: %s rows of %s", tostring(ops[op]), op)
   end
   local html = fs.read(f.html)
+  local min_plot = require("kb.report").MIN_PLOT
   for _, id in ipairs({ "run.create", "run.get", "run.delete", "run.list", "run.duration",
       "run.observed_lag", "poll.run.get" }) do
-    check(html:find('id="plot-' .. id .. "-", 1, true), "report.html has no plot of %s", id)
+    -- how many lists a storm makes depends on timing against a real clock:
+    -- fewer than MIN_PLOT calls are a table row, not a plot
+    if id ~= "run.list" or (ops[id] or 0) >= min_plot then
+      check(html:find('id="plot-' .. id .. "-", 1, true), "report.html has no plot of %s", id)
+    end
   end
   -- calls made once are rows of the summary table, not plots (kb.report.MIN_PLOT)
   for _, id in ipairs({ "pipeline.create", "experiment.create" }) do
