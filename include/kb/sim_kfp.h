@@ -55,6 +55,9 @@ void kb_sim_kfp_free(kb_sim_kfp *kfp);
  * /apis/v2beta1/) and has been or will be answered, 0 otherwise (the
  * request was not touched). */
 int kb_sim_kfp_handle(kb_sim_kfp *kfp, kb_httpd_req *req);
+/* The same for a request whose KFP path is `path` (e.g. "/apis/v2beta1/runs"
+ * inside the Kubernetes service proxy's /api/v1/namespaces/NS/services/SVC/proxy). */
+int kb_sim_kfp_handle_path(kb_sim_kfp *kfp, kb_httpd_req *req, const char *path);
 
 /* Appends the KFP series in Prometheus text format (0.0.4): the
  * per-handler counters, gauges and go-grpc-prometheus' grpc_server_*

@@ -97,12 +97,12 @@ end
 
 local OPTIONS = {
   host = true, api = true, token = true, token_file = true, namespace = true, headers = true,
-  cookies = true, timeout = true, tls = true, metrics_prefix = true,
+  cookies = true, cookie_file = true, auth = true, timeout = true, tls = true, metrics_prefix = true,
   allow_insecure_credentials = true, http = true, retry = true,
 }
 local TLS_OPTIONS = {
   ca_file = true, ca_pem = true, cert_file = true, cert_pem = true, key_file = true,
-  key_pem = true, insecure = true,
+  key_pem = true, insecure = true, proxy = true, tls_server_name = true,
 }
 local CREDENTIAL_HEADERS = { authorization = true, ["proxy-authorization"] = true, cookie = true }
 
@@ -167,16 +167,64 @@ local function build_headers(s)
   s.headers = h
 end
 
--- The request headers, re-reading token_file when its mtime or size changed.
+--- kfp.read_cookie_file(path [, fail]) -> the Cookie header's value of a
+-- cookie file: "name=value" lines (or one "a=b; c=d" line, or a "Cookie:"
+-- header line), or a Netscape cookies.txt (curl -c, browser exports: seven
+-- tab-separated fields, # comments, #HttpOnly_ lines kept). Every value is
+-- registered with kb.secrets. fail(fmt, ...) raises (default: class auth).
+function M.read_cookie_file(path, fail)
+  fail = fail or auth_error
+  local ok, text = pcall(fs.read, path)
+  if not ok then fail("cannot read cookie_file '%s': %s", path, type(text) == "table" and (text.message or tostring(text)) or tostring(text)) end
+  local parts = {}
+  for line in (text .. "\n"):gmatch("([^\r\n]*)\r?\n") do
+    local netscape = line:gsub("^#HttpOnly_", "")
+    local f = {}
+    for field in (netscape .. "\t"):gmatch("([^\t]*)\t") do f[#f + 1] = field end
+    if #f == 7 and not netscape:match("^#") then
+      parts[#parts + 1] = f[6] .. "=" .. f[7]
+      credentials.register(f[7])
+    elseif line:find("%S") and not line:match("^%s*#") then
+      line = line:gsub("^%s*[Cc][Oo][Oo][Kk][Ii][Ee]%s*:%s*", ""):match("^%s*(.-)%s*$")
+      for pair in (line .. ";"):gmatch("([^;]*);") do
+        pair = pair:match("^%s*(.-)%s*$")
+        if pair ~= "" then
+          local name, value = pair:match("^([^=%s]+)=(.*)$")
+          if not name then fail("cookie_file '%s': '%s...' is not name=value", path, pair:sub(1, 3)) end
+          parts[#parts + 1] = name .. "=" .. value
+          credentials.register(value)
+        end
+      end
+    end
+  end
+  if #parts == 0 then fail("cookie_file '%s' holds no cookie (name=value lines or a cookies.txt)", path) end
+  local cookie = table.concat(parts, "; ")
+  credentials.register(cookie)
+  return cookie
+end
+
+-- The request headers, re-reading token_file and cookie_file when their
+-- mtime or size changed.
 local function current_headers(s)
+  local changed = false
   if s.token_file then
     local token = credentials.refresh(s, s.token_file, auth_error)
     if token then
       credentials.register(token)
       s.token = token
-      build_headers(s)
+      changed = true
     end
   end
+  if s.cookie_file then
+    local okst, st = pcall(fs.stat, s.cookie_file)
+    if not okst then auth_error("cannot stat cookie_file '%s'", s.cookie_file) end
+    if st.mtime ~= s.cookie_state.mtime or st.size ~= s.cookie_state.size then
+      s.cookies = M.read_cookie_file(s.cookie_file)
+      s.cookie_state.mtime, s.cookie_state.size = st.mtime, st.size
+      changed = true
+    end
+  end
+  if changed then build_headers(s) end
   return s.headers
 end
 
@@ -188,8 +236,12 @@ end
 
 --- kb.kfp.client(opts) -> client. opts: host (required), api ("v2beta1",
 -- default, or "v1beta1"), token, token_file, namespace, headers, cookies,
+-- cookie_file (a session cookie file, kfp.read_cookie_file, re-read when it
+-- changes), auth (a kb.k8s.auth provider: the kubeconfig user's token, token
+-- file, exec plugin or client certificate, applied to every request),
 -- timeout (scenario seconds per request, default 30), tls {ca_file, ca_pem,
--- cert_file, cert_pem, key_file, key_pem, insecure}, metrics_prefix (""),
+-- cert_file, cert_pem, key_file, key_pem, insecure, proxy, tls_server_name},
+-- metrics_prefix (""),
 -- allow_insecure_credentials (false), http (a kb.http.client to use instead
 -- of the shared pool), retry (a kb.retry.policy or a table of its options;
 -- default the default policy, false = no retries; docs/kfp.md "Retries").
@@ -212,7 +264,8 @@ function M.client(opts)
     usage("namespace must be a non-empty string")
   end
 
-  local s = { extra = {}, token_file = opts.token_file, cookies = cookie_text(opts.cookies) }
+  local s = { extra = {}, token_file = opts.token_file, cookies = cookie_text(opts.cookies),
+    cookie_file = opts.cookie_file, cookie_state = {}, auth = opts.auth }
   local credentials = {}
   if opts.headers ~= nil then
     if type(opts.headers) ~= "table" then usage("headers= must be a table {name = value}") end
@@ -242,16 +295,29 @@ function M.client(opts)
     credentials[#credentials + 1] = "token_file"
   end
   if s.cookies ~= nil then
+    if s.cookie_file ~= nil then usage("give cookies= or cookie_file=, not both") end
     secret_store.register(s.cookies)
     credentials[#credentials + 1] = "cookies"
+  end
+  if s.cookie_file ~= nil then
+    if type(s.cookie_file) ~= "string" or s.cookie_file == "" then usage("cookie_file must be a path") end
+    credentials[#credentials + 1] = "cookie_file"
+  end
+  if s.auth ~= nil then
+    if type(s.auth) ~= "table" or type(s.auth.apply) ~= "function" then
+      usage("auth= must be a credentials provider (kb.k8s.auth.new)")
+    end
+    if s.auth:has_credentials() then credentials[#credentials + 1] = "kubeconfig user" end
   end
   -- Before any traffic: a bearer token or session cookie sent in clear text
   -- to a remote host can be replayed by anyone on the path.
   if #credentials > 0 and scheme == "http" and not is_loopback(name)
       and opts.allow_insecure_credentials ~= true then
     error(kb_error("security", string.format("kb.kfp: refusing to send credentials (%s) in clear "
-      .. "text over http:// to %s; use https://, or set allow_insecure_credentials = true if the "
-      .. "network is trusted (e.g. inside the cluster)", table.concat(credentials, ", "), name),
+      .. "text over http:// to %s; use https:// (with ca_file= for a private CA), or, if the "
+      .. "network is trusted (e.g. inside the cluster), allow it with the scenario parameter "
+      .. "insecure_credentials=true (kb.kfp.client option allow_insecure_credentials = true)",
+      table.concat(credentials, ", "), name),
       { host = base }), 2)
   end
 
@@ -277,6 +343,7 @@ function M.client(opts)
     s.token = read_token(s.token_file) -- fail now, not at the first request
     if st then s.mtime, s.size = st.mtime, st.size end
   end
+  if s.cookie_file then current_headers(s) end -- read it now: a missing file fails here
   build_headers(s)
 
   local c = setmetatable({
@@ -343,6 +410,11 @@ local HINTS = {
 -- The hint of a 401 / 403: what was sent and what to check.
 local function auth_hint(s, status)
   local source = credentials.describe_credentials(s)
+  if source and s.cookie_file then
+    source = source:gsub("%(cookies=%)", function() return "of cookie_file '" .. s.cookie_file .. "'" end)
+  end
+  local via = s.auth and s.auth:describe()
+  if via then source = (source and (source .. " and ") or "") .. "the kubeconfig user's " .. via end
   if status == 401 then
     if not source then
       return "no credentials were sent: give token_file= (e.g. a service account token), "
@@ -460,6 +532,15 @@ function Client:request(req)
   local o = { method = method, url = url, headers = headers, query = req.query,
     body = req.body, multipart = req.multipart, timeout = self.timeout }
   for k, v in pairs(self._tls) do o[k] = v end
+  if s.auth then
+    -- the kubeconfig user's credentials: a bearer token (a file re-read,
+    -- an exec plugin's cached until it expires) or a client certificate
+    local h = {}
+    for k, v in pairs(o.headers) do h[k] = v end
+    s.auth:apply(h, o)
+    if h.Authorization then credentials.register(h.Authorization, (h.Authorization:gsub("^%S+%s+", ""))) end
+    o.headers = h
+  end
   local prefix = self.metrics_prefix
   local spent = 0 -- the attempts' own times, as kb.http measures them
   local function once()

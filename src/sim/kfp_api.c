@@ -374,7 +374,10 @@ static void dispatch(kb_sim_kfp *kfp, kfp_req *r) {
 }
 
 int kb_sim_kfp_handle(kb_sim_kfp *kfp, kb_httpd_req *req) {
-  const char *path = kb_httpd_req_path(req);
+  return kb_sim_kfp_handle_path(kfp, req, kb_httpd_req_path(req));
+}
+
+int kb_sim_kfp_handle_path(kb_sim_kfp *kfp, kb_httpd_req *req, const char *path) {
   int ver = !strncmp(path, "/apis/v1beta1/", 14) ? 1 : !strncmp(path, "/apis/v2beta1/", 14) ? 2 : 0;
   if (!ver) return 0;
   kb_sim_sync(kfp->sim);

@@ -106,7 +106,29 @@ static int is_kfp_path(const char *path) {
   return strncmp(path, "/apis/v1beta1/", 14) == 0 || strncmp(path, "/apis/v2beta1/", 14) == 0;
 }
 
+/* The KFP API through the Kubernetes API server's service proxy, as
+ * kfp.Client() reaches it from a kubeconfig with no host:
+ * /api/v1/namespaces/NS/services/[http:]ml-pipeline[:PORT]/proxy/apis/...
+ * (any namespace). Returns the path inside the proxy, or NULL. */
+static const char *kfp_proxy_path(const char *path) {
+  static const char pre[] = "/api/v1/namespaces/";
+  if (strncmp(path, pre, sizeof pre - 1) != 0) return NULL;
+  const char *p = strchr(path + sizeof pre - 1, '/');
+  if (!p || strncmp(p, "/services/", 10) != 0) return NULL;
+  p += 10;
+  const char *end = strchr(p, '/');
+  if (!end || strncmp(end, "/proxy/", 7) != 0) return NULL;
+  if (!strncmp(p, "http:", 5)) p += 5;
+  else if (!strncmp(p, "https:", 6)) p += 6;
+  if (end - p < 11 || strncmp(p, "ml-pipeline", 11) != 0 || (p[11] != ':' && p + 11 != end))
+    return NULL;
+  return end + 6;
+}
+
 static int classify(const char *path) {
+  const char *proxied = kfp_proxy_path(path); /* KFP's API and /metrics only */
+  if (proxied && strcmp(proxied, "/metrics") == 0) return API_METRICS;
+  if (proxied && is_kfp_path(proxied)) return API_KFP;
   if (strcmp(path, "/metrics") == 0) return API_METRICS;
   if (strncmp(path, "/sim/", 5) == 0) return API_ADMIN;
   if (is_kfp_path(path)) return API_KFP;
@@ -335,7 +357,10 @@ static void handle_metrics(kb_sim_server *s, kb_httpd_req *req) {
 /* ---- dispatch ----------------------------------------------------------------- */
 
 static void dispatch_api(kb_sim_server *s, kb_httpd_req *req, int api) {
-  if (api == API_KFP && kb_sim_kfp_handle(s->kfp, req)) return;
+  if (api == API_KFP) {
+    const char *proxied = kfp_proxy_path(kb_httpd_req_path(req));
+    if (proxied ? kb_sim_kfp_handle_path(s->kfp, req, proxied) : kb_sim_kfp_handle(s->kfp, req)) return;
+  }
   if (api == API_K8S || api == API_ARGO) {
     glue_flush(s->glue); /* the store shows the model as of this request */
     if (api == API_ARGO && glue_argo_handle(s->argo, req)) return;

@@ -49,16 +49,18 @@ local journal = require "kb.journal"
 local core = require "kb.core"
 local prom = require "kb.kfp.prom"
 local states = require "kb.kfp.states"
+local connection = require "kb.connection"
 
 local M = {}
 
 --- The parameters of a run storm and their defaults. A scenario takes
--- these (with its own defaults) through storm.params{...}.
-M.DEFAULTS = {
+-- these (with its own defaults) through storm.params{...}. The connection
+-- parameters (ca_file, client_cert, client_key, insecure, token_file,
+-- cookie_file, header, request_timeout, proxy, namespace, kubeconfig,
+-- context, ...) are kb.connection's, shared by every bundled scenario.
+M.DEFAULTS = connection.params {
   host = "",                              -- "" or "sim": the embedded simulator
   api = "v1beta1",                        -- the notebook's API; or v2beta1
-  namespace = "",                         -- multi-user KFP: the profile namespace
-  token_file = "",                        -- bearer token file (e.g. a projected SA token)
   pipeline_file_url = "",                 -- local path or http(s) URL
   pipeline_params = "",                   -- run parameters: JSON or YAML mapping (text)
   num_runs = 5,
@@ -74,7 +76,6 @@ M.DEFAULTS = {
   retry = true,                           -- retry transient API failures (kb.retry)
   retry_max_attempts = 5,                 -- attempts per call, the first included
   retry_budget_ratio = 0.2,               -- retries allowed per call (plus 10), per client
-  request_timeout = 30,                   -- one request, scenario seconds
   notebook = false,                       -- true: all improvements off (concurrency 1, ...)
 }
 
@@ -153,6 +154,9 @@ end
 -- improvements off.
 local function normalize(params)
   local p = M.params(params)
+  for k, v in pairs(p) do -- a declaration {default =, secret =} not overridden
+    if type(v) == "table" and v.default ~= nil and getmetatable(v) == nil then p[k] = v.default end
+  end
   p.notebook = flag(p.notebook, "notebook")
   if p.notebook then
     p.concurrency, p.poll_all, p.measure_list, p.scrape_metrics = 1, false, false, false
@@ -359,14 +363,13 @@ local tags_used = {} -- storms per experiment id in this process
 
 local function client_opts(self, prefix)
   local p = self.p
-  return {
-    host = self.url, api = p.api, metrics_prefix = prefix,
-    namespace = p.namespace ~= "" and p.namespace or nil,
-    token_file = p.token_file ~= "" and p.token_file or nil,
-    http = self.opts.http, timeout = p.request_timeout,
-    retry = p.retry and { max_attempts = p.retry_max_attempts,
-      budget = { ratio = p.retry_budget_ratio } },
-  }
+  -- host (or kubeconfig's service proxy), TLS, token_file, cookie_file,
+  -- header, namespace, request_timeout: kb.connection
+  local o = connection.kfp_options(p, self.url)
+  o.api, o.metrics_prefix, o.http = p.api, prefix, self.opts.http
+  o.retry = p.retry and { max_attempts = p.retry_max_attempts,
+    budget = { ratio = p.retry_budget_ratio } }
+  return o
 end
 
 --- storm.new(params [, opts]) -> a session. params as M.DEFAULTS; opts:
@@ -393,7 +396,13 @@ function M.new(params, opts)
   if tags_used[self.tag] > 1 then self.tag = self.tag .. "-" .. tags_used[self.tag] end
   self.kind = opts.kind or "runs"
   if self.kind == "pipelines" then require("kb.kfp.storm_pipelines").setup(self) end
-  self.url, self.sim = target.resolve(p.host, opts.sim)
+  if p.kubeconfig ~= "" then
+    -- KFP through the API server's service proxy, as kfp.Client() with no host
+    if not target.is_sim(p.host) then bad_param("give host= or kubeconfig=, not both") end
+    self.url = connection.kubeconfig_target(p)
+  else
+    self.url, self.sim = target.resolve(p.host, opts.sim)
+  end
   self:setup_clock()
   self:open_outputs()
   self.c = self:instrument(kfp.client(client_opts(self, "")))
@@ -1321,6 +1330,8 @@ function Session:finish()
   local out = require(self.kind == "pipelines" and "kb.kfp.storm_pipelines" or "kb.kfp.storm_report")
   self.result = out.result(self)
   self:add_retry_figures(self.result)
+  -- how the server was reached (insecure=true is recorded here; never a secret)
+  self.result.connection = connection.describe(self.p, self.url)
   out.write(self, self.result)
   self:journal_write{ event = "finish", result = self.result }
   return self.result

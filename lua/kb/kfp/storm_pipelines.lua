@@ -28,8 +28,8 @@ local out = require "kb.kfp.storm_report"
 local M = {}
 
 --- The parameters of the pipeline-service storm and their defaults.
-M.DEFAULTS = {
-  host = "", api = "v1beta1", namespace = "", token_file = "",
+M.DEFAULTS = require("kb.connection").params {
+  host = "", api = "v1beta1",
   pipeline_file_url = "",
   num_pipelines = 10,
   num_pipeline_versions_per_pipeline = 10,
