@@ -11,6 +11,9 @@
 -- Against the embedded simulator by default; host=URL (and token_file=,
 -- a file holding the bearer token: a token is never a parameter value)
 -- for a real argo-server, through kb.argo (which also times argo.list).
+-- The connection parameters (ca_file, client_cert/client_key, insecure,
+-- token_file, request_timeout, proxy, ...) are kb.connection's, as in every
+-- bundled scenario (docs/security.md "Connection parameters").
 -- Every workflow carries the label kbrun.io/storm=<run id>; cleanup
 -- deletes them. rate=R spaces the submissions (workflow i is submitted
 -- (i - 1) / R seconds after the start). Sharded (kbrun --shard I/N,
@@ -21,6 +24,7 @@
 --   kbrun scenarios/argo_storm.lua workflows=200 concurrency=20 steps=3
 local kb = require "kb"
 local argo = require "kb.argo"
+local connection = require "kb.connection"
 
 local function workflow(name, label, p)
   local steps = {}
@@ -47,10 +51,11 @@ local state = {}
 
 return {
   name = "argo_storm",
-  params = {
+  params = connection.params {
     host = "sim",          -- "sim": the embedded simulator, else argo-server's URL
-    token_file = "",       -- file holding the bearer token of a real argo-server (re-read when it changes)
+    -- token_file: a file holding the bearer token of a real argo-server (re-read when it changes)
     namespace = "default",
+    request_timeout = 60,  -- one request, scenario seconds
     workflows = 50,        -- how many to submit, over all shards
     concurrency = 10,      -- submissions in flight
     rate = 0.0,            -- submissions per second over all shards (0: as fast as concurrency allows)
@@ -63,8 +68,9 @@ return {
   thresholds = { completed_rate = 1.0 },
 
   run = function(p)
-    local c = argo.client { host = require("kb.target").resolve(p.host), namespace = p.namespace,
-      token_file = p.token_file ~= "" and p.token_file or nil, timeout = 60 }
+    local host = require("kb.target").resolve(p.host)
+    local c = argo.client(connection.argo_options(p, host))
+    state.connection = connection.describe(p, host)
     local label = kb.exp and kb.exp.id or ("storm-" .. os.time())
     state.client, state.label = c, label
 
@@ -148,6 +154,7 @@ return {
       phases = phases,
       succeeded = phases.Succeeded or 0,
       completed_rate = #mine > 0 and (phases.Succeeded or 0) / #mine or 1,
+      connection = state.connection, -- how argo-server was reached (never a secret)
     }
   end,
 

@@ -8,8 +8,14 @@
 -- shards together send exactly what one unsharded run sends, and
 -- `kbrun merge` adds their counts (concurrency is per shard).
 --
+-- The connection parameters (ca_file, client_cert/client_key, insecure,
+-- token_file, cookie_file, header, request_timeout, proxy) are
+-- kb.connection's, as in every bundled scenario (docs/security.md
+-- "Connection parameters").
+--
 --   kbrun scenarios/http_storm.lua requests=10000 concurrency=10000
 local kb = require "kb"
+local connection = require "kb.connection"
 
 local BODY = '{"kind":"Status","apiVersion":"v1","status":"Success","message":"ok"}'
 
@@ -25,11 +31,11 @@ end
 
 return {
   name = "http_storm",
-  params = {
+  params = connection.params {
     url = "",           -- empty: a loopback server started by the scenario
     requests = 10000,   -- total GETs (over all shards)
     concurrency = 10000, -- at most this many in flight
-    timeout = 30,       -- seconds per request
+    request_timeout = 30, -- seconds per request
     rate = 0.0,         -- requests per second over all shards (0: as fast as concurrency allows)
   },
   thresholds = { success_rate = 1.0 },
@@ -37,6 +43,7 @@ return {
   run = function(p)
     local server = p.url == "" and start_local_server() or nil
     local url = server and (server.url .. "/status") or p.url
+    local opts = connection.request_options(p)
     local latency = kb.metrics.histogram("http.get")
     local ok_count = kb.metrics.counter("http.requests", { outcome = "ok" })
 
@@ -49,7 +56,7 @@ return {
         if wait > 0 then kb.sleep(wait) end
       end
       pool:spawn(function()
-        local ok, res = pcall(kb.http.get, url, { timeout = p.timeout })
+        local ok, res = pcall(kb.http.get, url, opts)
         if ok then
           latency:record(res.time.total)
           kb.metrics.counter("http.status", { code = tostring(res.status) }):inc()
@@ -79,6 +86,9 @@ return {
       requests_per_second = elapsed > 0 and s.count / elapsed or 0,
       elapsed = elapsed,
       latency = { metric = "http.get", p50 = s.p50, p90 = s.p90, p99 = s.p99, max = s.max },
+      -- how the endpoint was reached (never a secret; the loopback server's
+      -- port differs per shard, so only a given url= is named)
+      connection = connection.describe(p, p.url ~= "" and p.url or nil),
     }
   end,
 }

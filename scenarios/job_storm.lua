@@ -20,6 +20,7 @@
 --   kbrun scenarios/job_storm.lua kubeconfig=$HOME/.kube/config namespace=bench
 local kb = require "kb"
 local k8s = require "kb.k8s"
+local connection = require "kb.connection"
 local lifecycle = require "kb.k8s.lifecycle"
 
 local function job(name, label, p)
@@ -48,22 +49,20 @@ local function job(name, label, p)
   }
 end
 
+-- kubeconfig= (and context=) wins over host=; the TLS parameters override
+-- the kubeconfig's (kb.connection, docs/security.md "Connection parameters").
 local function client(p)
-  if p.kubeconfig ~= "" then
-    return k8s.client { kubeconfig = p.kubeconfig, context = p.context ~= "" and p.context or nil,
-      namespace = p.namespace }
-  end
-  return k8s.client { server = require("kb.target").resolve(p.host), namespace = p.namespace }
+  local server = p.kubeconfig == "" and require("kb.target").resolve(p.host) or nil
+  return k8s.client(connection.k8s_options(p, server))
 end
 
 local state = {}
 
 return {
   name = "job_storm",
-  params = {
+  params = connection.params {
     host = "sim",          -- "sim": the embedded simulator, else the API server's URL
-    kubeconfig = "",       -- a real cluster (wins over host)
-    context = "",
+    -- kubeconfig: a real cluster (wins over host), context: its context
     namespace = "default",
     jobs = 50,             -- how many Jobs (one pod each), over all shards
     concurrency = 10,      -- creates in flight
@@ -125,6 +124,7 @@ return {
       outcomes = outcomes,
       completed = outcomes.complete or 0,
       completed_rate = n > 0 and (outcomes.complete or 0) / n or 1,
+      connection = connection.describe(p, c.server), -- how the API server was reached
     }
   end,
 

@@ -218,6 +218,78 @@ function M.kfp_options(p, url)
   return o
 end
 
+-- cookie_file and header are Kubeflow's gateway credentials: a client of
+-- the Kubernetes API (or argo-server) refuses them instead of dropping them.
+local function gateway_only(p, client)
+  for _, name in ipairs({ "cookie_file", "header" }) do
+    if given(p[name]) then
+      refuse("%s= is for KFP behind the Kubeflow gateway; the %s client takes kubeconfig= "
+        .. "(or token_file=) for its credentials", name, client)
+    end
+  end
+end
+
+--- connection.k8s_options(p [, server]) -> options for kb.k8s.client:
+-- kubeconfig and context (when kubeconfig= is given), else server (the
+-- URL), namespace, token_file, tls (the TLS parameters over the
+-- kubeconfig's), timeout, allow_insecure_credentials.
+function M.k8s_options(p, server)
+  gateway_only(p, "Kubernetes")
+  local o = { timeout = p.request_timeout }
+  if given(p.kubeconfig) then
+    o.kubeconfig, o.context = p.kubeconfig, given(p.context) and p.context or nil
+  else
+    o.server = server
+  end
+  if given(p.namespace) then o.namespace = p.namespace end
+  if given(p.token_file) then o.token_file = p.token_file end
+  local tls = M.http_options(p)
+  if next(tls) then o.tls = tls end
+  if flag(p, "insecure_credentials") then o.allow_insecure_credentials = true end
+  return o
+end
+
+--- connection.argo_options(p, host) -> options for kb.argo.client: host,
+-- namespace, token_file, tls, timeout, allow_insecure_credentials.
+function M.argo_options(p, host)
+  gateway_only(p, "argo-server")
+  local o = { host = host, timeout = p.request_timeout }
+  if given(p.namespace) then o.namespace = p.namespace end
+  if given(p.token_file) then o.token_file = p.token_file end
+  local tls = M.http_options(p)
+  if next(tls) then o.tls = tls end
+  if flag(p, "insecure_credentials") then o.allow_insecure_credentials = true end
+  return o
+end
+
+--- connection.request_options(p) -> options for kb.http.get/request of a
+-- plain HTTP scenario (http_storm): timeout, the TLS and proxy options, and
+-- headers (header=, token_file's bearer token and cookie_file's cookie,
+-- read once here; every credential registered with kb.secrets).
+function M.request_options(p)
+  if given(p.kubeconfig) then
+    refuse("kubeconfig= is for the KFP, Kubernetes and Argo scenarios; give url= (and token_file=, "
+      .. "cookie_file=, header= for credentials)")
+  end
+  local o = M.http_options(p)
+  o.timeout = p.request_timeout
+  local h = M.headers(p)
+  local function fail(fmt, ...) refuse(fmt, ...) end
+  if given(p.token_file) then
+    if has_header(h, "authorization") then
+      refuse("give token_file= or an Authorization header in header=, not both")
+    end
+    local token = secrets.read_token(p.token_file, fail)
+    secrets.register(token)
+    h.Authorization = "Bearer " .. token
+  end
+  if given(p.cookie_file) then
+    h.Cookie = require("kb.kfp").read_cookie_file(p.cookie_file, fail)
+  end
+  if next(h) then o.headers = h end
+  return o
+end
+
 --- connection.describe(p [, url]) -> what result.json records of the
 -- connection (never a secret): url, tls ("verified", "insecure", or
 -- "none" for http://), ca_file and where it came from, client_cert,

@@ -92,7 +92,7 @@ end
 
 local OPTIONS = {
   kubeconfig = true, context = true, namespace = true, in_cluster = true, server = true,
-  token = true, timeout = true, watch_window = true, http = true,
+  token = true, token_file = true, tls = true, timeout = true, watch_window = true, http = true,
   allow_insecure_credentials = true, exec_timeout = true, compressed = true, http2 = true,
   user_agent = true, retry = true,
 }
@@ -137,7 +137,10 @@ end
 --- k8s.client(opts) -> client. opts (all optional): kubeconfig (path, "a:b"
 -- or a list), context, namespace, in_cluster (true, or {root=, host=,
 -- port=} for tests), server (overrides the URL), token (a bearer token,
--- instead of the kubeconfig user's credentials), timeout (scenario seconds
+-- instead of the kubeconfig user's credentials), token_file (a file holding
+-- one, re-read when it changes), tls (kb.http TLS options over the
+-- kubeconfig's: ca_file, cert_file, key_file, insecure, proxy, ...;
+-- kb.connection.k8s_options makes them), timeout (scenario seconds
 -- per request, default 30), watch_window (scenario seconds per watch
 -- request, default 300; see c:watch), exec_timeout (real seconds an exec
 -- plugin may run, default 60), compressed (ask for gzip; default as the
@@ -165,6 +168,21 @@ function M.client(opts)
   local policy = retry.resolve(opts.retry, "kb.k8s.client")
   local cfg = connection(opts)
   if opts.token then cfg.auth = { kind = "token", token = opts.token } end
+  if opts.token_file ~= nil then -- a bearer token file (re-read when it changes), over the user's
+    if type(opts.token_file) ~= "string" or opts.token_file == "" then usage("token_file must be a path") end
+    if opts.token then usage("give token= or token_file=, not both") end
+    cfg.auth = { kind = "token_file", path = opts.token_file }
+  end
+  if opts.tls ~= nil then -- kb.http TLS options over the kubeconfig's (ca_file, cert_file, insecure, proxy, ...)
+    if type(opts.tls) ~= "table" then usage("tls= must be a table of kb.http TLS options") end
+    local tls = {}
+    for k, v in pairs(cfg.tls) do tls[k] = v end
+    for k, v in pairs(opts.tls) do tls[k] = v end
+    if opts.tls.ca_file or opts.tls.ca_pem then tls.insecure = opts.tls.insecure end
+    if opts.tls.insecure then tls.ca_file, tls.ca_pem = nil, nil end
+    if opts.tls.cert_file then tls.cert_pem, tls.key_pem = nil, nil end
+    cfg.tls = tls
+  end
   local provider = auth.new(cfg.auth, { exec_timeout = opts.exec_timeout })
   local has_cert = cfg.tls.cert_file or cfg.tls.cert_pem
   if (provider:has_credentials() or has_cert) and cfg.scheme == "http" and not u.is_loopback(cfg.host)
