@@ -45,6 +45,10 @@ typedef struct kb_sim_kfp kb_sim_kfp;
  * attached to (used for latency and schedule timers). NULL when out of
  * memory. */
 kb_sim_kfp *kb_sim_kfp_new(kb_sim *sim, uv_loop_t *loop);
+/* Local pipeline URLs (a path or file://) are read only from inside dir
+ * (symlinks resolved, so none leads out); without one, none is read.
+ * http(s) URLs are fetched. 0, or -errno when dir is not a folder. */
+int kb_sim_kfp_set_pipeline_dir(kb_sim_kfp *kfp, const char *dir);
 
 /* Finishes every delayed request (503 if still pending) and closes the
  * timers; their memory is released by the loop's next iteration, so run

@@ -38,6 +38,9 @@ typedef struct kb_sim_server_opts {
   uv_loop_t *loop;         /* non-NULL: run in-loop (see above) */
   struct kb_vclock *clock; /* in-loop: the clock to share; NULL: a linear one at speed */
   const char *unix_path;   /* also listen on this Unix socket (removed at stop) */
+  const char *pipeline_dir; /* local pipeline URLs are read only inside it; NULL: none */
+  /* HTTP limits (kb_httpd_config; 0: its defaults) */
+  uint64_t header_timeout_ms, body_timeout_ms, idle_timeout_ms, max_connections;
 } kb_sim_server_opts;
 
 /* Starts the server thread and returns once it listens (or failed: NULL

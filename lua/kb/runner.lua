@@ -489,6 +489,9 @@ local function main(run, args)
   -- a speed only means something to the linear clock
   target.defaults.clock = args.sim_clock or (args.sim_speed and "linear") or target.defaults.clock
   target.defaults.seed = run.seed_value
+  -- the embedded simulator reads local pipeline files from the scenario's folder only
+  local scenario_dir = kb.fs.abspath(args.scenario):match("^(.*)/[^/]*$")
+  target.defaults.pipeline_dir = scenario_dir ~= "" and scenario_dir or "/"
 
   local merged, merr = params.merge(nil, file_params, cli)
   if not merged then return early_exit(EXIT_USAGE, merr) end

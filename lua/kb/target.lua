@@ -41,7 +41,9 @@ function M.simulator(opts)
     speed = opts.speed or d.speed,
     seed = opts.seed or d.seed or 1,
     clock = opts.clock or d.clock,
+    pipeline_dir = opts.pipeline_dir or d.pipeline_dir, -- local pipeline files: only in it
   }
+  M.pipeline_dir = opts.pipeline_dir or d.pipeline_dir
   if require("kb.core").clock_kind() == "events" then
     kb.log.info("embedded simulator at %s (virtual clock, fast-forwarding)", embedded.url)
   else

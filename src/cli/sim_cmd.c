@@ -13,10 +13,17 @@
 static void sim_usage(FILE *out) {
   fputs("usage: kbrun sim [--listen HOST:PORT] [--config sim.yaml] [--profile NAME]\n"
         "                 [--speed X] [--seed N] [--kubeconfig-out FILE] [--admin-token T]\n"
+        "                 [--pipeline-dir DIR] [--header-timeout S] [--body-timeout S]\n"
+        "                 [--idle-timeout S] [--max-connections N]\n"
         "\n"
         "Serves the embedded cluster simulator (KFP, Kubernetes and Argo APIs over a\n"
         "modelled cluster) until Ctrl-C. It listens on 127.0.0.1 unless --listen says\n"
         "otherwise; beyond loopback its admin API (/sim/v1) needs --admin-token.\n"
+        "Pipeline URLs: http(s) ones are fetched; local paths and file:// URLs are read\n"
+        "only inside --pipeline-dir (none without it). Connections: a request's headers\n"
+        "must arrive within --header-timeout (10 s) and its body within --body-timeout\n"
+        "(60 s); an idle keep-alive connection closes after --idle-timeout (60 s); at\n"
+        "most --max-connections (4096) are open. docs/security.md.\n"
         "Profiles: default (calibrated), fast, degraded. Config: docs/simulator.md.\n",
         out);
 }
@@ -83,6 +90,11 @@ int kb_cli_sim(int argc, char **argv) {
     {"seed", required_argument, NULL, 'S'},
     {"kubeconfig-out", required_argument, NULL, 'k'},
     {"admin-token", required_argument, NULL, 'a'},
+    {"pipeline-dir", required_argument, NULL, 'D'},
+    {"header-timeout", required_argument, NULL, 'H'},
+    {"body-timeout", required_argument, NULL, 'B'},
+    {"idle-timeout", required_argument, NULL, 'I'},
+    {"max-connections", required_argument, NULL, 'M'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0}
   };
@@ -119,6 +131,32 @@ int kb_cli_sim(int argc, char **argv) {
       break;
     case 'k': kubeconfig = optarg; break;
     case 'a': o.admin_token = optarg; break;
+    case 'D': o.pipeline_dir = optarg; break;
+    case 'H':
+    case 'B':
+    case 'I': {
+      double sec = strtod(optarg, &end);
+      if (*end || !*optarg || !(sec > 0) || sec > 86400 * 365) {
+        fprintf(stderr, "kbrun sim: %s wants a positive number of seconds, got '%s'\n",
+                c == 'H' ? "--header-timeout" : c == 'B' ? "--body-timeout" : "--idle-timeout",
+                optarg);
+        return KB_EXIT_USAGE;
+      }
+      uint64_t ms = (uint64_t)(sec * 1000.0 + 0.5);
+      if (ms == 0) ms = 1;
+      if (c == 'H') o.header_timeout_ms = ms;
+      else if (c == 'B') o.body_timeout_ms = ms;
+      else o.idle_timeout_ms = ms;
+      break;
+    }
+    case 'M':
+      o.max_connections = strtoull(optarg, &end, 10);
+      if (*end || !*optarg || *optarg == '-' || o.max_connections == 0) {
+        fprintf(stderr, "kbrun sim: --max-connections wants a positive integer, got '%s'\n",
+                optarg);
+        return KB_EXIT_USAGE;
+      }
+      break;
     case 'h': sim_usage(stdout); return 0;
     default:
       fprintf(stderr, "kbrun sim: unknown option '%s'\n", argv[optind - 1]);

@@ -119,6 +119,7 @@ static int l_start(lua_State *L) {
   o.speed = kb_opt_number(L, 1, "speed", 600);
   o.seed = (uint64_t)kb_opt_integer(L, 1, "seed", 1);
   o.admin_token = kb_opt_string(L, 1, "admin_token", NULL);
+  o.pipeline_dir = kb_opt_string(L, 1, "pipeline_dir", NULL);
   int kind = clock_kind(L, 1);
   /* A clock already driven by a simulator keeps its kind. */
   kb_vclock *clock = kb_rt_clock(rt);

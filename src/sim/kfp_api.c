@@ -380,6 +380,7 @@ int kb_sim_kfp_handle(kb_sim_kfp *kfp, kb_httpd_req *req) {
 int kb_sim_kfp_handle_path(kb_sim_kfp *kfp, kb_httpd_req *req, const char *path) {
   int ver = !strncmp(path, "/apis/v1beta1/", 14) ? 1 : !strncmp(path, "/apis/v2beta1/", 14) ? 2 : 0;
   if (!ver) return 0;
+  if (kfp_fetch_intercept(kfp, req, path)) return 1; /* an http(s) pipeline URL: fetched first */
   kb_sim_sync(kfp->sim);
   kfp_schedule_tick(kfp);
   kfp_req r;
@@ -463,6 +464,7 @@ void kb_sim_kfp_free(kb_sim_kfp *kfp) {
     kb_vtimer_stop(&p->timer);
     free_pending(p);
   }
+  kfp_fetch_free(kfp);
   if (kfp->has_clock) kb_vtimer_stop(&kfp->sched_timer);
   kfp_store_free(kfp);
   kfp_metrics_free(kfp->metrics);

@@ -123,8 +123,20 @@ struct kb_sim_kfp {
   kfp_pending *pending; /* delayed responses */
   kb_vtimer sched_timer;   /* next recurring-run trigger, on the sim clock */
   int has_clock;           /* attached: delays and triggers wait on the clock */
+  char *pipeline_dir;      /* real path local pipeline URLs must be under, or NULL */
+  struct kfp_fetch *fetches;         /* http(s) pipeline URLs being fetched */
+  struct kb_http_client *fetcher;    /* their client, made on the first one */
   int closing;
 };
+
+/* Pipeline URLs (kfp_pipelines.c). A request that creates a pipeline or a
+ * version from an http(s) URL is held while the simulator fetches it
+ * (asynchronously, on kfp->loop) and handled again, at `path`, once the
+ * file or the error is in: returns 1 when it took the request, else 0. */
+int kfp_fetch_intercept(kb_sim_kfp *kfp, kb_httpd_req *req, const char *path);
+/* Cancels the fetches in flight (their requests get a 503) and frees the
+ * client; from kb_sim_kfp_free. */
+void kfp_fetch_free(kb_sim_kfp *kfp);
 
 int kfp_vec_push(kfp_vec *v, void *item);
 /* A fresh UUID (version 4 layout) from kfp's seeded stream. */

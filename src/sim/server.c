@@ -39,7 +39,8 @@ typedef struct lat_hist {
 } lat_hist;
 
 struct kb_sim_server {
-  char *host, *profile, *config_yaml, *config_name, *admin_token;
+  char *host, *profile, *config_yaml, *config_name, *admin_token, *pipeline_dir;
+  uint64_t header_timeout_ms, body_timeout_ms, idle_timeout_ms, max_connections;
   int want_port;
   uint64_t seed;
   double want_speed;
@@ -599,11 +600,22 @@ static int setup(kb_sim_server *s) {
   kb_sim_clock_params(s->sim, &s->origin_ns, &s->speed);
   s->epoch = kb_sim_epoch(s->sim);
   s->kfp = kb_sim_kfp_new(s->sim, s->loop);
+  int pd = s->kfp && s->pipeline_dir ? kb_sim_kfp_set_pipeline_dir(s->kfp, s->pipeline_dir) : 0;
+  if (pd < 0) {
+    err->code = KB_SIM_EINVAL;
+    snprintf(err->message, sizeof err->message, "pipeline dir '%.160s': %.60s", s->pipeline_dir,
+             strerror(-pd));
+    return -1;
+  }
   glue_set_kfp(s->glue, s->kfp);
   /* Server-Timing tells clients how long the modelled latency held each
    * response, so they can scale just that part to the virtual clock. */
   kb_httpd_config hcfg = {.server_timing = "kbrun-sim", .on_response = on_response,
-                          .on_response_ud = s, .date_now = store_now, .date_now_ud = s};
+                          .on_response_ud = s, .date_now = store_now, .date_now_ud = s,
+                          .header_timeout_ms = s->header_timeout_ms,
+                          .body_timeout_ms = s->body_timeout_ms,
+                          .idle_timeout_ms = s->idle_timeout_ms,
+                          .max_connections = s->max_connections};
   s->httpd = kb_httpd_new(s->loop, &hcfg, handle, s);
   if (!s->kfp || !s->httpd) {
     set_err(err, KB_SIM_ENOMEM, "out of memory starting the simulator%s", NULL);
@@ -709,6 +721,7 @@ static void server_free(kb_sim_server *s) {
   free(s->config_yaml);
   free(s->config_name);
   free(s->admin_token);
+  free(s->pipeline_dir);
   free(s->unix_path);
   uv_mutex_destroy(&s->mu);
   uv_cond_destroy(&s->cond);
@@ -744,6 +757,11 @@ kb_sim_server *kb_sim_server_start(const kb_sim_server_opts *o, kb_sim_error *er
   s->config_yaml = dup_or_null(o->config_yaml);
   s->config_name = dup_or_null(o->config_name);
   s->admin_token = dup_or_null(o->admin_token);
+  s->pipeline_dir = dup_or_null(o->pipeline_dir);
+  s->header_timeout_ms = o->header_timeout_ms;
+  s->body_timeout_ms = o->body_timeout_ms;
+  s->idle_timeout_ms = o->idle_timeout_ms;
+  s->max_connections = o->max_connections;
   s->unix_path = dup_or_null(o->unix_path);
   s->want_port = o->port;
   s->seed = o->seed;

@@ -96,8 +96,9 @@ static void *kt_thread(void *ud) {
   return NULL;
 }
 
-/* profile "fast" or "default"; speed: sim seconds per real second. */
-static kt_server *kt_start(const char *profile, double speed) {
+/* profile "fast" or "default"; speed: sim seconds per real second;
+ * pipeline_dir: where local pipeline URLs may point (NULL: nowhere). */
+static kt_server *kt_start_dir(const char *profile, double speed, const char *pipeline_dir) {
   kt_server *s = calloc(1, sizeof *s);
   kb_sim_error err = {0};
   kb_sim_config *cfg = kb_sim_config_new(profile, &err);
@@ -111,6 +112,8 @@ static kt_server *kt_start(const char *profile, double speed) {
   uv_loop_init(&s->loop);
   kb_sim_attach(s->sim, &s->loop);
   s->kfp = kb_sim_kfp_new(s->sim, &s->loop);
+  if (pipeline_dir && kb_sim_kfp_set_pipeline_dir(s->kfp, pipeline_dir) < 0)
+    fprintf(stderr, "kt_start: pipeline dir %s: not a folder\n", pipeline_dir);
   kb_httpd_config hc = {0};
   hc.no_date = 1;
   s->httpd = kb_httpd_new(&s->loop, &hc, kt_handle, s);
@@ -120,6 +123,11 @@ static kt_server *kt_start(const char *profile, double speed) {
   s->stop.data = s;
   pthread_create(&s->thread, NULL, kt_thread, s);
   return s;
+}
+
+/* Local pipeline URLs from the repository (its sample pipelines). */
+static kt_server *kt_start(const char *profile, double speed) {
+  return kt_start_dir(profile, speed, "..");
 }
 
 static void kt_stop(kt_server *s) {

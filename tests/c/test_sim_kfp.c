@@ -452,17 +452,13 @@ static void test_errors(void) {
   KB_CHECK_STR(kt_str(r.json, "message"), "Method Not Allowed");
   kt_free(&r);
   r = kt_json(s, "POST", "/apis/v1beta1/pipelines",
-              "{\"name\":\"web\",\"url\":{\"pipeline_url\":\"https://example.com/p.yaml\"}}");
-  KB_CHECK(r.status == 400);
-  KB_CHECK(strstr(kt_str(r.json, "message") ? kt_str(r.json, "message") : "",
-                  "the simulator does not download pipelines") != NULL);
-  kt_free(&r);
-  r = kt_json(s, "POST", "/apis/v1beta1/pipelines",
-              "{\"name\":\"gone\",\"url\":{\"pipeline_url\":\"/nonexistent/p.yaml\"}}");
+              "{\"name\":\"web\",\"url\":{\"pipeline_url\":\"ftp://example.com/p.yaml\"}}");
   KB_CHECK(r.status == 400);
   KB_CHECK_STR(kt_str(r.json, "details.0.message"),
-               "error fetching pipeline spec from /nonexistent/p.yaml - No such file or directory");
+               "error fetching pipeline spec from ftp://example.com/p.yaml - unsupported URL "
+               "scheme: use an http(s) URL, or upload the file");
   kt_free(&r);
+  /* more on pipeline URLs: test_sim_pipeline_urls.c */
   r = kt_req(s, "POST", "/apis/v2beta1/pipelines/upload", "x", 1, "text/plain");
   KB_CHECK(r.status == 400);
   KB_CHECK_STR(kt_str(r.json, "error_message"), "Failed to read pipeline from file");

@@ -623,7 +623,8 @@ static void test_modelled_latency_any_speed(void) {
 
 int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
-  kb_sim_server_opts o = {.profile = "fast", .speed = 600, .seed = 1};
+  kb_sim_server_opts o = {.profile = "fast", .speed = 600, .seed = 1,
+                         .pipeline_dir = ".."}; /* the repository: its sample pipelines */
   kb_sim_error err = {0};
   srv = kb_sim_server_start(&o, &err);
   if (!srv) {

@@ -16,6 +16,9 @@ local storm = require "kb.kfp.storm"
 
 local SRC = os.getenv("KBRUN_SOURCE_DIR") or ".."
 local TAXI = SRC .. "/scenarios/pipelines/taxi_updated_pool.yaml"
+-- the embedded simulator reads local pipelines from this folder only (as
+-- it would from the scenario's), so the session creates from a file:// URL
+target.defaults.pipeline_dir = SRC .. "/scenarios"
 local tmp = fs.tmpdir("storm-sim-")
 
 -- A one-step pipeline whose step takes ~12 days: it never ends in a test.

@@ -492,11 +492,6 @@ function M.may_have_created(err)
   return err.class ~= nil and err.class ~= "usage" and err.class ~= "security"
 end
 
-local function is_loopback(url)
-  local host = url:match("^%a+://%[?([^/%]:]*)")
-  return host == "localhost" or host == "::1" or (host or ""):match("^127%.") ~= nil
-end
-
 -- Fetches an http(s) URL as the server would, following redirects with a
 -- warning: a KFP server does not follow them (the docs warn that
 -- storage.cloud.google.com links redirect to a login page).
@@ -531,9 +526,10 @@ end
 
 --- Where the pipeline comes from: {url = } (the server downloads it, as in
 -- the notebook), {path = } (uploaded) or {content =, filename = }.
--- A local file goes to a simulator on this machine as a file:// URL
--- (CreatePipeline, like the notebook) and is uploaded to anything else; a
--- simulator never downloads, so an http(s) file is fetched and uploaded.
+-- A local file inside the embedded simulator's pipeline folder (the
+-- scenario's) goes to it as a file:// URL (CreatePipeline, like the
+-- notebook) and is uploaded to anything else; an http(s) file is fetched
+-- here and uploaded to a simulator (the result does not hang on its fetch).
 function Session:pipeline_source()
   if self.source then return self.source end
   local u = self.p.pipeline_file_url
@@ -549,7 +545,10 @@ function Session:pipeline_source()
     end
   else
     local path = local_path(self, u)
-    if self.sim or (self.remote_sim and is_loopback(self.url)) then
+    -- the embedded simulator reads local files from its pipeline folder only
+    -- (docs/security.md); anything else gets the file uploaded
+    local prefix = target.pipeline_dir and (target.pipeline_dir:gsub("/+$", "") .. "/")
+    if self.sim and prefix and path:sub(1, #prefix) == prefix then
       src = { url = "file://" .. path, origin = path }
     else
       src = { path = path, origin = path }
