@@ -3,6 +3,9 @@
 -- job run as a Kubernetes Job. Against the embedded simulator it uses a
 -- cluster with a GPU pool (kubebench/sim-gpu.yaml) unless --sim-config is
 -- given.
+-- A real cluster: kubeconfig= (and context=), or host=URL; the connection
+-- parameters (ca_file, client_cert/client_key, insecure, token_file,
+-- request_timeout, proxy) are kb.connection's (docs/security.md).
 --
 --   kbrun scenarios/kubebench_mpi.lua replicas=2
 local kubebench = require "kb.kubebench"

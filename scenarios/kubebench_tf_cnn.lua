@@ -3,6 +3,9 @@
 -- params exactly as in Kubebench's examples/config/tf-cnn/tf-cnn-dummy.yaml.
 -- Against the embedded simulator by default; host=URL for a real cluster
 -- (through `kubectl proxy`).
+-- A real cluster: kubeconfig= (and context=), or host=URL; the connection
+-- parameters (ca_file, client_cert/client_key, insecure, token_file,
+-- request_timeout, proxy) are kb.connection's (docs/security.md).
 --
 --   kbrun scenarios/kubebench_tf_cnn.lua                 # experiments/tf-cnn-dummy-<date>-<xxxx>/..., experiments/report.csv
 --   kbrun scenarios/kubebench_tf_cnn.lua num_worker=2 num_ps=1

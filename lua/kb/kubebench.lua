@@ -58,6 +58,8 @@ local FIELDS = {
 
 -- Control parameters a kubebench scenario adds to the experiment's params.
 local CONTROL = { host = true, namespace = true, timeout = true, keep = true }
+-- and the connection parameters every bundled scenario takes (kb.connection)
+for k in pairs(require("kb.connection").DEFAULTS) do CONTROL[k] = true end
 
 local Experiment = {}
 Experiment.__index = Experiment
@@ -429,6 +431,7 @@ end
 --- Runs one experiment and returns its record (also in result/result.json
 -- of its folder and as a row of report.csv).
 -- opts: params (overrides), host / url / kubeconfig / client, namespace,
+-- connection (the kb.connection parameters: TLS, token_file, kubeconfig, ...),
 -- root (experiments folder, default "experiments"), folder (an existing
 -- experiment folder such as kb.exp: its id is the experiment ID and the
 -- runner writes result.json), id, timeout, keep.
@@ -454,7 +457,7 @@ function M.run(exp, opts)
     rec.params, rec.job_kind, rec.job_name, rec.namespace = r.params, r.manifest.kind, id, r.namespace
     save_config(folder, exp, r)
     c = client.new { client = opts.client, host = opts.host, url = opts.url, kubeconfig = opts.kubeconfig,
-      namespace = r.namespace }
+      namespace = r.namespace, connection = opts.connection }
     c:create(r.manifest)
     main_key = track(c, r.manifest.kind, id, r.namespace, keep)
     kb.log.info("experiment %s: created %s %s/%s", id, r.manifest.kind, r.namespace, id)
@@ -544,6 +547,7 @@ local function scenario_params(exp)
     end
     if v == null then p[k], was_null[k] = "", true else p[k] = v end
   end
+  for k, v in pairs(require("kb.connection").params()) do p[k] = v end
   p.host, p.namespace, p.timeout, p.keep = "sim", exp.namespace, exp.timeout, exp.keep
   return p, was_null
 end
@@ -632,7 +636,7 @@ function M.scenario(def)
       end
       local e = kb.exp
       return M.run(exp, { params = overrides, host = p.host, namespace = p.namespace,
-        timeout = p.timeout, keep = p.keep, folder = e, root = e and e.out or nil })
+        timeout = p.timeout, keep = p.keep, folder = e, root = e and e.out or nil, connection = p })
     end,
     cleanup = function() M.cleanup_all() end,
   }

@@ -154,16 +154,25 @@ end
 --- A client. opts: client (use this one as is), kubeconfig (a file: a
 -- real cluster), host (kb.target: "sim"/"" = the embedded simulator, else
 -- the API server's URL), url (a base URL), namespace ("default"), timeout
--- (seconds per request).
+-- (seconds per request), connection (a scenario's kb.connection parameters:
+-- context, token_file, TLS options; kubeconfig when opts has none).
 function M.new(opts)
   opts = opts or {}
   if opts.client then return opts.client end
   local ns = opts.namespace or "default"
-  local base = not opts.kubeconfig and (opts.url or require("kb.target").resolve(opts.host)) or nil
+  local cp = opts.connection -- the scenario's kb.connection parameters
+  local kubeconfig = opts.kubeconfig or (cp and cp.kubeconfig ~= "" and cp.kubeconfig) or nil
+  local base = not kubeconfig and (opts.url or require("kb.target").resolve(opts.host)) or nil
   local ok, k8s = pcall(require, "kb.k8s")
   if ok and type(k8s) == "table" and k8s.client then
-    return setmetatable({ c = k8s.client { kubeconfig = opts.kubeconfig, server = base, namespace = ns,
-      timeout = opts.timeout } }, K8s)
+    local o = { kubeconfig = kubeconfig, server = base, namespace = ns, timeout = opts.timeout }
+    if cp then
+      local co = require("kb.connection").k8s_options(cp, base)
+      o.context, o.token_file, o.tls = co.context, co.token_file, co.tls
+      o.allow_insecure_credentials = co.allow_insecure_credentials
+      o.timeout = o.timeout or co.timeout
+    end
+    return setmetatable({ c = k8s.client(o) }, K8s)
   end
   if not base then error("kb.kubebench.client: kubeconfig needs kb.k8s, which did not load: " .. tostring(k8s), 2) end
   return setmetatable({ base = (base:gsub("/+$", "")), namespace = ns, http = kb.http,
