@@ -341,11 +341,14 @@ function Session:note_auth(op, err)
   self.auth_noted[op] = true
   local p = self.p
   log.error("storm: %s was refused by %s: HTTP %s%s. Check the credentials: token_file (%s) must "
-    .. "hold a valid, unexpired token with access to %s; behind a port-forward or proxy, check the "
-    .. "kubeconfig's user and its expiry", op, self.url, tostring(type(err) == "table" and err.status or "?"),
+    .. "hold a valid, unexpired token with access to %s; behind the Kubeflow gateway, cookie_file "
+    .. "(%s) a current session cookie and header= the user (kubeflow-userid: ...); through "
+    .. "kubeconfig=, the kubeconfig's user and its expiry", op, self.url,
+    tostring(type(err) == "table" and err.status or "?"),
     type(err) == "table" and err.server_message and (": " .. err.server_message) or "",
     p.token_file ~= "" and p.token_file or "none given",
-    p.namespace ~= "" and ("namespace " .. p.namespace) or "the KFP API")
+    p.namespace ~= "" and ("namespace " .. p.namespace) or "the KFP API",
+    p.cookie_file ~= "" and p.cookie_file or "none given")
 end
 
 -- ---- construction -----------------------------------------------------------------
