@@ -42,11 +42,17 @@ static void sleep_cancel(void *p) {
   free(op);
 }
 
+/* The seconds argument of both sleeps (raises on a bad one). */
+static lua_Number check_seconds(lua_State *L) {
+  lua_Number s = luaL_checknumber(L, 1);
+  luaL_argcheck(L, s >= 0 && s == s, 1, "sleep time must be a non-negative number");
+  return s;
+}
+
 /* kb.sleep(seconds): suspends the task for that long on the scenario clock.
  * kb.sleep(0) yields to every other ready task and to pending I/O. */
 static int l_sleep(lua_State *L) {
-  lua_Number s = luaL_checknumber(L, 1);
-  luaL_argcheck(L, s >= 0 && s == s, 1, "sleep time must be a non-negative number");
+  lua_Number s = check_seconds(L);
   kb_task *t = kb_task_running(L);
   if (s == 0) return kb_task_yield(L);
   sleep_op *op = malloc(sizeof *op);
@@ -84,8 +90,7 @@ static void real_sleep_cancel(void *p) {
 }
 
 static int l_sleep_real(lua_State *L) {
-  lua_Number s = luaL_checknumber(L, 1);
-  luaL_argcheck(L, s >= 0 && s == s, 1, "sleep time must be a non-negative number");
+  lua_Number s = check_seconds(L);
   kb_task *t = kb_task_running(L);
   if (s == 0) return kb_task_yield(L);
   real_sleep_op *op = malloc(sizeof *op);
