@@ -91,10 +91,14 @@ local function need_file(p, name)
   return v
 end
 
+--- How the CA variables are read (tests replace it).
+M.getenv = os.getenv
+
 --- The CA bundle to verify servers with: ca_file=, else $SSL_CERT_FILE,
--- else $CURL_CA_BUNDLE (nil: the system's). getenv for tests.
+-- else $CURL_CA_BUNDLE (nil: the system's), and where it came from
+-- ("ca_file" or the variable's name). getenv for tests.
 function M.ca_file(p, getenv)
-  getenv = getenv or os.getenv
+  getenv = getenv or M.getenv
   if given(p.ca_file) then return need_file(p, "ca_file"), "ca_file" end
   for _, var in ipairs({ "SSL_CERT_FILE", "CURL_CA_BUNDLE" }) do
     local v = getenv(var)
@@ -117,9 +121,14 @@ end
 
 --- connection.http_options(p [, getenv]) -> the kb.http transport options
 -- of the parameters: ca_file, cert_file, key_file, insecure, proxy.
+-- getenv = false leaves the CA variables out (a kubeconfig's CA comes first).
 function M.http_options(p, getenv)
   local o = {}
-  o.ca_file = M.ca_file(p, getenv)
+  if getenv == false then
+    o.ca_file = need_file(p, "ca_file")
+  else
+    o.ca_file = M.ca_file(p, getenv)
+  end
   o.cert_file, o.key_file = need_file(p, "client_cert"), need_file(p, "client_key")
   if (o.cert_file ~= nil) ~= (o.key_file ~= nil) then
     refuse("give client_cert= and client_key= together (a client certificate needs its key)")
@@ -190,15 +199,19 @@ end
 -- A scenario adds its own (api, metrics_prefix, retry, http).
 function M.kfp_options(p, url)
   local o = { host = url, timeout = p.request_timeout }
-  local tls = M.http_options(p)
   local kurl, cfg = M.kubeconfig_target(p)
+  local tls = M.http_options(p, not kurl and M.getenv or false)
   if kurl then
     o.host = kurl
     -- the kubeconfig's cluster TLS, unless a parameter says otherwise
     for k, v in pairs(cfg.tls or {}) do
       if tls[k] == nil and not (k == "insecure" and tls.ca_file) then tls[k] = v end
     end
-    if tls.insecure then tls.ca_file, tls.ca_pem = nil, nil end
+    if tls.insecure then
+      tls.ca_file, tls.ca_pem = nil, nil
+    elseif not tls.ca_file and not tls.ca_pem then
+      tls.ca_file = M.ca_file(p) -- no CA in either: $SSL_CERT_FILE / $CURL_CA_BUNDLE
+    end
     if cfg.auth and not given(p.token_file) then
       o.auth = require("kb.k8s.auth").new(cfg.auth)
     end
@@ -243,7 +256,8 @@ function M.k8s_options(p, server)
   end
   if given(p.namespace) then o.namespace = p.namespace end
   if given(p.token_file) then o.token_file = p.token_file end
-  local tls = M.http_options(p)
+  -- a kubeconfig's certificate-authority comes before the CA variables
+  local tls = M.http_options(p, not given(p.kubeconfig) and M.getenv or false)
   if next(tls) then o.tls = tls end
   if flag(p, "insecure_credentials") then o.allow_insecure_credentials = true end
   return o
