@@ -601,6 +601,14 @@ function M.documents(docs, opts)
     end
     unmerged = kept
   end
+  for _, d in ipairs(docs) do
+    if d.timeseries then
+      -- each shard's intervals count from its own start, and an interval's
+      -- percentiles cannot be combined from the shards' summaries
+      notes[#notes + 1] = "timeseries: each shard's own (intervals from its own start; percentiles of an interval do not add); see the shards' result.json"
+      break
+    end
+  end
   local doc = {
     kbrun = first.kbrun,
     scenario = first.scenario,

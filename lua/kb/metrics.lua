@@ -26,6 +26,7 @@
 -- a definition per metric when it is registered, then batches written at
 -- each flush of j (see "the journal sink" below for the records).
 local hist = require "kb.hist"
+local timeseries = require "kb.timeseries"
 
 local M = {}
 
@@ -125,7 +126,10 @@ function Counter:inc(n)
   n = check_amount(n, "counter")
   if n < 0 then error("kb.metrics: a counter only goes up (inc by " .. n .. ")", 2) end
   self.n = self.n + n
-  if sink then journal_metric(self, n) end
+  if sink then
+    journal_metric(self, n)
+    if n > 0 then timeseries.note_count(self.key, n) end
+  end
   return self
 end
 
@@ -571,6 +575,7 @@ local function record(h, v, n)
   if not ok then rethrow(err, "record") end
   local p = tracked[h]
   if p then
+    timeseries.note_value(p.entry.key, v, n)
     local i = p.nv + 1
     p.nv = i
     p.v[i] = v

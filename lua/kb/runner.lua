@@ -37,6 +37,9 @@ local RANK = { [EXIT_OK] = 0, [EXIT_THRESHOLDS] = 1, [EXIT_NOT_SAVED] = 2, [EXIT
   [EXIT_USAGE] = 3, [130] = 4, [143] = 4 }
 
 --- The keys a scenario table may hold.
+--- Seconds of the scenario clock per interval of result.json's timeseries.
+M.TIMESERIES_INTERVAL = 10
+
 M.SCENARIO_KEYS = { "name", "params", "run", "cleanup", "cleanup_timeout",
   "thresholds", "report", "experiment" }
 
@@ -185,6 +188,8 @@ function Run:open_journal()
   journal.set_active(j)
   kb.metrics.set_journal(j)
   j:start_flusher()
+  -- what happened over time (kb.timeseries), from the run's first record
+  require("kb.timeseries").start(M.TIMESERIES_INTERVAL)
   self.journal = j
 end
 
@@ -251,6 +256,7 @@ function Run:result_document()
     params = kb.params,
     environment = M.environment(),
     metrics = kb.metrics.snapshot(),
+    timeseries = require("kb.timeseries").snapshot(),
     result = result,
   }
 end
@@ -323,6 +329,11 @@ function Run:finish()
   unsaved(outputs.retry())
   self:close_journal(doc)
   unsaved(outputs.failed())
+  if doc.timeseries then
+    local okt, terr = pcall(self.exp.write, self.exp, "result", "timeseries.csv",
+      require("kb.timeseries").csv(doc.timeseries))
+    if not okt then self:results_not_saved("timeseries.csv: " .. message_of(terr), doc) end
+  end
   local ok, err = pcall(self.exp.write_json, self.exp, "result", "result.json", doc)
   if not ok then self:results_not_saved("result.json: " .. message_of(err)) end
   if not ok then told[kb.fs.abspath(self.exp:path("result", "result.json"))] = true end

@@ -1,0 +1,163 @@
+--- kb.timeseries: what happened over time. Per interval of the scenario
+-- clock (default 10 s) and per registered metric: for a histogram the
+-- count, p50/p90/p99 and max of the values recorded in the interval, for a
+-- counter its increase. kb.metrics feeds it (every h:record and c:inc of a
+-- registered metric, while a run's journal is attached); the runner starts
+-- it and writes its snapshot as result.json's `timeseries` and
+-- result/timeseries.csv.
+--
+-- An interval's percentiles are exact (nearest rank over its own values,
+-- kept only until the interval closes); what stays is one small row per
+-- interval and metric, so memory follows the run's length, not its calls.
+-- Intervals where a metric saw nothing have no row.
+local core = require "kb.core"
+
+local M = {}
+
+local state -- nil while stopped
+
+--- Starts collecting, with intervals of `interval` scenario seconds (10),
+-- counted from now. Discards what an earlier start collected.
+function M.start(interval)
+  interval = interval or 10
+  if type(interval) ~= "number" or not (interval > 0) then
+    error("kb.timeseries: the interval must be a positive number of seconds", 2)
+  end
+  state = { interval = interval, t0 = core.now(), hist = {}, count = {}, order = {} }
+end
+
+function M.stop() state = nil end
+function M.active() return state ~= nil end
+
+local function bucket_of(now)
+  return math.floor((now - state.t0) / state.interval)
+end
+
+local function series(tbl, key)
+  local s = tbl[key]
+  if not s then
+    s = { rows = {} }
+    tbl[key] = s
+    state.order[#state.order + 1] = key
+  end
+  return s
+end
+
+-- Nearest-rank percentile of sorted values.
+local function rank(sorted, q)
+  local n = #sorted
+  local i = math.ceil(q * n)
+  return sorted[i < 1 and 1 or i > n and n or i]
+end
+
+-- The row of an open interval (its values sorted in place). Weighted
+-- values (h:record(v, n) with n ~= 1) are expanded as ranks over counts.
+local function close_row(s)
+  local v, w = s.values, s.weights
+  local t = s.bucket * state.interval
+  if not w then
+    table.sort(v)
+    return { t = t, count = #v, p50 = rank(v, 0.5), p90 = rank(v, 0.9), p99 = rank(v, 0.99), max = v[#v] }
+  end
+  local idx, total = {}, 0
+  for i = 1, #v do
+    idx[i] = i
+    total = total + (w[i] or 1)
+  end
+  table.sort(idx, function(a, b) return v[a] < v[b] end)
+  local function at(q)
+    local want, acc = math.max(1, math.ceil(q * total)), 0
+    for _, i in ipairs(idx) do
+      acc = acc + (w[i] or 1)
+      if acc >= want then return v[i] end
+    end
+    return v[idx[#idx]]
+  end
+  return { t = t, count = total, p50 = at(0.5), p90 = at(0.9), p99 = at(0.99), max = v[idx[#idx]] }
+end
+
+local function close(s)
+  if s.values and #s.values > 0 then s.rows[#s.rows + 1] = close_row(s) end
+  s.values, s.weights, s.bucket = nil, nil, nil
+end
+
+--- A histogram value (n times): called by kb.metrics.
+function M.note_value(key, v, n)
+  if not state then return end
+  local s = series(state.hist, key)
+  local b = bucket_of(core.now())
+  if s.bucket ~= b then
+    close(s)
+    s.bucket, s.values = b, {}
+  end
+  local vals = s.values
+  vals[#vals + 1] = v
+  if n ~= nil and n ~= 1 then
+    s.weights = s.weights or {}
+    s.weights[#vals] = n
+  end
+end
+
+--- A counter increase: called by kb.metrics.
+function M.note_count(key, d)
+  if not state then return end
+  local s = series(state.count, key)
+  local b = bucket_of(core.now())
+  local last = s.rows[#s.rows]
+  if last and last.i == b then
+    last.d = last.d + d
+  else
+    s.rows[#s.rows + 1] = { i = b, t = b * state.interval, d = d }
+  end
+end
+
+--- The series so far: {interval, histograms = {[key] = {{t, count, p50,
+-- p90, p99, max}, ...}}, counters = {[key] = {{t, d}, ...}}}, t the start
+-- of each interval in seconds since start(); open intervals are included
+-- as they stand. nil when stopped.
+function M.snapshot()
+  if not state then return nil end
+  local out = { interval = state.interval, histograms = {}, counters = {} }
+  for key, s in pairs(state.hist) do
+    local rows = {}
+    for i, r in ipairs(s.rows) do rows[i] = r end
+    if s.values and #s.values > 0 then
+      local copy = { bucket = s.bucket, values = table.move(s.values, 1, #s.values, 1, {}),
+        weights = s.weights and table.move(s.weights, 1, #s.values, 1, {}) }
+      rows[#rows + 1] = close_row(copy)
+    end
+    out.histograms[key] = rows
+  end
+  for key, s in pairs(state.count) do
+    local rows = {}
+    for i, r in ipairs(s.rows) do rows[i] = { t = r.t, d = r.d } end
+    out.counters[key] = rows
+  end
+  return out
+end
+
+--- The snapshot as CSV text: metric,kind,t,count,p50,p90,p99,max,delta.
+function M.csv(snap)
+  local lines = { "metric,kind,t,count,p50,p90,p99,max,delta" }
+  local function q(s) return s:find('[,"\n]') and ('"' .. s:gsub('"', '""') .. '"') or s end
+  local keys = {}
+  for k in pairs(snap.histograms) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    for _, r in ipairs(snap.histograms[k]) do
+      lines[#lines + 1] = string.format("%s,histogram,%.17g,%d,%.17g,%.17g,%.17g,%.17g,", q(k), r.t,
+        r.count, r.p50, r.p90, r.p99, r.max)
+    end
+  end
+  keys = {}
+  for k in pairs(snap.counters) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    for _, r in ipairs(snap.counters[k]) do
+      lines[#lines + 1] = string.format("%s,counter,%.17g,,,,,,%.17g", q(k), r.t, r.d)
+    end
+  end
+  return table.concat(lines, "\n") .. "\n"
+end
+
+return M
