@@ -27,6 +27,12 @@ local sweep = require "kb.sweep"
 local storm = require "kb.kfp.storm"
 local gen = require "kb.kfp.pipeline_gen"
 local target = require "kb.target"
+local connection = require "kb.connection"
+
+-- Simulated clusters per cell, unless host= or kubeconfig= names a real one.
+local function simulated(p)
+  return target.is_sim(p.host) and (p.kubeconfig or "") == ""
+end
 
 local function split(text)
   local out = {}
@@ -46,7 +52,7 @@ end
 local function cell_run(p)
   return function(cell, ctx)
     local host = p.host
-    if target.is_sim(host) then
+    if simulated(p) then
       local sim = ctx:sim(sweep.cluster { pools = cell.pools, nodes = cell.nodes, cpu = p.node_cpu,
         memory = "30Gi" })
       host = sim.url
@@ -55,18 +61,22 @@ local function cell_run(p)
       cpu = p.step_cpu, memory = "1Gi", duration = string.format("lognormal:%g,%g", p.step_seconds,
         1.5 * p.step_seconds), node_selector = cell.pool, image = "tensorflow/tfx:0.15.0" }
     local file = ctx.exp:write("config", "pipeline.yaml", text)
-    local s = storm.new(storm.params {
+    local sp = storm.params {
       host = host, api = p.api, pipeline_file_url = file, num_runs = cell.num_runs,
       run_status_polling_interval_sec = p.poll, concurrency = p.concurrency,
       timeout = p.timeout, run_timeout = 0, progress = false, scrape_metrics = false, measure_list = false,
-    }, { exp = ctx.exp, name = "sweep_taxi" })
+    }
+    if not simulated(p) then -- a real cluster: the connection parameters (kb.connection)
+      for k in pairs(connection.DEFAULTS) do sp[k] = p[k] end
+    end
+    local s = storm.new(sp, { exp = ctx.exp, name = "sweep_taxi" })
     local ok, err = pcall(function()
       s:create_pipeline()
       s:create_experiment()
       s:create_runs()
       s:wait_runs()
     end)
-    if not target.is_sim(p.host) then s:cleanup() end -- a cell's simulator is thrown away
+    if not simulated(p) then s:cleanup() end -- a cell's simulator is thrown away
     local r = s:finish()
     if not ok then error(err, 0) end
     -- kb.metrics in a cell is the cell's own registry (docs/sweep.md)
@@ -83,7 +93,9 @@ end
 return {
   name = "sweep_taxi",
 
-  params = {
+  -- and the connection parameters of every bundled scenario (kb.connection:
+  -- ca_file, token_file, cookie_file, header, kubeconfig, ...) for host=URL
+  params = connection.params {
     host = "",                        -- "" or "sim": a simulated cluster per cell
     api = "v1beta1",
     num_runs = "10,30,60",            -- the sweep's dimensions (comma-separated)
@@ -106,15 +118,15 @@ return {
 
   run = function(p)
     local matrix
-    if target.is_sim(p.host) then
+    if simulated(p) then
       matrix = { num_runs = split(p.num_runs), pools = split(p.pools), nodes = split(p.nodes), steps = split(p.steps) }
     else
       matrix = { num_runs = split(p.num_runs), steps = split(p.steps), pool = split(p.pool_names) }
       p.parallel = 1 -- one real cluster: cells one after another
     end
-    local order = target.is_sim(p.host) and { "pools", "nodes", "steps", "num_runs" } or { "pool", "steps", "num_runs" }
+    local order = simulated(p) and { "pools", "nodes", "steps", "num_runs" } or { "pool", "steps", "num_runs" }
     return sweep.run {
-      name = target.is_sim(p.host) and "sweep_taxi" or "sweep_taxi_cluster",
+      name = simulated(p) and "sweep_taxi" or "sweep_taxi_cluster",
       version = 1,
       params = { api = p.api, node_cpu = p.node_cpu, step_cpu = p.step_cpu, step_seconds = p.step_seconds,
         poll = p.poll, concurrency = p.concurrency, timeout = p.timeout },
@@ -123,9 +135,9 @@ return {
       metrics = { "duration_p50", "makespan", "duration_max", "duration_p90", "success_rate", "create_p50",
         "create_p99", "timed_out", "errors" },
       report = {
-        x = "num_runs", series = target.is_sim(p.host) and "nodes" or "pool",
+        x = "num_runs", series = simulated(p) and "nodes" or "pool",
         metrics = { "duration_p50", "makespan" },
-        heatmap = { rows = target.is_sim(p.host) and "nodes" or "pool", cols = "num_runs", metric = "duration_p50" },
+        heatmap = { rows = simulated(p) and "nodes" or "pool", cols = "num_runs", metric = "duration_p50" },
         goal = { metric = "duration_p50", minimize = true },
         units = { duration_p50 = "s", makespan = "s", duration_max = "s", duration_p90 = "s", create_p50 = "s", create_p99 = "s" },
       },

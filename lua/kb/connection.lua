@@ -74,6 +74,18 @@ function M.params(declared)
   return out
 end
 
+--- connection.protect(p): marks the parameters declared secret (header)
+-- of a copy of the parameters, so that writers of that copy (a storm's
+-- journal) redact them as kb.params does for the runner's table.
+function M.protect(p)
+  local names = {}
+  for k, v in pairs(M.DEFAULTS) do
+    if type(v) == "table" and v.secret and type(p[k]) == "string" and p[k] ~= "" then names[#names + 1] = k end
+  end
+  if #names > 0 then secrets.protect(p, names) end
+  return p
+end
+
 local function refuse(fmt, ...)
   require("kb.params").refuse(fmt, ...)
 end

@@ -178,6 +178,7 @@ local function normalize(params)
     bad_param("api must be v1beta1 or v2beta1, got %s", tostring(p.api))
   end
   p.run_params = M.decode_params(p.pipeline_params)
+  connection.protect(p) -- header= stays <redacted> in the journal's copy
   return p
 end
 

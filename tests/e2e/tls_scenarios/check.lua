@@ -237,9 +237,27 @@ T.case("cookie_file and header: the session cookie and kubeflow-userid", functio
   local c = passed(r, "cookie")
   T.eq(c.cookie_file, jar)
   T.same(c.headers, { "kubeflow-userid" })
-  -- the declared-secret header is not written in params.json
-  local params = fs.read(fs.join(r.dir, "config", "params.json"))
-  T.ok(not params:find("alice", 1, true), "header= value kept out of params.json")
+  -- the declared-secret header's value is not in the parameters, results
+  -- and report, nor in the journal's records once the scenario declared
+  -- its parameters (the runner's "begin" and first "params" records are
+  -- written before the scenario is loaded, from the command line: a known
+  -- gap of kb.runner, reported)
+  for _, path in ipairs(files(r.dir)) do
+    if not path:match("journal%.jsonl$") then
+      T.ok(not fs.read(path):find("alice", 1, true), "header= value kept out of " .. path)
+    end
+  end
+  local declared, after = false, 0
+  for line in fs.read(fs.join(r.dir, "output", "journal.jsonl")):gmatch("[^\n]+") do
+    local rec = json.decode(line)
+    if declared then
+      after = after + 1
+      T.ok(not line:find("alice", 1, true), "header= value kept out of the journal's " .. tostring(rec.k or rec.event))
+    end
+    if rec.k == "params" and rec.params.header == "<redacted>" then declared = true end
+  end
+  T.ok(declared, "the journal's params record of the declared parameters redacts header=")
+  T.ok(after > NUM_RUNS, "the storm journaled its records after it")
   -- a name=value cookie file works too
   local plain = f("cookie.txt")
   fs.write(plain, "authservice_session=" .. SESSION .. "\n")
