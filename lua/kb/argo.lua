@@ -262,8 +262,9 @@ local function setup_server(opts, c)
   if #credentials > 0 and scheme == "http" and not u.is_loopback(name)
       and opts.allow_insecure_credentials ~= true then
     u.raise("security", string.format("kb.argo: refusing to send credentials (%s) in clear text "
-      .. "over http:// to %s; use https:// (argo-server serves TLS by default), or set "
-      .. "allow_insecure_credentials = true if the network is trusted",
+      .. "over http:// to %s; use https:// (argo-server serves TLS by default; ca_file= for a "
+      .. "private CA), or, if the network is trusted, allow it with the scenario parameter "
+      .. "insecure_credentials=true (kb.argo.client option allow_insecure_credentials = true)",
       table.concat(credentials, ", "), name), { host = base })
   end
   local tls = {}

@@ -190,8 +190,9 @@ function M.client(opts)
     -- A token sent in clear text can be replayed by anyone on the path
     -- (client-go sends none over http at all).
     error(u.error("security", string.format("kb.k8s: refusing to send credentials (%s) in clear "
-      .. "text over http:// to %s; use https://, or set allow_insecure_credentials = true if the "
-      .. "network is trusted", cfg.auth and cfg.auth.kind or "client certificate", cfg.host),
+      .. "text over http:// to %s; use https://, or, if the network is trusted, allow it with the "
+      .. "scenario parameter insecure_credentials=true (kb.k8s.client option "
+      .. "allow_insecure_credentials = true)", cfg.auth and cfg.auth.kind or "client certificate", cfg.host),
       { server = cfg.server }), 2)
   end
 
