@@ -216,8 +216,11 @@ function M.kfp_options(p, url)
   if kurl then
     o.host = kurl
     -- the kubeconfig's cluster TLS, unless a parameter says otherwise
+    local ca_given, cert_given = tls.ca_file ~= nil, tls.cert_file ~= nil
     for k, v in pairs(cfg.tls or {}) do
-      if tls[k] == nil and not (k == "insecure" and tls.ca_file) then tls[k] = v end
+      local ca_key = k == "ca_file" or k == "ca_pem" or k == "insecure"
+      local cert_key = k == "cert_file" or k == "cert_pem" or k == "key_file" or k == "key_pem"
+      if tls[k] == nil and not (ca_given and ca_key) and not (cert_given and cert_key) then tls[k] = v end
     end
     if tls.insecure then
       tls.ca_file, tls.ca_pem = nil, nil

@@ -178,9 +178,12 @@ function M.client(opts)
     local tls = {}
     for k, v in pairs(cfg.tls) do tls[k] = v end
     for k, v in pairs(opts.tls) do tls[k] = v end
-    if opts.tls.ca_file or opts.tls.ca_pem then tls.insecure = opts.tls.insecure end
+    if opts.tls.ca_file or opts.tls.ca_pem then
+      tls.insecure, tls.ca_file, tls.ca_pem = opts.tls.insecure, opts.tls.ca_file, opts.tls.ca_pem
+    end
     if opts.tls.insecure then tls.ca_file, tls.ca_pem = nil, nil end
     if opts.tls.cert_file then tls.cert_pem, tls.key_pem = nil, nil end
+    if opts.tls.cert_pem then tls.cert_file, tls.key_file = nil, nil end
     cfg.tls = tls
   end
   local provider = auth.new(cfg.auth, { exec_timeout = opts.exec_timeout })

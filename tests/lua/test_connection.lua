@@ -138,6 +138,25 @@ T.case("kfp_options: host, credentials, TLS; through a kubeconfig the service pr
   T.eq(b.auth, nil, "token_file= instead of the user's token")
   local c = connection.kfp_options(p { kubeconfig = KUBECONFIG, context = "b", ca_file = CA })
   T.same(c.tls, { ca_file = CA }, "ca_file= over insecure-skip-tls-verify")
+  -- a parameter's CA or certificate replaces the kubeconfig's data, not beside it
+  local data = f("kubeconfig-data.yaml", [[
+apiVersion: v1
+kind: Config
+current-context: d
+clusters:
+- name: d
+  cluster: {server: "https://api.d.example", certificate-authority-data: Q0EtUEVN}
+users:
+- name: u
+  user: {client-certificate-data: Q0VSVA==, client-key-data: S0VZ}
+contexts:
+- name: d
+  context: {cluster: d, user: u}
+]])
+  T.same(connection.kfp_options(p { kubeconfig = data }).tls, { ca_pem = "CA-PEM", cert_pem = "CERT", key_pem = "KEY" })
+  local crt, key = f("c.pem", "c"), f("k.pem", "k")
+  T.same(connection.kfp_options(p { kubeconfig = data, ca_file = CA, client_cert = crt, client_key = key }).tls,
+    { ca_file = CA, cert_file = crt, key_file = key })
   -- the CA variables: below the kubeconfig's CA, used when it has none
   local other = f("env-ca.pem", "x")
   connection.getenv = env { SSL_CERT_FILE = other }
