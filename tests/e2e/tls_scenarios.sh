@@ -10,7 +10,8 @@
 #           service-proxy path /api/v1/namespaces/kubeflow/services/ml-pipeline:8888/proxy/
 #           is passed on (with the prefix, to the simulator's proxy route)
 #   COOKIE  the authservice_session cookie and "kubeflow-userid: alice" required (401 / 403)
-# tests/e2e/tls_scenarios/check.lua runs the scenario against each and
+# tests/e2e/tls_scenarios/check.lua runs the scenario against each (the
+# kubeconfig cases with a token, an exec plugin and a client-certificate user) and
 # checks the runs, nginx's access logs, result.json's connection record,
 # the insecure warning, the refusal of the default, and that no token or
 # cookie is written. A missing nginx or openssl is a failure: this test is

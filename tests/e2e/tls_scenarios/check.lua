@@ -227,6 +227,50 @@ T.case("kubeconfig: KFP through the API server's service proxy, bearer token ove
   T.contains(both.stderr, "give host= or kubeconfig=, not both")
 end)
 
+T.case("kubeconfig: an exec plugin's token, and a client certificate user", function()
+  -- an exec credential plugin (client.authentication.k8s.io/v1) printing the token
+  local exec = f("exec-token.sh")
+  fs.write(exec, "#!/bin/sh\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
+    .. "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"" .. TOKEN .. "\"}}'\n")
+  kb.process.run { cmd = { "chmod", "+x", exec }, check = true }
+  local kc = f("kubeconfig-exec.yaml")
+  fs.write(kc, string.format([[
+apiVersion: v1
+kind: Config
+current-context: kfp
+clusters:
+- name: front
+  cluster: {server: "%s", certificate-authority: %s}
+users:
+- name: plugin
+  user:
+    exec: {apiVersion: client.authentication.k8s.io/v1, command: %s, interactiveMode: Never}
+contexts:
+- name: kfp
+  context: {cluster: front, user: plugin}
+]], url("TLS_BEARER_PORT"), f("ca.crt"), exec))
+  passed(taxi { "kubeconfig=" .. kc }, "bearer", PROXY)
+  -- a user with a client certificate, against the front that requires one
+  local kc2 = f("kubeconfig-cert.yaml")
+  fs.write(kc2, string.format([[
+apiVersion: v1
+kind: Config
+current-context: kfp
+clusters:
+- name: front
+  cluster: {server: "%s", certificate-authority: %s}
+users:
+- name: cert
+  user: {client-certificate: %s, client-key: %s}
+contexts:
+- name: kfp
+  context: {cluster: front, user: cert}
+]], url("TLS_MTLS_PORT"), f("ca.crt"), f("client.crt"), f("client.key")))
+  local r = taxi { "kubeconfig=" .. kc2 }
+  passed(r, "mtls", PROXY)
+  T.eq(r.doc.result.connection.url, url("TLS_MTLS_PORT") .. PROXY)
+end)
+
 T.case("cookie_file and header: the session cookie and kubeflow-userid", function()
   -- a Netscape cookies.txt, as curl -c or a browser export writes it
   local jar = f("cookies.txt")
