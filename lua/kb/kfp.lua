@@ -414,7 +414,7 @@ local function auth_hint(s, status)
     source = source:gsub("%(cookies=%)", function() return "of cookie_file '" .. s.cookie_file .. "'" end)
   end
   local via = s.auth and s.auth:describe()
-  if via then source = (source and (source .. " and ") or "") .. "the kubeconfig user's " .. via end
+  if via then source = (source and (source .. " and ") or "") .. "the kubeconfig user's credentials (" .. via .. ")" end
   if status == 401 then
     if not source then
       return "no credentials were sent: give token_file= (e.g. a service account token), "
@@ -532,20 +532,31 @@ function Client:request(req)
   local o = { method = method, url = url, headers = headers, query = req.query,
     body = req.body, multipart = req.multipart, timeout = self.timeout }
   for k, v in pairs(self._tls) do o[k] = v end
-  if s.auth then
+  local function apply_auth()
     -- the kubeconfig user's credentials: a bearer token (a file re-read,
     -- an exec plugin's cached until it expires) or a client certificate
     local h = {}
-    for k, v in pairs(o.headers) do h[k] = v end
+    for k, v in pairs(headers) do h[k] = v end
     s.auth:apply(h, o)
     if h.Authorization then credentials.register(h.Authorization, (h.Authorization:gsub("^%S+%s+", ""))) end
     o.headers = h
   end
+  if s.auth then apply_auth() end
   local prefix = self.metrics_prefix
   local spent = 0 -- the attempts' own times, as kb.http measures them
+  local refreshed = false
   local function once()
     local ok, a, b, elapsed = attempt(self, s, req, o, op, method, url)
     spent = spent + elapsed
+    -- a 401 with a kubeconfig user: its exec plugin runs again (or its token
+    -- file is read again) and the request is sent once more, as client-go does
+    if not ok and s.auth and not refreshed and type(a) == "table" and a.status == 401
+        and s.auth:invalidate() then
+      refreshed = true
+      apply_auth()
+      ok, a, b, elapsed = attempt(self, s, req, o, op, method, url)
+      spent = spent + elapsed
+    end
     return ok, a, b
   end
   local ok, doc, r, info

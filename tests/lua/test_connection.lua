@@ -210,6 +210,38 @@ T.case("cookie files: name=value lines, one header line, Netscape cookies.txt", 
   T.eq(secrets.scrub("MTYz-sess"), "<redacted>")
 end)
 
+T.case("kb.kfp with a kubeconfig user: a 401 refreshes the credentials and is sent once more", function()
+  local tok = f("rotating-token", "old-token-1111\n")
+  local seen = {}
+  local srv = kb.httpd.listen { handler = function(req)
+    seen[#seen + 1] = req.headers.authorization
+    if req.headers.authorization ~= "Bearer new-token-2222" then
+      fs.write(tok, "new-token-2222\n") -- the token rotates while the old one is refused
+      return 401, '{"code":16,"message":"token expired"}', { ["content-type"] = "application/json" }
+    end
+    return 200, '{"commit_sha":"x"}', { ["content-type"] = "application/json" }
+  end }
+  local c = kfp.client { host = srv.url, api = "v2beta1", retry = false,
+    auth = require("kb.k8s.auth").new { kind = "token_file", path = tok } }
+  c:healthz()
+  T.same(seen, { "Bearer old-token-1111", "Bearer new-token-2222" })
+  -- a token that stays refused: one more try, then the 401 with the hint naming the source
+  fs.write(tok, "wrong-token-3333\n")
+  seen = {}
+  local srv2 = kb.httpd.listen { handler = function(req)
+    seen[#seen + 1] = req.headers.authorization
+    return 401, '{"code":16,"message":"no"}', { ["content-type"] = "application/json" }
+  end }
+  local c2 = kfp.client { host = srv2.url, retry = false,
+    auth = require("kb.k8s.auth").new { kind = "token_file", path = tok } }
+  local e = T.raises(function() c2:healthz() end)
+  T.eq(e.class, "auth")
+  T.contains(e.message, "the kubeconfig user's credentials (the token file '" .. tok .. "')")
+  T.eq(#seen, 1, "an unchanged token file is not sent twice")
+  srv:close()
+  srv2:close()
+end)
+
 T.case("describe: what result.json records, never a secret", function()
   local d = connection.describe(p { ca_file = CA, token_file = f("tok"), cookie_file = f("cookies"),
     header = "kubeflow-userid: alice\nX-Api-Key: k-e-y-9876", proxy = "http://u:pw-9876@proxy:3128",
