@@ -319,6 +319,26 @@ function M.request_options(p)
   return o
 end
 
+-- The parameters a later process may use to reach the same server again
+-- (kbrun report's reconcile): paths and flags only, never header= nor a proxy's userinfo.
+local REACH = { "ca_file", "client_cert", "client_key", "insecure", "token_file", "cookie_file",
+  "namespace", "insecure_credentials", "kubeconfig", "context", "kfp_service_namespace", "kfp_service",
+  "request_timeout" }
+
+--- connection.reach(p) -> the connection parameters worth journaling to
+-- reach the server again (connection.kfp_options takes them back): paths
+-- and flags, never a secret (header= is left out: a reconcile without it
+-- may be refused by a multi-user KFP and says so).
+function M.reach(p)
+  local out = {}
+  for _, k in ipairs(REACH) do
+    local v = p[k]
+    if v ~= nil and v ~= "" and v ~= false then out[k] = v end
+  end
+  if given(p.proxy) and not p.proxy:find("@", 1, true) then out.proxy = p.proxy end
+  return out
+end
+
 --- connection.describe(p [, url]) -> what result.json records of the
 -- connection (never a secret): url, tls ("verified", "insecure", or
 -- "none" for http://), ca_file and where it came from, client_cert,

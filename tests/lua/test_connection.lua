@@ -242,6 +242,22 @@ T.case("kb.kfp with a kubeconfig user: a 401 refreshes the credentials and is se
   srv2:close()
 end)
 
+T.case("reach: what the journal keeps to reach the server again (kbrun report), never a secret", function()
+  local cp = p { ca_file = CA, client_cert = f("c.pem"), client_key = f("k.pem"), cookie_file = f("cookies"),
+    header = "X-Api-Key: k-e-y-5555", proxy = "http://u:pw-5555@proxy:3128", kubeconfig = KUBECONFIG,
+    context = "a", insecure_credentials = true }
+  local r = connection.reach(cp)
+  T.same(r, { ca_file = CA, client_cert = f("c.pem"), client_key = f("k.pem"), cookie_file = f("cookies"),
+    kubeconfig = KUBECONFIG, context = "a", insecure_credentials = true, request_timeout = 30,
+    kfp_service_namespace = "kubeflow", kfp_service = "ml-pipeline:8888" })
+  T.eq(connection.reach(p { proxy = "http://proxy:3128" }).proxy, "http://proxy:3128")
+  -- and they give the same client options back
+  local again = connection.kfp_options(r)
+  T.eq(again.host, "https://api.a.example:6443/api/v1/namespaces/kubeflow/services/ml-pipeline:8888/proxy")
+  T.same(again.tls, { ca_file = CA, cert_file = f("c.pem"), key_file = f("k.pem") })
+  T.eq(again.cookie_file, f("cookies"))
+end)
+
 T.case("describe: what result.json records, never a secret", function()
   local d = connection.describe(p { ca_file = CA, token_file = f("tok"), cookie_file = f("cookies"),
     header = "kubeflow-userid: alice\nX-Api-Key: k-e-y-9876", proxy = "http://u:pw-9876@proxy:3128",

@@ -422,7 +422,9 @@ function M.new(params, opts)
     requested = self.kind == "runs" and p.num_runs and require("kb.shard").size(p.num_runs, "runs") or nil,
     target = { url = self.url, api = p.api, namespace = p.namespace ~= "" and p.namespace or nil,
       token_file = p.token_file ~= "" and p.token_file or nil, kind = self.clock.kind,
-      request_timeout = p.request_timeout } }
+      request_timeout = p.request_timeout,
+      -- how to reach it again: CA, client certificate, cookie file, kubeconfig (paths, flags)
+      connection = connection.reach(p) } }
   log.info("storm: %s (%s, %s), %s, concurrency %d", self.url, p.api, self.clock.kind,
     self.kind == "pipelines" and (p.num_pipelines .. " pipelines") or (p.num_runs .. " runs"),
     p.concurrency)

@@ -455,14 +455,17 @@ local function target_client(s)
     return nil, "the server was kbrun's embedded simulator, which ended with it"
   end
   if type(t.url) ~= "string" or t.url == "" then return nil, "the journal does not name the server" end
-  local opts = { host = t.url, api = t.api or "v1beta1", namespace = t.namespace, timeout = 10,
-    retry = { max_attempts = 2 } }
-  if t.token_file then
-    if fs.exists(t.token_file) ~= "file" then
-      return nil, "token_file " .. t.token_file .. " is no longer there"
-    end
-    opts.token_file = t.token_file
+  if t.token_file and fs.exists(t.token_file) ~= "file" then
+    return nil, "token_file " .. t.token_file .. " is no longer there"
   end
+  -- the journaled connection parameters (kb.connection.reach): the same CA,
+  -- client certificate, cookie file or kubeconfig as the run
+  local cp = {}
+  for k, v in pairs(type(t.connection) == "table" and t.connection or {}) do cp[k] = v end
+  cp.token_file, cp.namespace = t.token_file, t.namespace
+  local okc, opts = pcall(require("kb.connection").kfp_options, cp, t.url)
+  if not okc then return nil, message_of(opts) end
+  opts.api, opts.timeout, opts.retry = t.api or "v1beta1", 10, { max_attempts = 2 }
   local ok, c = pcall(require("kb.kfp").client, opts)
   if not ok then return nil, message_of(c) end
   return c, nil, t
