@@ -6,7 +6,11 @@
 --   params = connection.params { host = "", request_timeout = 30 }   -- a scenario's declarations
 --   local o = connection.kfp_options(p)   -- options for kb.kfp.client (host= resolved)
 --   local t = connection.http_options(p)  -- kb.http TLS / proxy options
---   result.connection = connection.describe(p)
+--   k8s.client(connection.k8s_options(p, server)); argo.client(connection.argo_options(p, host))
+--   kb.http.get(url, connection.request_options(p))  -- plain HTTP (http_storm)
+--   result.connection = connection.describe(p, url)  -- what result.json records
+--   journal target: connection.reach(p)              -- what kbrun report reuses
+-- Bad values are usage errors (kb.params.refuse: one message, exit 2).
 --
 -- The parameters (all strings unless said; "" = not given):
 --   ca_file          PEM bundle of the CAs that sign the server's certificate;
