@@ -466,7 +466,9 @@ static void handle(kb_httpd_req *req, void *ud) {
   /* Only modelled latency is simulated time; an API that models none
    * reports 0, and this machine's handling time stays real overhead. */
   kb_httpd_req_set_timing(req, 0, 0);
-  kb_sim_api_fault f = kb_sim_api_faults_roll(&s->faults, path);
+  /* a path-prefix fault (/apis/v1beta1/runs) also hits KFP behind the service proxy */
+  const char *proxied = api == API_KFP ? kfp_proxy_path(path) : NULL;
+  kb_sim_api_fault f = kb_sim_api_faults_roll(&s->faults, proxied ? proxied : path);
   s->faults_injected[f]++;
   switch (f) {
   case KB_SIM_FAULT_ERROR: respond_fault(s, req, api, s->faults.error_status); return;

@@ -291,6 +291,12 @@ T.case("the simulator serves KFP and /metrics under the service proxy, nothing e
   end
   local doc = json.decode(kb.http.get(sim.url .. "/api/v1/namespaces/kubeflow/services/ml-pipeline:8888/proxy/apis/v1beta1/healthz").body)
   T.ok(doc.commit_sha ~= nil, "v1 healthz through the proxy")
+  -- a fault on a KFP path prefix hits the proxied requests too, and only those paths
+  target.faults { api = { error_rate = 1, error_status = 503, path_prefix = "/apis/v2beta1/experiments" } }
+  T.eq(kb.http.get(base .. "/apis/v2beta1/experiments/" .. e.id).status, 503)
+  T.eq(kb.http.get(base .. "/apis/v2beta1/healthz").status, 200)
+  target.faults { api = { error_rate = 0 } }
+  T.eq(kb.http.get(base .. "/apis/v2beta1/experiments/" .. e.id).status, 200)
 end)
 
 T.run()
