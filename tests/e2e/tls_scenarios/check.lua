@@ -321,4 +321,46 @@ T.case("cookie_file and header: the session cookie and kubeflow-userid", functio
   T.contains(nouser.stderr, "403")
 end)
 
+-- The other bundled scenarios take the same parameters: job_storm (the
+-- Kubernetes API) and argo_storm (argo-server's API) of the same simulator
+-- through the PLAIN front, verified with ca_file=.
+local function run(scenario, params)
+  n = n + 1
+  local out = f("out-" .. n)
+  local cmd = { BIN, "-o", out, fs.join(env("TLS_SCENARIOS"), scenario) }
+  for _, a in ipairs(params) do cmd[#cmd + 1] = a end
+  local marks = {}
+  for _, front in ipairs(FRONTS) do marks[front] = #log_lines(front) end
+  local r = kb.process.run { cmd = cmd, timeout = 180,
+    env = { SSL_CERT_FILE = false, CURL_CA_BUNDLE = false, https_proxy = false, HTTPS_PROXY = false } }
+  r.marks = marks
+  local ids = fs.exists(out) == "dir" and fs.list(out) or {}
+  T.eq(#ids, 1, "one experiment folder")
+  r.doc = json.decode(fs.read(fs.join(out, ids[1], "result", "result.json")))
+  return r
+end
+
+T.case("job_storm and argo_storm: ca_file= over TLS; the default refused", function()
+  local j = run("job_storm.lua", { "host=" .. url("TLS_PLAIN_PORT"), "ca_file=" .. f("ca.crt"), "jobs=2",
+    "concurrency=2", "timeout=120" })
+  T.eq(j.code, 0, "job_storm; stderr: " .. j.stderr:sub(-800))
+  T.eq(j.doc.result.created, 2)
+  T.eq(j.doc.result.completed, 2)
+  T.eq(j.doc.result.connection.tls, "verified")
+  T.eq(log_count("plain", "^POST /apis/batch/v1/namespaces/default/jobs 201$", j.marks.plain), 2,
+    "the Job creates that reached the simulator")
+  local a = run("argo_storm.lua", { "host=" .. url("TLS_PLAIN_PORT"), "ca_file=" .. f("ca.crt"),
+    "workflows=2", "concurrency=2", "timeout=120" })
+  T.eq(a.code, 0, "argo_storm; stderr: " .. a.stderr:sub(-800))
+  T.eq(a.doc.result.submitted, 2)
+  T.eq(a.doc.result.succeeded, 2)
+  T.eq(a.doc.result.connection.tls, "verified")
+  T.eq(log_count("plain", "^POST /api/v1/workflows/default 200$", a.marks.plain), 2,
+    "the workflow submissions that reached the simulator")
+  local no = run("argo_storm.lua", { "host=" .. url("TLS_PLAIN_PORT"), "workflows=1", "timeout=5" })
+  T.ok(no.code ~= 0 or no.doc.result.submitted == 0, "argo_storm without the CA submits nothing")
+  T.eq(log_count("plain", "^POST /api/v1/workflows", no.marks.plain), 0)
+  T.contains(no.stderr, "certificate")
+end)
+
 T.run()
