@@ -299,6 +299,13 @@ function Run:finish()
   if self.finished then return end
   self.finished = true
   if self.observers then self.observers:stop() end -- --metrics-listen, live line (kb.prometheus)
+  -- After a signal the scenario's task unwinds (a sweep lets its cells
+  -- write what they measured): give it a bounded real time to end before
+  -- what is left is cancelled again, which would cut that writing short.
+  local main = self.main_task
+  if self.signal and main and not main:done() then
+    pcall(kb.timeout_real, 20, function() pcall(main.wait, main) end)
+  end
   local leftover = core.cancel_all()
   if leftover > 0 then
     kb.log.debug("%d task(s) still running at the end were cancelled", leftover)

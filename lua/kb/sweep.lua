@@ -284,9 +284,23 @@ function Sweep:run_one(c, rep)
     seed = seed, params = params })
   self.j:start { key = c.key, id = c.id, index = c.index, sub = c.sub, ["repeat"] = rep, seed = seed, dir = exp_id }
 
+  -- an interrupted cell's folder says so, with what it measured (nothing
+  -- yet, when the interrupt came while it waited for a target)
+  local function write_interrupted(t0, registry)
+    pcall(exp.write_json, exp, "result", "result.json", {
+      sweep = self.name, experiment_id = exp_id, cell = c.id, key = c.key, ["repeat"] = rep, seed = seed,
+      status = "interrupted", params = params, elapsed = t0 and kb.now() - t0 or 0,
+      clock = { mode = require("kb.core").clock_kind(), speed = require("kb.core").clock_speed() },
+      registry = registry,
+    })
+  end
   local slot
   if self.slots then
-    self.slot_sem:acquire()
+    local got, why = pcall(self.slot_sem.acquire, self.slot_sem)
+    if not got then
+      write_interrupted(nil, nil)
+      error(why, 0)
+    end
     slot = table.remove(self.slots)
   end
   -- The cell's own metric registry: what run() and the tasks it spawns
@@ -311,7 +325,13 @@ function Sweep:run_one(c, rep)
     self.slots[#self.slots + 1] = slot
     self.slot_sem:release()
   end
-  if not ok and kb.is_cancelled(metrics) then error(metrics, 0) end
+  if not ok and kb.is_cancelled(metrics) then
+    -- interrupted: what the cell measured so far is written (its registry,
+    -- status interrupted) before the sweep goes; not journaled as done, so
+    -- a resume runs the cell again (its folder is moved aside then)
+    write_interrupted(t0, registry)
+    error(metrics, 0)
+  end
   if not ok and type(metrics) == "table" and metrics.class == "usage" then
     -- The user's mistake (kb.kfp.storm refusing num_runs=abc), the same for
     -- every cell: not a result of this cell. Nothing is journaled for it,
@@ -521,9 +541,26 @@ function M.run(def)
   end)
   if saved_level then log.level(saved_level) end
   if not ok then
-    -- an interrupted sweep leaves no cell running behind it
-    for _, t in ipairs(self.tasks) do
-      if not t:done() then t:cancel() end
+    -- an interrupted sweep leaves no cell running behind it, and gives
+    -- each (a few real seconds at most) to write what it measured. On a
+    -- signal every task was cancelled already: cancelling a cell again
+    -- would cut its writing short, so the wait comes first.
+    local function cancel_rest()
+      for _, t in ipairs(self.tasks) do
+        if not t:done() then t:cancel() end
+      end
+    end
+    local function wait_all()
+      pcall(kb.timeout_real, 10, function()
+        for _, t in ipairs(self.tasks) do pcall(t.wait, t) end
+      end)
+    end
+    if kb.is_cancelled(err) then
+      wait_all()
+      cancel_rest()
+    else
+      cancel_rest()
+      wait_all()
     end
   end
   if self.keeper then
