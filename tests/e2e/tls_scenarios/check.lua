@@ -363,4 +363,22 @@ T.case("job_storm and argo_storm: ca_file= over TLS; the default refused", funct
   T.contains(no.stderr, "certificate")
 end)
 
+T.case("http_storm: ca_file=, cookie_file= and header= against the cookie front", function()
+  local jar = f("cookie-http.txt")
+  fs.write(jar, "authservice_session=" .. SESSION .. "\n")
+  local r = run("http_storm.lua", { "url=" .. url("TLS_COOKIE_PORT") .. "/apis/v1beta1/healthz",
+    "ca_file=" .. f("ca.crt"), "cookie_file=" .. jar, "header=kubeflow-userid: alice",
+    "requests=6", "concurrency=3" })
+  T.eq(r.code, 0, "http_storm; stderr: " .. r.stderr:sub(-800))
+  T.eq(r.doc.result.succeeded, 6)
+  T.eq(log_count("cookie", "^GET /apis/v1beta1/healthz 200$", r.marks.cookie), 6)
+  T.eq(r.doc.result.connection.tls, "verified")
+  T.eq(r.doc.result.connection.cookie_file, jar)
+  -- without the cookie every request is a 401
+  local no = run("http_storm.lua", { "url=" .. url("TLS_COOKIE_PORT") .. "/apis/v1beta1/healthz",
+    "ca_file=" .. f("ca.crt"), "header=kubeflow-userid: alice", "requests=2", "concurrency=1" })
+  T.eq(no.doc.result.succeeded, 0)
+  T.eq(log_count("cookie", "^GET /apis/v1beta1/healthz 401$", no.marks.cookie), 2)
+end)
+
 T.run()
