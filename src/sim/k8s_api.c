@@ -362,9 +362,25 @@ static void watch_event(void *ud, kb_k8s_event_type type, const cJSON *obj) {
   }
 }
 
+/* A resourceVersion option must be a number, as the apiserver's is: 400
+ * otherwise (not an empty list). Returns 0 when rv is fine. */
+static int refuse_bad_rv(kb_httpd_req *req, const kb_k8s_res *res, const char *rv) {
+  for (const char *p = rv; *p; p++) {
+    if (*p < '0' || *p > '9') {
+      kb_k8s_error err;
+      kb_k8s_error_set(&err, 400, "BadRequest", "invalid resource version \"%.100s\": strconv.ParseUint: "
+                       "parsing \"%.100s\": invalid syntax", rv, rv);
+      send_error(req, &err, res);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 static void do_watch(kb_k8s_api *api, kb_httpd_req *req, const route *r, const char *query) {
   char rv[64], labels[1024], fields[1024], tmo[32];
   qget(query, "resourceVersion", rv, sizeof rv);
+  if (refuse_bad_rv(req, r->res, rv)) return;
   qget(query, "labelSelector", labels, sizeof labels);
   qget(query, "fieldSelector", fields, sizeof fields);
   kb_k8s_watch_opts o = {r->ns, labels, fields, rv, qbool(query, "sendInitialEvents"), 0};
@@ -569,7 +585,9 @@ static void respond_obj(kb_k8s_api *api, kb_httpd_req *req, const route *r, cons
 }
 
 static void do_list(kb_k8s_api *api, kb_httpd_req *req, const route *r, const char *query) {
-  char labels[1024], fields[1024], limit[32], cont[1024];
+  char labels[1024], fields[1024], limit[32], cont[1024], rv[64];
+  qget(query, "resourceVersion", rv, sizeof rv);
+  if (refuse_bad_rv(req, r->res, rv)) return;
   qget(query, "labelSelector", labels, sizeof labels);
   qget(query, "fieldSelector", fields, sizeof fields);
   qget(query, "limit", limit, sizeof limit);

@@ -74,6 +74,26 @@ static int valid_key(const char *k) {
   return 1;
 }
 
+/* A label value: empty, or at most 63 of [-A-Za-z0-9_.] starting and
+ * ending with an alphanumeric (the apiserver's regex). */
+static int valid_value(const char *v) {
+  size_t n = strlen(v);
+  if (n == 0) return 1;
+  if (n > 63 || !isalnum((unsigned char)v[0]) || !isalnum((unsigned char)v[n - 1])) return 0;
+  for (const char *p = v; *p; p++)
+    if (!(isalnum((unsigned char)*p) || strchr("-_.", *p))) return 0;
+  return 1;
+}
+
+static int bad_value(kb_k8s_error *err, const char *key, const char *value) {
+  return kb_k8s_error_set(err, 400, "BadRequest",
+                          "unable to parse requirement: values[0][%s]: Invalid value: \"%s\": a valid "
+                          "label must be an empty string or consist of alphanumeric characters, '-', "
+                          "'_' or '.', and must start and end with an alphanumeric character (e.g. "
+                          "'MyValue',  or 'my_value',  or '12345', regex used for validation is "
+                          "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')", key, value);
+}
+
 static int bad(kb_k8s_error *err, const char *what, const char *text) {
   return kb_k8s_error_set(err, 400, "BadRequest", "unable to parse requirement: %s: \"%s\"", what,
                           text);
@@ -130,6 +150,9 @@ static int parse_label(kb_k8s_selector *sel, const char *text, size_t n, kb_k8s_
     r->key = trimmed(t, strlen(t));
   }
   if (!rc && (!r->key || !valid_key(r->key))) rc = bad(err, "invalid label key", t);
+  if (!rc && r->op != OP_GT && r->op != OP_LT)
+    for (size_t i = 0; i < r->n_values && !rc; i++)
+      if (!valid_value(r->values[i])) rc = bad_value(err, r->key, r->values[i]);
   free(t);
   return rc < 0 ? rc : 0;
 }

@@ -580,6 +580,37 @@ static int gen_name(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, con
   return -1;
 }
 
+/* A Secret's stringData becomes base64 data, as the apiserver stores it
+ * (stringData is write-only: never stored or echoed). 0 or -1 (memory). */
+static int secret_string_data(const kb_k8s_res *res, cJSON *obj) {
+  if (strcmp(res->kind, "Secret") != 0) return 0;
+  cJSON *sd = cJSON_DetachItemFromObjectCaseSensitive(obj, "stringData");
+  if (!sd) return 0;
+  int rc = 0;
+  if (cJSON_IsObject(sd) && sd->child) {
+    cJSON *data = cJSON_GetObjectItemCaseSensitive(obj, "data");
+    if (!cJSON_IsObject(data)) {
+      cJSON_DeleteItemFromObjectCaseSensitive(obj, "data");
+      data = cJSON_AddObjectToObject(obj, "data");
+    }
+    for (cJSON *kv = sd->child; kv && data && !rc; kv = kv->next) {
+      const char *v = cJSON_IsString(kv) ? kv->valuestring : "";
+      size_t n = strlen(v);
+      char *b64 = malloc(4 * ((n + 2) / 3) + 1);
+      if (!b64) rc = -1;
+      else {
+        k8s_base64_encode(v, n, b64);
+        cJSON_DeleteItemFromObjectCaseSensitive(data, kv->string); /* stringData wins */
+        if (!cJSON_AddStringToObject(data, kv->string, b64)) rc = -1;
+        free(b64);
+      }
+    }
+    if (!data) rc = -1;
+  }
+  cJSON_Delete(sd);
+  return rc;
+}
+
 /* ---- create -------------------------------------------------------------- */
 
 int kb_k8s_create(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const cJSON *in,
@@ -592,7 +623,7 @@ int kb_k8s_create(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const
   if (rc) return rc;
   cJSON *obj = cJSON_Duplicate(in, 1);
   cJSON *m = obj ? k8s_meta(obj) : NULL;
-  if (!m) return cJSON_Delete(obj), oom(err);
+  if (!m || secret_string_data(res, obj)) return cJSON_Delete(obj), oom(err);
   const char *ons = k8s_meta_str(obj, "namespace");
   char nsbuf[256];
   if (res->namespaced) {
@@ -817,7 +848,7 @@ int kb_k8s_update(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const
   k8s_entry *e = entry_find(st, res, ns && *ns ? ns : ons, name);
   if (!e) return not_found(err, res, name);
   cJSON *next = cJSON_Duplicate(obj, 1);
-  if (!next) return oom(err);
+  if (!next || secret_string_data(res, next)) return cJSON_Delete(next), oom(err);
   return replace_entry(st, res, e, next, flags, out, err);
 }
 

@@ -187,6 +187,13 @@ static void test_selectors(void) {
   KB_CHECK(kb_k8s_selector_parse("app in web", NULL, pods, &e) == NULL && e.code == 400);
   KB_CHECK(kb_k8s_selector_parse("bad key=1", NULL, pods, &e) == NULL);
   KB_CHECK(strstr(e.message, "unable to parse requirement") != NULL);
+  /* label values as the apiserver validates them: 400, not an empty list */
+  KB_CHECK(kb_k8s_selector_parse("a===b", NULL, pods, &e) == NULL && e.code == 400);
+  KB_CHECK(strstr(e.message, "values[0][a]: Invalid value: \"=b\": a valid label must be") != NULL);
+  KB_CHECK(kb_k8s_selector_parse("tier in (web,bad value)", NULL, pods, &e) == NULL && e.code == 400);
+  kb_k8s_selector *ok_sel = kb_k8s_selector_parse("a=,b in (x.y_z-1),c!=v", NULL, pods, &e);
+  KB_CHECK(ok_sel != NULL);
+  kb_k8s_selector_free(ok_sel);
   /* events: involvedObject field selectors (kubectl describe) */
   const kb_k8s_res *events = kb_k8s_store_find(st, "", "events");
   cJSON *ev = J("{\"metadata\":{\"name\":\"e1\"},\"involvedObject\":{\"kind\":\"Pod\",\"name\":\"a\",\"namespace\":\"default\"},\"reason\":\"Scheduled\"}");
@@ -610,6 +617,7 @@ static void test_rest(void) {
       {"GET", "/api/v1/nodes?fieldSelector=spec.bogus%3D1", NULL, NULL, 0, 0, ""},
       {"DELETE", "/api/v1/namespaces/default/pods/p1", NULL, "{\"propagationPolicy\":\"Sideways\"}", 0, 0, ""},
       {"GET", "/apis/batch/v1", NULL, NULL, 0, 0, ""},
+      {"GET", "/api/v1/pods?resourceVersion=abc", NULL, NULL, 0, 0, ""},
   };
   client cl = {kb_httpd_port(srv), cases, sizeof cases / sizeof cases[0], {0}};
   uv_async_init(&loop, &cl.done, client_done);
@@ -631,7 +639,8 @@ static void test_rest(void) {
   KB_CHECK(cases[9].status == 400 && strstr(cases[9].out, "field label not supported: spec.bogus"));
   KB_CHECK(cases[10].status == 400 && strstr(cases[10].out, "propagationPolicy: Unsupported value: \\\"Sideways\\\""));
   KB_CHECK(cases[11].status == 200 && strstr(cases[11].out, "\"name\":\"jobs/status\""));
-  KB_CHECK(calls == 10); /* not for the faulted requests */
+  KB_CHECK(cases[12].status == 400 && strstr(cases[12].out, "invalid resource version \\\"abc\\\""));
+  KB_CHECK(calls == 11); /* not for the faulted requests */
   KB_CHECK(kb_k8s_api_streams(api) == 0);
   kb_k8s_api_free(api);
   kb_vclock_free(clk);
@@ -642,7 +651,34 @@ static void test_rest(void) {
   kb_k8s_store_free(st);
 }
 
+/* A Secret's stringData is stored as base64 data (write-only, as the
+ * apiserver has it), on create and on update; stringData wins a clash. */
+static void test_secret_string_data(void) {
+  kb_k8s_store *st = new_store(4);
+  const kb_k8s_res *secrets = kb_k8s_store_find(st, "", "secrets");
+  kb_k8s_error e;
+  cJSON *in = J("{\"metadata\":{\"name\":\"s\"},\"data\":{\"x\":\"eA==\",\"k\":\"b2xk\"},"
+                "\"stringData\":{\"k\":\"v1\",\"user\":\"admin\"}}");
+  cJSON *out = NULL;
+  KB_CHECK(kb_k8s_create(st, secrets, "default", in, 0, &out, &e) == 0);
+  KB_CHECK(out && !cJSON_GetObjectItemCaseSensitive(out, "stringData"));
+  KB_CHECK_STR(str_at(out, "data", "x"), "eA==");
+  KB_CHECK_STR(str_at(out, "data", "k"), "djE=");      /* "v1" */
+  KB_CHECK_STR(str_at(out, "data", "user"), "YWRtaW4="); /* "admin" */
+  cJSON_Delete(out);
+  cJSON_Delete(in);
+  in = J("{\"metadata\":{\"name\":\"s\"},\"stringData\":{\"k\":\"v2\"}}");
+  out = NULL;
+  KB_CHECK(kb_k8s_update(st, secrets, "default", "s", in, 0, &out, &e) == 0);
+  KB_CHECK(out && !cJSON_GetObjectItemCaseSensitive(out, "stringData"));
+  KB_CHECK_STR(str_at(out, "data", "k"), "djI=");
+  cJSON_Delete(out);
+  cJSON_Delete(in);
+  kb_k8s_store_free(st);
+}
+
 int main(void) {
+  KB_RUN(test_secret_string_data);
   KB_RUN(test_create_get_metadata);
   KB_RUN(test_update_conflict_status);
   KB_RUN(test_selectors);
