@@ -15,6 +15,7 @@
 
 #include "kb/buf.h"
 #include "kb/http_server.h"
+#include "kb/json.h"
 #include "kb/k8s_api.h"
 #include "kb/k8s_store.h"
 #include "kb/log.h"
@@ -143,30 +144,72 @@ static int classify(const char *path) {
 
 /* ---- faults on the wire --------------------------------------------------- */
 
-static void respond_fault(kb_sim_server *s, kb_httpd_req *req, int api, int status) {
-  char retry[32];
-  snprintf(retry, sizeof retry, "%.0f", s->faults.retry_after < 1 ? 1 : s->faults.retry_after);
-  const char *msg = status == 429 ? "the server is rate limiting requests (injected fault)"
-                                  : "the server is currently unavailable (injected fault)";
+/* An error in the API's own shape: grpc-gateway's {code, message,
+ * details} for KFP and argo-server, a Status for Kubernetes. retry: a
+ * Retry-After value, or NULL. */
+static void respond_api_error(kb_httpd_req *req, int api, int status, int grpc_code,
+                              const char *reason, const char *msg, const char *retry) {
   cJSON *body = cJSON_CreateObject();
-  if (api == API_KFP || api == API_ARGO) { /* grpc-gateway error shape */
-    cJSON_AddNumberToObject(body, "code", status == 429 ? 8 : 14);
+  if (api == API_KFP || api == API_ARGO) {
+    cJSON_AddNumberToObject(body, "code", grpc_code);
     cJSON_AddStringToObject(body, "message", msg);
     cJSON_AddItemToObject(body, "details", cJSON_CreateArray());
-  } else { /* a Kubernetes Status */
+  } else {
     cJSON_AddStringToObject(body, "kind", "Status");
     cJSON_AddStringToObject(body, "apiVersion", "v1");
     cJSON_AddItemToObject(body, "metadata", cJSON_CreateObject());
     cJSON_AddStringToObject(body, "status", "Failure");
     cJSON_AddStringToObject(body, "message", msg);
-    cJSON_AddStringToObject(body, "reason", status == 429 ? "TooManyRequests" : "ServiceUnavailable");
+    cJSON_AddStringToObject(body, "reason", reason);
     cJSON_AddNumberToObject(body, "code", status);
   }
   char *text = cJSON_PrintUnformatted(body);
   cJSON_Delete(body);
   kb_httpd_header h[] = {{"Content-Type", "application/json"}, {"Retry-After", retry}};
-  kb_httpd_respond(req, status, h, 2, text, strlen(text));
+  kb_httpd_respond(req, status, h, retry ? 2 : 1, text ? text : "{}", text ? strlen(text) : 2);
   free(text);
+}
+
+static void respond_fault(kb_sim_server *s, kb_httpd_req *req, int api, int status) {
+  char retry[32];
+  snprintf(retry, sizeof retry, "%.0f", s->faults.retry_after < 1 ? 1 : s->faults.retry_after);
+  const char *msg = status == 429 ? "the server is rate limiting requests (injected fault)"
+                                  : "the server is currently unavailable (injected fault)";
+  respond_api_error(req, api, status, status == 429 ? 8 : 14,
+                    status == 429 ? "TooManyRequests" : "ServiceUnavailable", msg, retry);
+}
+
+/* Bodies refused before any handler: invalid UTF-8 (stored and echoed
+ * raw, it broke every client's list of the object), and in a KFP body a
+ * \u0000 escape, which would cut a name short at the NUL. 1 when
+ * answered. */
+static int refuse_body(kb_httpd_req *req, int api) {
+  if (api != API_KFP && api != API_K8S && api != API_ARGO) return 0;
+  size_t len;
+  const unsigned char *b = (const unsigned char *)kb_httpd_req_body(req, &len);
+  for (size_t i = 0; i < len;) {
+    if (b[i] < 0x80) {
+      i++;
+      continue;
+    }
+    int n = kb_json_utf8_seq(b + i, len - i);
+    if (n <= 0) {
+      char msg[128];
+      snprintf(msg, sizeof msg, "the request body is not valid UTF-8 (byte %zu)", i);
+      respond_api_error(req, api, 400, 3, "BadRequest", msg, NULL);
+      return 1;
+    }
+    i += (size_t)n;
+  }
+  if (api == API_KFP)
+    for (size_t i = 0; i + 6 <= len; i++)
+      if (b[i] == '\\' && (i == 0 || b[i - 1] != '\\') && b[i + 1] == 'u' &&
+          !memcmp(b + i + 2, "0000", 4)) {
+        respond_api_error(req, api, 400, 3, "BadRequest",
+                          "a string of the request holds a NUL character (\\u0000)", NULL);
+        return 1;
+      }
+  return 0;
 }
 
 /* ---- admin API -------------------------------------------------------------- */
@@ -468,6 +511,7 @@ static void handle(kb_httpd_req *req, void *ud) {
   kb_httpd_req_set_timing(req, 0, 0);
   /* a path-prefix fault (/apis/v1beta1/runs) also hits KFP behind the service proxy */
   const char *proxied = api == API_KFP ? kfp_proxy_path(path) : NULL;
+  if (refuse_body(req, api)) return;
   kb_sim_api_fault f = kb_sim_api_faults_roll(&s->faults, proxied ? proxied : path);
   s->faults_injected[f]++;
   switch (f) {

@@ -621,6 +621,29 @@ static void test_modelled_latency_any_speed(void) {
   KB_CHECK(at600[3] == 0 && at6000[3] == 0);
 }
 
+/* Bodies refused before any handler: invalid UTF-8 anywhere (it was
+ * stored and echoed raw), and a \u0000 in a KFP body (it cut the name at
+ * the NUL); a literal backslash-u text and real UTF-8 stay accepted. */
+static void test_refused_bodies(void) {
+  resp a = req("POST", "/api/v1/namespaces/default/configmaps",
+               "{\"metadata\":{\"name\":\"cm-bad\"},\"data\":{\"k\":\"\xff\xfe\"}}");
+  KB_CHECK(a.status == 400);
+  KB_CHECK_STR(jstr(a.json, "kind"), "Status");
+  KB_CHECK(jstr(a.json, "message") && strstr(jstr(a.json, "message"), "not valid UTF-8"));
+  resp_free(&a);
+  resp g = req("GET", "/api/v1/namespaces/default/configmaps/cm-bad", NULL);
+  KB_CHECK(g.status == 404); /* nothing was stored */
+  resp_free(&g);
+  resp n = req("POST", "/apis/v2beta1/experiments", "{\"display_name\":\"ab\\u0000cd\"}");
+  KB_CHECK(n.status == 400);
+  KB_CHECK(jnum(n.json, "code") == 3);
+  resp_free(&n);
+  resp ok = req("POST", "/apis/v2beta1/experiments", "{\"display_name\":\"h\xc3\xa9llo \\\\u0000\"}");
+  KB_CHECK(ok.status == 200);
+  KB_CHECK_STR(jstr(ok.json, "display_name"), "h\xc3\xa9llo \\u0000");
+  resp_free(&ok);
+}
+
 int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   kb_sim_server_opts o = {.profile = "fast", .speed = 600, .seed = 1,
@@ -631,6 +654,7 @@ int main(void) {
     fprintf(stderr, "kb_sim_server_start: %s\n", err.message);
     return 1;
   }
+  KB_RUN(test_refused_bodies);
   KB_RUN(test_nodes);
   KB_RUN(test_job);
   KB_RUN(test_job_fails);
