@@ -334,8 +334,11 @@ local function run(scenario, params)
   local r = kb.process.run { cmd = cmd, timeout = 180,
     env = { SSL_CERT_FILE = false, CURL_CA_BUNDLE = false, https_proxy = false, HTTPS_PROXY = false } }
   r.marks = marks
-  local ids = fs.exists(out) == "dir" and fs.list(out) or {}
-  T.eq(#ids, 1, "one experiment folder")
+  local ids = {}
+  for _, id in ipairs(fs.exists(out) == "dir" and fs.list(out) or {}) do
+    if fs.exists(fs.join(out, id, "result", "result.json")) then ids[#ids + 1] = id end
+  end
+  T.eq(#ids, 1, "one experiment folder; stderr: " .. r.stderr:sub(-800))
   r.doc = json.decode(fs.read(fs.join(out, ids[1], "result", "result.json")))
   return r
 end
@@ -361,6 +364,14 @@ T.case("job_storm and argo_storm: ca_file= over TLS; the default refused", funct
   T.ok(no.code ~= 0 or no.doc.result.submitted == 0, "argo_storm without the CA submits nothing")
   T.eq(log_count("plain", "^POST /api/v1/workflows", no.marks.plain), 0)
   T.contains(no.stderr, "certificate")
+end)
+
+T.case("kubebench_tf_cnn: ca_file= over TLS", function()
+  local r = run("kubebench_tf_cnn.lua", { "host=" .. url("TLS_PLAIN_PORT"), "ca_file=" .. f("ca.crt") })
+  T.eq(r.code, 0, "kubebench_tf_cnn; stderr: " .. r.stderr:sub(-800))
+  T.eq(r.doc.result.passed, 1)
+  T.eq(log_count("plain", "^POST /apis/kubeflow.org/v1/namespaces/[^/ ]+/tfjobs 201$", r.marks.plain), 1,
+    "the TFJob create reached the simulator")
 end)
 
 T.case("http_storm: ca_file=, cookie_file= and header= against the cookie front", function()
