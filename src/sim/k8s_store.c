@@ -1313,6 +1313,34 @@ kb_k8s_watch *kb_k8s_store_on(kb_k8s_store *st, const kb_k8s_res *res, kb_k8s_wa
 
 /* ---- Status ------------------------------------------------------------------ */
 
+/* A 422 worded as the apiserver words it ('Kind "name" is invalid: FIELD:
+ * DETAIL') carries its cause in details.causes, as the real one does:
+ * kubectl prints "* FIELD: DETAIL" from it, and only "is invalid" without. */
+static void add_cause(cJSON *details, const char *message) {
+  const char *p = strstr(message, "\" is invalid: ");
+  if (!p) return;
+  p += strlen("\" is invalid: ");
+  const char *colon = strstr(p, ": ");
+  if (!colon || colon == p || (size_t)(colon - p) > 200) return;
+  const char *detail = colon + 2;
+  static const struct { const char *prefix, *reason; } kinds[] = {
+    {"Required value", "FieldValueRequired"},   {"Unsupported value", "FieldValueNotSupported"},
+    {"Forbidden", "FieldValueForbidden"},       {"Duplicate value", "FieldValueDuplicate"},
+    {"Too long", "FieldValueTooLong"},          {"Not found", "FieldValueNotFound"},
+  };
+  const char *reason = "FieldValueInvalid";
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (!strncmp(detail, kinds[i].prefix, strlen(kinds[i].prefix))) reason = kinds[i].reason;
+  char field[256];
+  snprintf(field, sizeof field, "%.*s", (int)(colon - p), p);
+  cJSON *causes = cJSON_AddArrayToObject(details, "causes");
+  cJSON *c = cJSON_CreateObject();
+  cJSON_AddStringToObject(c, "reason", reason);
+  cJSON_AddStringToObject(c, "message", detail);
+  cJSON_AddStringToObject(c, "field", field);
+  cJSON_AddItemToArray(causes, c);
+}
+
 cJSON *kb_k8s_status_json(const kb_k8s_error *err, const kb_k8s_res *res) {
   cJSON *s = cJSON_CreateObject();
   if (!s) return NULL;
@@ -1329,6 +1357,7 @@ cJSON *kb_k8s_status_json(const kb_k8s_error *err, const kb_k8s_res *res) {
       if (res->group[0]) cJSON_AddStringToObject(d, "group", res->group);
       cJSON_AddStringToObject(d, "kind", res->resource);
     }
+    if (err->code == 422) add_cause(d, err->message);
   }
   cJSON_AddNumberToObject(s, "code", err->code);
   return s;

@@ -677,7 +677,34 @@ static void test_secret_string_data(void) {
   kb_k8s_store_free(st);
 }
 
+/* A 422 carries its cause (kubectl prints "* field: detail" from it). */
+static void test_invalid_causes(void) {
+  kb_k8s_store *st = new_store(4);
+  const kb_k8s_res *cms = kb_k8s_store_find(st, "", "configmaps");
+  kb_k8s_error e;
+  cJSON *in = J("{\"metadata\":{\"name\":\"Bad_Name\"}}");
+  KB_CHECK(kb_k8s_create(st, cms, "default", in, 0, NULL, &e) == -422);
+  cJSON *s = kb_k8s_status_json(&e, cms);
+  const cJSON *causes = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(s, "details"), "causes");
+  KB_CHECK(cJSON_GetArraySize(causes) == 1);
+  const cJSON *c = cJSON_GetArrayItem(causes, 0);
+  KB_CHECK_STR(str_at(c, "field", NULL), "metadata.name");
+  KB_CHECK_STR(str_at(c, "reason", NULL), "FieldValueInvalid");
+  KB_CHECK(!strncmp(str_at(c, "message", NULL), "Invalid value: \"Bad_Name\": a lowercase RFC 1123", 47));
+  cJSON_Delete(s);
+  cJSON_Delete(in);
+  in = J("{\"metadata\":{}}");
+  KB_CHECK(kb_k8s_create(st, cms, "default", in, 0, NULL, &e) == -422);
+  s = kb_k8s_status_json(&e, cms);
+  causes = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(s, "details"), "causes");
+  KB_CHECK_STR(str_at(cJSON_GetArrayItem(causes, 0), "reason", NULL), "FieldValueRequired");
+  cJSON_Delete(s);
+  cJSON_Delete(in);
+  kb_k8s_store_free(st);
+}
+
 int main(void) {
+  KB_RUN(test_invalid_causes);
   KB_RUN(test_secret_string_data);
   KB_RUN(test_create_get_metadata);
   KB_RUN(test_update_conflict_status);
