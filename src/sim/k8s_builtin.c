@@ -245,6 +245,26 @@ static int default_job(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, int 
   return 0;
 }
 
+int k8s_immutable(const kb_k8s_res *res, const cJSON *old, const cJSON *next, kb_k8s_error *err) {
+  if (strcmp(res->group, "batch") || strcmp(res->resource, "jobs")) return 0;
+  /* the Job fields the apiserver refuses to change once created */
+  static const char *fields[] = {"template", "selector", "completionMode"};
+  const cJSON *os = cJSON_GetObjectItemCaseSensitive(old, "spec");
+  const cJSON *ns = cJSON_GetObjectItemCaseSensitive(next, "spec");
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(os, fields[i]);
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(ns, fields[i]);
+    if ((a || b) && !(a && b && cJSON_Compare(a, b, 1))) {
+      char field[64], what[96];
+      snprintf(field, sizeof field, "spec.%s", fields[i]);
+      snprintf(what, sizeof what, "Invalid value: %s: field is immutable",
+               b ? "the new value" : "null");
+      return invalid(err, res, next, field, what);
+    }
+  }
+  return 0;
+}
+
 int k8s_default(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, int create,
                 kb_k8s_error *err) {
   const char *g = res->group, *r = res->resource;

@@ -83,6 +83,9 @@ const cJSON *k8s_path(const cJSON *obj, const char *path);
 /* Built-in defaulting and validation on create/update (k8s_builtin.c). */
 int k8s_default(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, int create,
                 kb_k8s_error *err);
+/* Fields of a served kind an update may not change (a Job's template,
+ * selector, completionMode): 422 "field is immutable". */
+int k8s_immutable(const kb_k8s_res *res, const cJSON *old, const cJSON *next, kb_k8s_error *err);
 void k8s_log_drop_pod(kb_k8s_store *st, const char *ns, const char *pod);
 void k8s_log_free_all(kb_k8s_store *st);
 size_t k8s_base64_encode(const char *in, size_t n, char *out); /* out: 4*ceil(n/3)+1 */

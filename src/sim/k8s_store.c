@@ -786,6 +786,7 @@ static int replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, 
     }
   }
   int rc = k8s_default(st, res, next, 0, err);
+  if (!rc && !(flags & KB_K8S_STATUS)) rc = k8s_immutable(res, old, next, err);
   if (rc) {
     cJSON_Delete(next);
     return err_named(err, e->name, rc);

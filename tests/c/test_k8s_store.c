@@ -703,7 +703,25 @@ static void test_invalid_causes(void) {
   kb_k8s_store_free(st);
 }
 
+/* A Job's template is immutable (422 with its cause); suspend is not. */
+static void test_job_immutable(void) {
+  kb_k8s_store *st = new_store(4);
+  const kb_k8s_res *jobs = kb_k8s_store_find(st, "batch", "jobs");
+  kb_k8s_error e;
+  cJSON *in = J("{\"metadata\":{\"name\":\"j\"},\"spec\":{\"template\":{\"spec\":{\"restartPolicy\":"
+                "\"Never\",\"containers\":[{\"name\":\"c\",\"image\":\"busybox\"}]}}}}");
+  KB_CHECK(kb_k8s_create(st, jobs, "default", in, 0, NULL, &e) == 0);
+  cJSON_Delete(in);
+  const char *p = "{\"spec\":{\"template\":{\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"alpine\"}]}}}}";
+  KB_CHECK(kb_k8s_patch(st, jobs, "default", "j", KB_K8S_PATCH_MERGE, p, strlen(p), 0, NULL, &e) == -422);
+  KB_CHECK(strstr(e.message, "spec.template: Invalid value") && strstr(e.message, "field is immutable"));
+  p = "{\"spec\":{\"suspend\":true}}";
+  KB_CHECK(kb_k8s_patch(st, jobs, "default", "j", KB_K8S_PATCH_MERGE, p, strlen(p), 0, NULL, &e) == 0);
+  kb_k8s_store_free(st);
+}
+
 int main(void) {
+  KB_RUN(test_job_immutable);
   KB_RUN(test_invalid_causes);
   KB_RUN(test_secret_string_data);
   KB_RUN(test_create_get_metadata);
