@@ -152,7 +152,11 @@ function Run:write_config()
     params = kb.params,
     seed = self.seed_value,
   })
-  if self.journal then self.journal:write{ k = "params", name = self.name, params = kb.params } end
+  -- journaled once the scenario declared its parameters (params_ok): before,
+  -- a value it declares secret (header=) is not known to be one yet
+  if self.journal and self.params_ok then
+    self.journal:write{ k = "params", name = self.name, params = kb.params }
+  end
 end
 
 -- ---- the journal (output/journal.jsonl) ------------------------------------
@@ -173,7 +177,7 @@ function Run:open_journal()
   j:write{ k = "begin", v = 1, kbrun = core.version, experiment_id = self.exp.id,
     scenario = { name = self.name, file = self.args.scenario },
     started_at = os.date("!%Y-%m-%dT%H:%M:%SZ", math.floor(self.started_wall)),
-    wall = self.started_wall, seed = self.seed_value, params = kb.params,
+    wall = self.started_wall, seed = self.seed_value,
     shard = require("kb.shard").describe(), environment = M.environment(),
     flush_ms = interval * 1000 }
   -- the clock: the embedded simulator installs its own during the run
