@@ -109,8 +109,10 @@ static void write_hint(char *out, size_t outsz, kb_http_error cls, CURLcode rc,
              "check why the server is slow", hp);
     break;
   case KB_HTTP_ERR_TLS:
-    snprintf(out, outsz, "check ca_file/ca_pem and cert/key options, or set insecure=true "
-             "for testing; does %s speak TLS (https)?", hp);
+    /* a scenario's parameters (kb.connection) and kb.http's options share ca_file */
+    snprintf(out, outsz, "give the server's CA with ca_file= (or SSL_CERT_FILE), a client "
+             "certificate with client_cert=/client_key= (kb.http: cert_file/key_file), or "
+             "insecure=true for testing; does %s speak TLS (https)?", hp);
     break;
   case KB_HTTP_ERR_DNS:
     snprintf(out, outsz, "check the host name in the URL, /etc/hosts and DNS");
