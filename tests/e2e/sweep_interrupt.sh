@@ -6,17 +6,8 @@
 #     registry) for those that were running,
 #   - sweep.csv holds the finished cells.
 set -u
-KBRUN=${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}
-mkdir -p "${KBRUN_TEST_OUT:-/tmp}"
-WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/sweep_interrupt.XXXXXX") && [ -d "$WORK" ] || { echo "cannot make a work folder" >&2; exit 1; }
-PID=
-cleanup() {
-  [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-failed=0
-fail() { echo "FAIL: $*" >&2; failed=$((failed + 1)); }
+. "$(dirname "$0")/common.bash"
+e2e_init sweep_interrupt
 
 cat >"$WORK/sweep.lua" <<'EOF'
 local kb = require "kb"

@@ -9,17 +9,8 @@
 # A's cells wait for a release file, so B runs while A is certainly inside
 # its cells (no timing assumption).
 set -u
-KBRUN=${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}
-mkdir -p "${KBRUN_TEST_OUT:-/tmp}"
-WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/sweep_lock.XXXXXX") && [ -d "$WORK" ] || { echo "cannot make a work folder" >&2; exit 1; }
-PID=
-cleanup() {
-  [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-failed=0
-fail() { echo "FAIL: $*" >&2; failed=$((failed + 1)); }
+. "$(dirname "$0")/common.bash"
+e2e_init sweep_lock
 
 cat >"$WORK/sweep.lua" <<'EOF'
 local kb = require "kb"

@@ -8,17 +8,8 @@
 # Each cell starts its own simulator (the kill leaves no process behind:
 # simulators are threads of kbrun) and derives its metrics from its seed.
 set -u
-KBRUN=${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}
-mkdir -p "${KBRUN_TEST_OUT:-/tmp}"
-WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/sweep_resume.XXXXXX") && [ -d "$WORK" ] || { echo "cannot make a work folder" >&2; exit 1; }
-PID=
-cleanup() {
-  [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-failed=0
-fail() { echo "FAIL: $*" >&2; failed=$((failed + 1)); }
+. "$(dirname "$0")/common.bash"
+e2e_init sweep_resume
 
 cat >"$WORK/sweep.lua" <<'EOF'
 local kb = require "kb"
