@@ -347,11 +347,11 @@ T.case("prom_query: KFP's and the API server's figures of a window", function()
   local f = pq.figures(srv.url, 1700000000, 1700000090.2)
   T.eq(f.available, true)
   T.eq(f.source, "prometheus")
-  T.eq(f.window.range, "91s")
+  T.eq(f.window.range, "151s", "the window plus the margin before it (the scrape before the first calls)")
   for _, s in ipairs(seen) do
     T.eq(s.params.time, "1700000090.200", "every query at the window's end")
     if s.params.query:find("grpc_server_handling_seconds_count", 1, true) then
-      T.eq(s.params.query, "sum by (grpc_method, grpc_service) (increase(grpc_server_handling_seconds_count[91s]))")
+      T.eq(s.params.query, "sum by (grpc_method, grpc_service) (increase(grpc_server_handling_seconds_count[151s]))")
     end
   end
   T.contains(pq.expressions("91s").grpc_p99,
@@ -400,7 +400,7 @@ T.case("prom_query: an unreachable Prometheus is noted, not fatal", function()
   srv:close()
   local f = pq.figures(url, 100, 160)
   T.eq(f.available, false)
-  T.contains(f.reason, "kb.prometheus: query 'sum by (grpc_method, grpc_service) (increase(grpc_server_handling_seconds_count[60s]))': ")
+  T.contains(f.reason, "kb.prometheus: query 'sum by (grpc_method, grpc_service) (increase(grpc_server_handling_seconds_count[120s]))': ")
   T.contains(f.reason, "(unreachable)")
   local sec = pq.report_section{ server_metrics = f }
   T.contains(sec.html, "No server metrics from Prometheus: kb.prometheus: query")

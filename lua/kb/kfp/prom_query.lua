@@ -12,9 +12,11 @@
 -- up to seconds: histogram_quantile(0.5/0.9/0.99) of KFP's
 -- grpc_server_handling_seconds per grpc_method, their counts, sums and
 -- grpc_server_handled_total codes, and the Kubernetes API server's
--- apiserver_request_duration_seconds per verb and resource. The window
--- must span at least two of Prometheus's scrapes of the server; quantiles
--- are estimates from buckets, as PromQL computes them.
+-- apiserver_request_duration_seconds per verb and resource. The range
+-- reaches M.MARGIN seconds before the start, to hold the scrape before
+-- the run's first calls; it must span at least two of Prometheus's scrapes
+-- of the server; quantiles are estimates from buckets, as PromQL computes
+-- them.
 local kb = require "kb"
 local json = require "kb.json"
 local log = require "kb.log"
@@ -24,6 +26,12 @@ local prometheus = require "kb.prometheus"
 local M = {}
 
 M.QUANTILES = { { 0.5, "p50" }, { 0.9, "p90" }, { 0.99, "p99" } }
+
+--- Seconds the queried range reaches back before the run's start, so it
+-- holds the last scrape before the run: increase() only sees the calls
+-- between two samples inside its range, and calls made right at the start
+-- (a storm's creates) came after the last in-range-less sample otherwise.
+M.MARGIN = 60
 
 --- How many (verb, resource) rows of the API server are kept (busiest first).
 M.APISERVER_ROWS = 20
@@ -138,7 +146,7 @@ end
 -- { available = false, source = "prometheus", reason } when Prometheus
 -- cannot answer (the reason names the error class and the query).
 function M.figures(url, start, stop)
-  local range = window_text(stop - start)
+  local range = window_text(stop - start + M.MARGIN)
   local out = { source = "prometheus", url = url,
     window = { start = start, stop = stop, seconds = stop - start, range = range } }
   local ex = M.expressions(range)
