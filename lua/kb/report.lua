@@ -715,9 +715,12 @@ end
 
 -- A sweep cell's figures (doc.metrics as a flat name -> number table).
 -- "Over time": the p99 of the plotted operations per interval of result.json's
--- timeseries (kb.timeseries), for those seen in at least two intervals; at
--- most OVER_TIME_MAX of them, the scenario's own operations first.
-local OVER_TIME_MAX = 5
+-- timeseries (kb.timeseries), for those seen in at least OVER_TIME_MIN
+-- intervals (fewer make no trend); at most OVER_TIME_MAX of them, the
+-- scenario's own operations first. A log axis: percentiles of operations
+-- seconds and milliseconds apart share it, and one slow interval does not
+-- flatten the others.
+local OVER_TIME_MAX, OVER_TIME_MIN = 5, 6
 
 local function over_time_section(doc, plot_list)
   local ts = type(doc.timeseries) == "table" and doc.timeseries or nil
@@ -726,14 +729,14 @@ local function over_time_section(doc, plot_list)
   local series = {}
   for _, m in ipairs(plot_list) do
     local rows = hs[metric_key(m)]
-    if type(rows) == "table" and #rows >= 2 and #series < OVER_TIME_MAX then
+    if type(rows) == "table" and #rows >= OVER_TIME_MIN and #series < OVER_TIME_MAX then
       local pts = {}
       for _, r in ipairs(rows) do
         if type(r.t) == "number" and type(r.p99) == "number" then
           pts[#pts + 1] = { x = r.t + ts.interval / 2, y = r.p99 }
         end
       end
-      if #pts >= 2 then series[#series + 1] = { name = metric_key(m) .. " p99", points = pts } end
+      if #pts >= OVER_TIME_MIN then series[#series + 1] = { name = metric_key(m) .. " p99", points = pts } end
     end
   end
   if #series == 0 then return "" end
@@ -741,7 +744,7 @@ local function over_time_section(doc, plot_list)
   local chart = svg.lines { series = series, title = "p99 per interval",
     subtitle = format("the values recorded in each %s of the scenario clock (timeseries.csv)",
       svg.format_value(ts.interval, "s")),
-    x = { unit = "s", label = "time", zero = true, ticks = "auto" }, y = { unit = "s", label = "p99" },
+    x = { unit = "s", label = "time", zero = true, ticks = "auto" }, y = { unit = "s", label = "p99", scale = "log" },
     width = PLOT_W, height = 230 }
   return format('<section id="overtime"><h2>Over time</h2>%s</section>', figure("plot-overtime", chart))
 end
