@@ -799,11 +799,17 @@ static kproc *start(lua_State *L, int mode) {
   o.stdio_count = 3;
   o.stdio = stdio;
   p->t0 = kb_rt_now(rt);
+  /* a child's time is real: no skipping over it, from before the fork (the
+   * child may be running its program before uv_spawn returns) */
+  p->clock = kb_rt_clock(rt);
+  kb_vclock_busy(p->clock, +1);
   int r = uv_spawn(kb_rt_loop(rt), &p->proc, &o);
   p->proc.data = p;
   p->open |= H_PROC; /* closed even when the spawn failed */
   p->live++;
   if (r != 0) {
+    kb_vclock_busy(p->clock, -1);
+    p->clock = NULL;
     if (a.cwd)
       kb_error_new(L, "spawn", "%s: cannot start '%s' in '%s': %s (%s)", a.fn, a.argv[0],
                    a.cwd, uv_strerror(r), uv_err_name(r));
@@ -816,8 +822,6 @@ static kproc *start(lua_State *L, int mode) {
   }
   p->started = 1;
   p->pid = p->proc.pid;
-  p->clock = kb_rt_clock(rt); /* a child's time is real: no skipping over it */
-  kb_vclock_busy(p->clock, +1);
   lua_settop(L, top); /* argv and envp are not needed after the fork */
 
   if (mode == MODE_RUN) {
