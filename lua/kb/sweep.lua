@@ -280,28 +280,33 @@ function Sweep:run_one(c, rep)
   local exp = experiment.create { out = self.dir, id = exp_id }
   local params = copy(self.def.params)
   for k, v in pairs(c.cell) do params[k] = v end
-  exp:write_json("config", "params.json", { sweep = self.name, cell = c.id, key = c.key, ["repeat"] = rep,
-    seed = seed, params = params })
-  self.j:start { key = c.key, id = c.id, index = c.index, sub = c.sub, ["repeat"] = rep, seed = seed, dir = exp_id }
 
-  -- an interrupted cell's folder says so, with what it measured (nothing
-  -- yet, when the interrupt came while it waited for a target)
-  local function write_interrupted(t0, registry)
-    pcall(exp.write_json, exp, "result", "result.json", {
+  -- The cell's result/result.json; an interrupted cell's says so, with
+  -- what it measured (nothing yet, when the interrupt came before it ran).
+  local function write_result(status, elapsed, registry, err, figures)
+    local okw, werr = pcall(exp.write_json, exp, "result", "result.json", {
       sweep = self.name, experiment_id = exp_id, cell = c.id, key = c.key, ["repeat"] = rep, seed = seed,
-      status = "interrupted", params = params, elapsed = t0 and kb.now() - t0 or 0,
+      status = status, error = err, params = params, metrics = figures, elapsed = elapsed,
       clock = { mode = require("kb.core").clock_kind(), speed = require("kb.core").clock_speed() },
       registry = registry,
     })
+    if not okw then log.warn("sweep %s: %s: result.json: %s", self.name, exp_id, message_of(werr)) end
   end
+  -- Before the cell runs: its config, its journal record, a target to run
+  -- on; an interrupt in any of them (they may wait) leaves the folder saying so.
   local slot
-  if self.slots then
-    local got, why = pcall(self.slot_sem.acquire, self.slot_sem)
-    if not got then
-      write_interrupted(nil, nil)
-      error(why, 0)
+  local ready, why = pcall(function()
+    exp:write_json("config", "params.json", { sweep = self.name, cell = c.id, key = c.key, ["repeat"] = rep,
+      seed = seed, params = params })
+    self.j:start { key = c.key, id = c.id, index = c.index, sub = c.sub, ["repeat"] = rep, seed = seed, dir = exp_id }
+    if self.slots then
+      self.slot_sem:acquire()
+      slot = table.remove(self.slots)
     end
-    slot = table.remove(self.slots)
+  end)
+  if not ready then
+    if kb.is_cancelled(why) then write_result("interrupted", 0) end
+    error(why, 0)
   end
   -- The cell's own metric registry: what run() and the tasks it spawns
   -- record (kb.metrics.*, a storm's figures) is this cell's alone, even
@@ -329,7 +334,7 @@ function Sweep:run_one(c, rep)
     -- interrupted: what the cell measured so far is written (its registry,
     -- status interrupted) before the sweep goes; not journaled as done, so
     -- a resume runs the cell again (its folder is moved aside then)
-    write_interrupted(t0, registry)
+    write_result("interrupted", kb.now() - t0, registry)
     error(metrics, 0)
   end
   if not ok and type(metrics) == "table" and metrics.class == "usage" then
@@ -359,12 +364,7 @@ function Sweep:run_one(c, rep)
     log.debug("%s", text)
   end
   local back = self.j:finish(rec)
-  pcall(exp.write_json, exp, "result", "result.json", {
-    sweep = self.name, experiment_id = exp_id, cell = c.id, key = c.key, ["repeat"] = rep, seed = seed,
-    status = rec.status, error = rec.error, params = params, metrics = back.metrics, elapsed = rec.elapsed,
-    clock = { mode = require("kb.core").clock_kind(), speed = require("kb.core").clock_speed() },
-    registry = registry,
-  })
+  write_result(rec.status, rec.elapsed, registry, rec.error, back.metrics)
   self:progress(back, false)
   local okw, werr = pcall(self.write_reports, self, false, false)
   if not okw then log.warn("sweep %s: sweep.csv: %s", self.name, message_of(werr)) end
