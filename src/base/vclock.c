@@ -198,12 +198,17 @@ static void on_prepare(uv_prepare_t *h) {
 
 /* ---- the clock --------------------------------------------------------------- */
 
+/* Events mode runs at the real rate when it runs at all. */
+static double speed_of(kb_vclock_mode mode, double speed) {
+  return mode == KB_VCLOCK_EVENTS || !(speed > 0) ? 1.0 : speed;
+}
+
 kb_vclock *kb_vclock_new(uv_loop_t *loop, kb_vclock_mode mode, double speed) {
   kb_vclock *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   c->loop = loop;
   c->mode = mode;
-  c->speed = mode == KB_VCLOCK_EVENTS || !(speed > 0) ? 1.0 : speed;
+  c->speed = speed_of(mode, speed);
   c->origin_ns = uv_hrtime();
   uv_timer_init(loop, &c->timer);
   c->timer.data = c;
@@ -220,7 +225,7 @@ kb_vclock *kb_vclock_new(uv_loop_t *loop, kb_vclock_mode mode, double speed) {
 void kb_vclock_set(kb_vclock *c, kb_vclock_mode mode, double speed) {
   double now = kb_vclock_now(c);
   c->mode = mode;
-  c->speed = mode == KB_VCLOCK_EVENTS || !(speed > 0) ? 1.0 : speed;
+  c->speed = speed_of(mode, speed);
   c->origin_ns = c->busy_since = uv_hrtime();
   c->base = c->ev_now = now;
   /* Fast-forwarding starts on the next whole second: the real time spent

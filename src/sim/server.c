@@ -187,28 +187,31 @@ static int refuse_body(kb_httpd_req *req, int api) {
   if (api != API_KFP && api != API_K8S && api != API_ARGO) return 0;
   size_t len;
   const unsigned char *b = (const unsigned char *)kb_httpd_req_body(req, &len);
-  for (size_t i = 0; i < len;) {
-    if (b[i] < 0x80) {
-      i++;
+  for (size_t i = 0; i < len;) { /* one pass: UTF-8, and the KFP NUL escape */
+    if (b[i] >= 0x80) {
+      int n = kb_json_utf8_seq(b + i, len - i);
+      if (n <= 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the request body is not valid UTF-8 (byte %zu)", i);
+        respond_api_error(req, api, 400, 3, "BadRequest", msg, NULL);
+        return 1;
+      }
+      i += (size_t)n;
       continue;
     }
-    int n = kb_json_utf8_seq(b + i, len - i);
-    if (n <= 0) {
-      char msg[128];
-      snprintf(msg, sizeof msg, "the request body is not valid UTF-8 (byte %zu)", i);
-      respond_api_error(req, api, 400, 3, "BadRequest", msg, NULL);
-      return 1;
-    }
-    i += (size_t)n;
-  }
-  if (api == API_KFP)
-    for (size_t i = 0; i + 6 <= len; i++)
-      if (b[i] == '\\' && (i == 0 || b[i - 1] != '\\') && b[i + 1] == 'u' &&
-          !memcmp(b + i + 2, "0000", 4)) {
+    if (api == API_KFP && b[i] == '\\') {
+      if (i + 6 <= len && b[i + 1] == 'u' && !memcmp(b + i + 2, "0000", 4)) {
         respond_api_error(req, api, 400, 3, "BadRequest",
                           "a string of the request holds a NUL character (\\u0000)", NULL);
         return 1;
       }
+      /* an escape: its second byte is never the start of another (a
+       * non-ASCII byte after it still goes through the UTF-8 check) */
+      i += i + 1 < len && b[i + 1] < 0x80 ? 2 : 1;
+      continue;
+    }
+    i++;
+  }
   return 0;
 }
 
