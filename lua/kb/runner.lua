@@ -417,7 +417,9 @@ function Run:on_signal(name)
   self.error_text = "interrupted by " .. name
   io.stderr:write(string.format("\nkbrun: %s: stopping, cleaning up and writing results (again to exit now)\n", name))
   if self.journal then pcall(self.journal.flush, self.journal) end
-  if self.main_task then self.main_task:cancel() end
+  -- every task once, the scenario's included: a second cancel of a task
+  -- already unwinding (a sweep waiting for its cells to write) cut that
+  -- unwinding short
   core.cancel_all()
   kb.spawn(function() self:finish() end)
 end

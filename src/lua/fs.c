@@ -429,10 +429,12 @@ static void job_done(uv_work_t *req, int status) {
   kb_task_deliver(job->task, job_deliver);
 }
 
-/* Before delivery: a cancelled task stops waiting at once; a job a thread
- * already runs still completes (a write still replaces the file whole),
- * then job_done frees it. After delivery (the task was cancelled before it
- * resumed): the result is not taken, free it. */
+/* Before delivery: a cancelled task stops waiting at once. A write still
+ * happens, whole, even when no thread had taken it yet: a task that writes
+ * what it measured as it is interrupted (an interrupted sweep cell's
+ * result.json) must not lose it to its own cancellation; a queued read is
+ * dropped. job_done frees the job. After delivery (the task was cancelled
+ * before it resumed): the result is not taken, free it. */
 static void job_cancel(void *op) {
   fs_job *job = op;
   if (job->delivered) {
@@ -440,7 +442,7 @@ static void job_cancel(void *op) {
     return;
   }
   job->task = NULL;
-  uv_cancel((uv_req_t *)&job->req);
+  if (job->kind != JOB_WRITE) uv_cancel((uv_req_t *)&job->req);
 }
 
 /* Starts the job; the data to write (if any) is the string at data_idx. */
