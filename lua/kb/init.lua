@@ -38,16 +38,29 @@ kb.params = {}
 --- Waits for every task in `tasks` (a list) and returns a list with the
 -- first result of each, in order. If any failed, the first failure is
 -- raised once all have finished (no task is left running behind the error).
+-- A caller cancelled while it waits cancels the tasks not asked to stop
+-- yet, waits for them all to end, then raises kb.cancelled.
 function kb.all(tasks)
-  local results, first_err = {}, nil
+  local results, first_err, cancelled = {}, nil, nil
   for i, task in ipairs(tasks) do
     local ok, value = pcall(task.wait, task)
+    -- the wait itself was cancelled (the task has not ended): the
+    -- caller's own cancellation, not a result of the task
+    while not ok and core.is_cancelled(value) and not task:done() do
+      cancelled = value
+      for j = i, #tasks do
+        local t = tasks[j]
+        if not t:done() and not t:cancel_requested() then t:cancel() end
+      end
+      ok, value = pcall(task.wait, task)
+    end
     if ok then
       results[i] = value
     elseif first_err == nil then
       first_err = value
     end
   end
+  if cancelled ~= nil then error(cancelled, 0) end
   if first_err ~= nil then error(first_err, 0) end
   return results
 end

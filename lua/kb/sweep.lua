@@ -262,6 +262,22 @@ function Sweep:progress(rec, skipped)
     (#shown > 0 and not skipped) and ("  " .. table.concat(shown, " ")) or "")
 end
 
+-- The cell run's result/result.json; an interrupted cell's says so, with
+-- what it measured (nothing yet, when the interrupt came before it ran).
+-- The clock is the sweep's: between cells no simulator holds the events
+-- clock, and the runtime's own reading would say "linear".
+function Sweep:write_cell_result(run, status, elapsed, registry, err, figures)
+  run.written = true
+  local c = run.cell
+  local okw, werr = pcall(run.exp.write_json, run.exp, "result", "result.json", {
+    sweep = self.name, experiment_id = run.exp_id, cell = c.id, key = c.key, ["repeat"] = run.rep, seed = run.seed,
+    status = status, error = err, params = run.params, metrics = figures, elapsed = elapsed,
+    clock = { mode = self.clock, speed = self.clock == "linear" and self.speed or 1 },
+    registry = registry,
+  })
+  if not okw then log.warn("sweep %s: %s: result.json: %s", self.name, run.exp_id, message_of(werr)) end
+end
+
 -- Runs one repeat of one cell unless the journal has it; returns its record.
 function Sweep:run_one(c, rep)
   -- a cell refused how it was called (a usage error): the rest are not run
@@ -274,39 +290,38 @@ function Sweep:run_one(c, rep)
     return done
   end
   self.ran = self.ran + 1
-  local seed = sampling.derive(self.seed, c.key, rep)
-  local exp_id = format("%s-r%d", c.id, rep)
-  move_aside(fs.join(self.dir, exp_id))
-  local exp = experiment.create { out = self.dir, id = exp_id }
-  local params = copy(self.def.params)
-  for k, v in pairs(c.cell) do params[k] = v end
-
-  -- The cell's result/result.json; an interrupted cell's says so, with
-  -- what it measured (nothing yet, when the interrupt came before it ran).
-  local function write_result(status, elapsed, registry, err, figures)
-    local okw, werr = pcall(exp.write_json, exp, "result", "result.json", {
-      sweep = self.name, experiment_id = exp_id, cell = c.id, key = c.key, ["repeat"] = rep, seed = seed,
-      status = status, error = err, params = params, metrics = figures, elapsed = elapsed,
-      clock = { mode = require("kb.core").clock_kind(), speed = require("kb.core").clock_speed() },
-      registry = registry,
-    })
-    if not okw then log.warn("sweep %s: %s: result.json: %s", self.name, exp_id, message_of(werr)) end
-  end
-  -- Before the cell runs: its config, its journal record, a target to run
-  -- on; an interrupt in any of them (they may wait) leaves the folder saying so.
-  local slot
-  local ready, why = pcall(function()
-    exp:write_json("config", "params.json", { sweep = self.name, cell = c.id, key = c.key, ["repeat"] = rep,
-      seed = seed, params = params })
-    self.j:start { key = c.key, id = c.id, index = c.index, sub = c.sub, ["repeat"] = rep, seed = seed, dir = exp_id }
-    if self.slots then
-      self.slot_sem:acquire()
-      slot = table.remove(self.slots)
+  local run = { cell = c, rep = rep, seed = sampling.derive(self.seed, c.key, rep), exp_id = format("%s-r%d", c.id, rep),
+    params = copy(self.def.params), written = false }
+  for k, v in pairs(c.cell) do run.params[k] = v end
+  move_aside(fs.join(self.dir, run.exp_id))
+  run.exp = experiment.create { out = self.dir, id = run.exp_id }
+  -- From here the folder exists, and whatever ends the cell run (an
+  -- interrupt while it writes its journal line or stops its simulator
+  -- included) leaves its result.json saying what happened.
+  local ok, back = pcall(self.run_cell, self, run)
+  if not ok then
+    if not run.written then
+      local cancelled = kb.is_cancelled(back)
+      self:write_cell_result(run, cancelled and "interrupted" or "failed", run.t0 and kb.now() - run.t0 or 0,
+        run.registry, not cancelled and message_of(back):gsub("\n.*", "") or nil)
     end
-  end)
-  if not ready then
-    if kb.is_cancelled(why) then write_result("interrupted", 0) end
-    error(why, 0)
+    error(back, 0)
+  end
+  return back
+end
+
+-- The body of run_one, once the cell run's folder exists.
+function Sweep:run_cell(run)
+  local c, rep, seed, exp_id, exp, params = run.cell, run.rep, run.seed, run.exp_id, run.exp, run.params
+  -- Before the cell runs: its config, its journal record, a target to run
+  -- on (they may wait).
+  exp:write_json("config", "params.json", { sweep = self.name, cell = c.id, key = c.key, ["repeat"] = rep,
+    seed = seed, params = params })
+  self.j:start { key = c.key, id = c.id, index = c.index, sub = c.sub, ["repeat"] = rep, seed = seed, dir = exp_id }
+  local slot
+  if self.slots then
+    self.slot_sem:acquire()
+    slot = table.remove(self.slots)
   end
   -- The cell's own metric registry: what run() and the tasks it spawns
   -- record (kb.metrics.*, a storm's figures) is this cell's alone, even
@@ -315,7 +330,7 @@ function Sweep:run_one(c, rep)
   local ctx = setmetatable({ sweep = self, cell = params, id = c.id, key = c.key, index = c.index, rep = rep,
     seed = seed, exp = exp, dir = exp.dir, target = slot, rng = sampling.rng(seed), sims = {},
     speed = self.speed, name = self.name, metrics = scope }, Ctx)
-  local t0 = kb.now()
+  run.t0 = kb.now()
   -- a cell is one item of the sweep's shard split: what it runs (a storm)
   -- is not split again (kb.shard.within_part)
   local ok, metrics = scope:run(require("kb.shard").within_part, "cells", xpcall, self.def.run, function(e)
@@ -324,7 +339,7 @@ function Sweep:run_one(c, rep)
     return debug.traceback(tostring(e), 2)
   end, copy(params), ctx)
   ctx:close()
-  local registry = scope:snapshot()
+  run.registry = scope:snapshot()
   scope:close()
   if self.slots then
     self.slots[#self.slots + 1] = slot
@@ -332,9 +347,8 @@ function Sweep:run_one(c, rep)
   end
   if not ok and kb.is_cancelled(metrics) then
     -- interrupted: what the cell measured so far is written (its registry,
-    -- status interrupted) before the sweep goes; not journaled as done, so
-    -- a resume runs the cell again (its folder is moved aside then)
-    write_result("interrupted", kb.now() - t0, registry)
+    -- status interrupted, by run_one) before the sweep goes; not journaled
+    -- as done, so a resume runs the cell again (its folder is moved aside then)
     error(metrics, 0)
   end
   if not ok and type(metrics) == "table" and metrics.class == "usage" then
@@ -343,6 +357,7 @@ function Sweep:run_one(c, rep)
     -- no further cell starts, and the sweep ends with that one message
     -- (kb.params.refusal; exit 2). A journal without a finished cell does
     -- not hold a later, corrected run back (kb.sweep.journal).
+    run.written = true -- nothing of it is kept
     if metrics.discard then pcall(fs.remove, exp.dir, { recursive = true }) end
     if not self.refused then
       self.refused = params_mod.refusal(format("kb.sweep: cell %s r%d (%s): %s", c.id, rep,
@@ -351,7 +366,7 @@ function Sweep:run_one(c, rep)
     error(self.refused, 0)
   end
   local rec = { key = c.key, id = c.id, index = c.index, sub = c.sub, ["repeat"] = rep, seed = seed,
-    params = params, dir = exp_id, elapsed = kb.now() - t0 }
+    params = params, dir = exp_id, elapsed = kb.now() - run.t0 }
   if ok and metrics ~= nil and type(metrics) ~= "table" then
     ok, metrics = false, format("run returned a %s, not a table of metrics", type(metrics))
   end
@@ -364,7 +379,7 @@ function Sweep:run_one(c, rep)
     log.debug("%s", text)
   end
   local back = self.j:finish(rec)
-  write_result(rec.status, rec.elapsed, registry, rec.error, back.metrics)
+  self:write_cell_result(run, rec.status, rec.elapsed, run.registry, rec.error, back.metrics)
   self:progress(back, false)
   local okw, werr = pcall(self.write_reports, self, false, false)
   if not okw then log.warn("sweep %s: sweep.csv: %s", self.name, message_of(werr)) end
@@ -542,26 +557,15 @@ function M.run(def)
   if saved_level then log.level(saved_level) end
   if not ok then
     -- an interrupted sweep leaves no cell running behind it, and gives
-    -- each (a few real seconds at most) to write what it measured. On a
-    -- signal every task was cancelled already: cancelling a cell again
-    -- would cut its writing short, so the wait comes first.
-    local function cancel_rest()
-      for _, t in ipairs(self.tasks) do
-        if not t:done() then t:cancel() end
-      end
+    -- each (a few real seconds at most) to write what it measured. A cell
+    -- asked to stop already (on a signal every task is) is not cancelled
+    -- again: that would cut its writing short.
+    for _, t in ipairs(self.tasks) do
+      if not t:done() and not t:cancel_requested() then t:cancel() end
     end
-    local function wait_all()
-      pcall(kb.timeout_real, 10, function()
-        for _, t in ipairs(self.tasks) do pcall(t.wait, t) end
-      end)
-    end
-    if kb.is_cancelled(err) then
-      wait_all()
-      cancel_rest()
-    else
-      cancel_rest()
-      wait_all()
-    end
+    pcall(kb.timeout_real, 10, function()
+      for _, t in ipairs(self.tasks) do pcall(t.wait, t) end
+    end)
   end
   if self.keeper then
     pcall(self.keeper.stop, self.keeper)

@@ -37,6 +37,7 @@ struct kb_task {
   int queued;           /* in the ready queue */
   int observed;         /* its outcome was delivered to someone */
   int cancel_pending;   /* cancelled while a wake was already queued */
+  int cancel_requested; /* task:cancel() or cancel_all reached it once */
   int nresults;         /* results on co's stack once DONE */
 
   kb_task *next_ready;  /* ready queue */

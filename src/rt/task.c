@@ -411,6 +411,7 @@ void kb_task_deliver(kb_task *t, kb_deliver_fn deliver) { wake(t, deliver); }
 void kb_task_wake(kb_task *t) { wake(t, NULL); }
 
 void kb_task_cancel(kb_task *t) {
+  if (t->state == TASK_READY || t->state == TASK_AWAITING) t->cancel_requested = 1;
   switch (t->state) {
   case TASK_READY:
     lua_settop(t->co, 0);
@@ -524,6 +525,15 @@ static int task_cancel(lua_State *L) {
   return 0;
 }
 
+/* task:cancel_requested() -> true once the task was asked to stop (by
+ * task:cancel() or the runner's Ctrl-C), whether or not it has stopped:
+ * who waits for a task unwinding need not cancel it again, which would
+ * cut that unwinding short. */
+static int task_cancel_requested(lua_State *L) {
+  lua_pushboolean(L, check_task(L, 1)->cancel_requested);
+  return 1;
+}
+
 static const char *state_name(task_state s) {
   static const char *names[] = {"ready", "running", "awaiting", "done", "failed", "cancelled"};
   return names[s];
@@ -554,6 +564,7 @@ static int task_tostring(lua_State *L) {
 static const luaL_Reg task_methods[] = {
   {"wait", task_wait},
   {"cancel", task_cancel},
+  {"cancel_requested", task_cancel_requested},
   {"status", task_status},
   {"done", task_done},
   {"id", task_id},

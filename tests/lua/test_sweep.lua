@@ -124,6 +124,41 @@ T.case("an interrupted sweep resumes: finished cells are not run again", functio
   T.eq(fs.read(r.csv), fs.read(fresh.csv), "the resumed sweep.csv equals an uninterrupted one")
 end)
 
+T.case("a cell interrupted while it waits for a target, or after its run, says so in result.json", function()
+  -- one target, two cells at once: c002 waits for c001's target when the
+  -- sweep is cancelled (its folder exists, its run has not started)
+  local started = 0
+  local task = kb.spawn(sweep.run, { name = "waiting", out = OUT, seed = 3, print = false, parallel = 2,
+    targets = { "only" }, matrix = { a = { 1, 2, 3 } },
+    run = function()
+      started = started + 1
+      kb.sleep(3600) -- until cancelled
+    end })
+  local dir = fs.join(OUT, "waiting")
+  while not fs.exists(fs.join(dir, "c002-r1", "config", "params.json")) do kb.sleep(0.01) end
+  kb.sleep(0.01)
+  task:cancel()
+  T.ok(kb.is_cancelled(select(2, pcall(task.wait, task))), "the sweep was cancelled")
+  T.eq(started, 1, "only c001 held the target")
+  for _, id in ipairs({ "c001-r1", "c002-r1" }) do
+    local doc = require("kb.json").decode(fs.read(fs.join(dir, id, "result", "result.json")))
+    T.eq(doc.status, "interrupted", id .. " says it was interrupted")
+    T.eq(doc.clock.mode, "events", id .. ": the sweep's clock, though no simulator holds it")
+  end
+  T.ok(not fs.exists(fs.join(dir, "c003-r1")), "no folder for a cell that never started")
+
+  -- an error after the cell's run (its metrics cannot be read) fails the
+  -- cell run, and its result.json says why
+  local bad = setmetatable({}, { __pairs = function() error("unreadable metrics") end })
+  T.raises(function()
+    sweep.run { name = "after-run", out = OUT, seed = 3, print = false, matrix = { a = { 1 } },
+      run = function() return bad end }
+  end, "unreadable metrics")
+  local doc = require("kb.json").decode(fs.read(fs.join(OUT, "after-run", "c001-r1", "result", "result.json")))
+  T.eq(doc.status, "failed")
+  T.contains(doc.error, "unreadable metrics")
+end)
+
 T.case("a changed definition is refused, saying what changed", function()
   sweep.run { name = "changed", out = OUT, seed = 1, print = false, matrix = { a = { 1, 2 } }, repeats = 1,
     run = function() return { v = 1 } end }

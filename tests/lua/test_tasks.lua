@@ -73,6 +73,37 @@ T.case("kb.all returns first results and raises after all finished", function()
   T.same(kb.all({ tasks[1], tasks[3] }), { 1, 3 })
 end)
 
+T.case("kb.all cancelled: the tasks are cancelled once, waited for, then the caller raises", function()
+  local cleanups, log = {}, {}
+  local function worker(name)
+    return function()
+      local ok, err = pcall(kb.sleep, 3600)
+      log[#log + 1] = name .. (ok and " woke" or kb.is_cancelled(err) and " cancelled" or " failed")
+      -- cleanup that suspends: a second cancel would raise here
+      local okc = pcall(kb.sleep, 0.01)
+      cleanups[#cleanups + 1] = okc and name or (name .. " cut")
+    end
+  end
+  local a, b = kb.spawn(worker("a")), kb.spawn(worker("b"))
+  kb.sleep(0.001) -- both are asleep
+  b:cancel() -- asked to stop already: kb.all does not ask again
+  T.ok(b:cancel_requested() and not a:cancel_requested(), "cancel_requested tells which task was asked")
+  local waiter = kb.spawn(kb.all, { a, b })
+  kb.sleep(0.01)
+  waiter:cancel()
+  local ok, err = pcall(waiter.wait, waiter)
+  T.ok(not ok and kb.is_cancelled(err), "the cancelled caller raises kb.cancelled")
+  T.ok(a:done() and b:done(), "no task is left running behind it")
+  table.sort(cleanups)
+  T.same(cleanups, { "a", "b" }, "each task was cancelled once: its cleanup ran whole")
+  table.sort(log)
+  T.same(log, { "a cancelled", "b cancelled" })
+  local done = kb.spawn(function() end)
+  done:wait()
+  done:cancel()
+  T.ok(not done:cancel_requested(), "cancelling a finished task requests nothing")
+end)
+
 T.case("cancel stops a sleeping task; waiting raises cancelled", function()
   local reached = false
   local t = kb.spawn(function()
