@@ -261,6 +261,9 @@ cJSON *kfp_j_v2_pipeline(const kb_sim_kfp *kfp, const kfp_pipeline *p);
 cJSON *kfp_j_v2_version(const kb_sim_kfp *kfp, const kfp_version *v);
 cJSON *kfp_j_v2_experiment(const kb_sim_kfp *kfp, const kfp_experiment *e);
 cJSON *kfp_j_v2_run(const kb_sim_kfp *kfp, const kfp_run *run);
+/* The same with run_details.task_details (GetRun): one task per node of
+ * the run's workflow. */
+cJSON *kfp_j_v2_run_detail(const kb_sim_kfp *kfp, const kfp_run *run);
 cJSON *kfp_j_v2_recurring(const kb_sim_kfp *kfp, const kfp_recurring *rr);
 cJSON *kfp_j_v1_pipeline(const kb_sim_kfp *kfp, const kfp_pipeline *p);
 cJSON *kfp_j_v1_version(const kb_sim_kfp *kfp, const kfp_version *v);

@@ -186,6 +186,95 @@ cJSON *kfp_j_v2_run(const kb_sim_kfp *kfp, const kfp_run *run) {
   return o;
 }
 
+/* ---- run_details.task_details ---- */
+
+/* Argo's node phase as the v2beta1 RuntimeState KFP's persistence agent
+ * stores for the task (Error is a failure; Omitted is never run). */
+static const char *task_state(const char *phase) {
+  static const struct { const char *phase, *state; } map[] = {
+      {"Pending", "PENDING"}, {"Running", "RUNNING"},  {"Succeeded", "SUCCEEDED"},
+      {"Skipped", "SKIPPED"}, {"Omitted", "SKIPPED"},  {"Failed", "FAILED"},
+      {"Error", "FAILED"},
+  };
+  for (size_t i = 0; phase && i < sizeof map / sizeof map[0]; i++)
+    if (!strcmp(phase, map[i].phase)) return map[i].state;
+  return "RUNTIME_STATE_UNSPECIFIED";
+}
+
+/* A task's id: real KFP stores a UUID per task row, so it is the same on
+ * every GetRun; here it is derived from the run's id and the Argo node id
+ * (FNV-1a 64 of each half, as a version-4-shaped UUID). */
+static void task_uuid(const char *run_id, const char *node_id, char out[37]) {
+  uint64_t h[2] = {1469598103934665603ULL, 1099511628211ULL * 31};
+  for (int k = 0; k < 2; k++) {
+    for (const char *c = run_id; *c; c++) h[k] = (h[k] ^ (unsigned char)*c) * 1099511628211ULL;
+    h[k] = (h[k] ^ (unsigned char)'/') * 1099511628211ULL;
+    for (const char *c = node_id; *c; c++) h[k] = (h[k] ^ (unsigned char)*c) * 1099511628211ULL;
+  }
+  snprintf(out, 37, "%08x-%04x-4%03x-%04x-%012llx", (unsigned)(h[0] >> 32),
+           (unsigned)(h[0] >> 16) & 0xffff, (unsigned)h[0] & 0xfff,
+           (unsigned)(0x8000 | ((h[1] >> 48) & 0x3fff)),
+           (unsigned long long)(h[1] & 0xffffffffffffULL));
+}
+
+static const char *jstring(const cJSON *o, const char *k) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* One task per node of the run's Argo workflow (the DAG, its drivers and
+ * executors), as KFP v2's persistence agent reports them: display name,
+ * times, state, the node id as pod_name, the children as child_tasks. */
+static cJSON *task_details(const kb_sim_kfp *kfp, const kfp_run *run) {
+  cJSON *list = cJSON_CreateArray();
+  cJSON *st = kb_sim_run_workflow_status(kfp->sim, run->sim_run);
+  const cJSON *node;
+  cJSON_ArrayForEach(node, cJSON_GetObjectItemCaseSensitive(st, "nodes")) {
+    const char *id = jstring(node, "id"), *started = jstring(node, "startedAt");
+    const char *finished = jstring(node, "finishedAt"), *message = jstring(node, "message");
+    if (!id) continue;
+    char uuid[37];
+    task_uuid(run->id, id, uuid);
+    cJSON *t = cJSON_CreateObject();
+    add_str(t, "run_id", run->id);
+    add_str(t, "task_id", uuid);
+    add_str(t, "display_name", jstring(node, "displayName"));
+    add_str(t, "create_time", started);
+    add_str(t, "start_time", started);
+    add_str(t, "end_time", finished);
+    const char *state = task_state(jstring(node, "phase"));
+    cJSON_AddStringToObject(t, "state", state);
+    if (message && !strcmp(state, "FAILED")) {
+      cJSON *err = cJSON_AddObjectToObject(t, "error");
+      cJSON_AddNumberToObject(err, "code", KFP_UNKNOWN);
+      cJSON_AddStringToObject(err, "message", message);
+    }
+    add_str(t, "pod_name", id);
+    const cJSON *child;
+    cJSON *children = NULL;
+    cJSON_ArrayForEach(child, cJSON_GetObjectItemCaseSensitive(node, "children")) {
+      if (!cJSON_IsString(child)) continue;
+      if (!children) children = cJSON_AddArrayToObject(t, "child_tasks");
+      cJSON *c = cJSON_CreateObject();
+      cJSON_AddStringToObject(c, "pod_name", child->valuestring);
+      cJSON_AddItemToArray(children, c);
+    }
+    cJSON_AddItemToArray(list, t);
+  }
+  cJSON_Delete(st);
+  return list;
+}
+
+cJSON *kfp_j_v2_run_detail(const kb_sim_kfp *kfp, const kfp_run *run) {
+  cJSON *o = kfp_j_v2_run(kfp, run);
+  cJSON *tasks = task_details(kfp, run);
+  if (cJSON_GetArraySize(tasks))
+    cJSON_AddItemToObject(cJSON_AddObjectToObject(o, "run_details"), "task_details", tasks);
+  else
+    cJSON_Delete(tasks);
+  return o;
+}
+
 static void trigger_json(cJSON *o, const kfp_recurring *rr) {
   cJSON *tr = cJSON_AddObjectToObject(o, "trigger");
   cJSON *s = cJSON_AddObjectToObject(tr, rr->cron ? "cron_schedule" : "periodic_schedule");

@@ -339,7 +339,7 @@ static kfp_run *find(kfp_req *r, const char *wrap) {
 
 void kfp_h_get_run(kfp_req *r) {
   kfp_run *run = find(r, r->ver == 1 ? "Failed to get a v1beta1 run" : "Failed to get a run");
-  if (run) kfp_reply(r, r->ver == 1 ? kfp_j_v1_run_detail(r->kfp, run) : kfp_j_v2_run(r->kfp, run));
+  if (run) kfp_reply(r, r->ver == 1 ? kfp_j_v1_run_detail(r->kfp, run) : kfp_j_v2_run_detail(r->kfp, run));
 }
 
 static cJSON *j2(const kb_sim_kfp *k, const void *o) { return kfp_j_v2_run(k, o); }

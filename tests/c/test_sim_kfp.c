@@ -50,6 +50,38 @@ static char *wait_v2(kt_server *s, const char *id) {
   return state;
 }
 
+/* run_details.task_details of a finished v2 run: every task finished,
+ * ids unique and stable (tests/lua/test_kfp_task_details.lua checks them
+ * against the run's pods in the Kubernetes view). */
+static void check_task_details(kt_server *s, const cJSON *run) {
+  const char *run_id = kt_str(run, "run_id");
+  const cJSON *tasks = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(run, "run_details"), "task_details");
+  KB_CHECK(cJSON_GetArraySize(tasks) >= 2);
+  int echo = 0;
+  const cJSON *t;
+  cJSON_ArrayForEach(t, tasks) {
+    KB_CHECK_STR(kt_str(t, "run_id"), run_id);
+    KB_CHECK_STR(kt_str(t, "state"), "SUCCEEDED");
+    const char *st = kt_str(t, "start_time"), *en = kt_str(t, "end_time");
+    KB_CHECK(st && en && strcmp(st, en) <= 0);
+    KB_CHECK(kt_str(t, "task_id") && strlen(kt_str(t, "task_id")) == 36);
+    const cJSON *u;
+    int same_id = 0;
+    cJSON_ArrayForEach(u, tasks) same_id += !strcmp(kt_str(u, "task_id"), kt_str(t, "task_id"));
+    KB_CHECK(same_id == 1);
+    echo += kt_str(t, "display_name") && !strcmp(kt_str(t, "display_name"), "echo");
+  }
+  KB_CHECK(echo == 1); /* the pipeline's one task, by its taskInfo name */
+  char path[400];
+  /* the same ids on the next GetRun, as real KFP's stored task rows */
+  snprintf(path, sizeof path, "/apis/v2beta1/runs/%s", run_id);
+  kt_resp again = kt_json(s, "GET", path, NULL);
+  KB_CHECK_STR(kt_str(again.json, "run_details.task_details.0.task_id"),
+               kt_str(run, "run_details.task_details.0.task_id"));
+  kt_free(&again);
+}
+
 /* A page token for a query string: base64 may hold '+', '/' and '='. */
 static void escape_token(const char *tok, char *out, size_t cap) {
   char *o = out;
@@ -267,6 +299,7 @@ static void test_v2_flow(void) {
   KB_CHECK_STR(kt_str(got.json, "state_history.0.state"), "PENDING");
   KB_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(got.json, "state_history")) >= 3);
   KB_CHECK(strcmp(kt_str(got.json, "finished_at"), "1970-01-01T00:00:00Z") != 0);
+  check_task_details(s, got.json);
   kt_free(&got);
   kt_free(&run);
   /* delete without cascade fails while versions exist; with it, it goes */
