@@ -522,48 +522,37 @@ static cJSON *parse_body(kb_httpd_req *req, kb_k8s_error *err) {
   return doc;
 }
 
-/* fieldValidation on the fields we know without full schemas: the
- * top-level fields of spec/status types and metadata's fields. Returns the
- * first unknown field path in out, or 0. */
-static int unknown_field(const kb_k8s_res *res, const cJSON *obj, char *out, size_t n) {
-  static const char *meta_ok[] = {"name", "generateName", "namespace", "labels", "annotations",
-                                  "ownerReferences", "finalizers", "uid", "resourceVersion",
-                                  "creationTimestamp", "generation", "deletionTimestamp",
-                                  "deletionGracePeriodSeconds", "managedFields", "selfLink"};
-  const cJSON *m = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
-  for (const cJSON *c = m ? m->child : NULL; c; c = c->next) {
-    int ok = 0;
-    for (size_t i = 0; i < sizeof meta_ok / sizeof meta_ok[0] && !ok; i++)
-      ok = !strcmp(c->string, meta_ok[i]);
-    if (!ok) return snprintf(out, n, "metadata.%s", c->string), 1;
-  }
-  static const char *specced[] = {"pods", "jobs", "namespaces", "nodes", "persistentvolumeclaims"};
-  int check = 0;
-  for (size_t i = 0; i < 5 && !check; i++) check = !strcmp(res->resource, specced[i]) && !res->custom;
-  for (const cJSON *c = check ? obj->child : NULL; c; c = c->next) {
-    if (strcmp(c->string, "apiVersion") && strcmp(c->string, "kind") &&
-        strcmp(c->string, "metadata") && strcmp(c->string, "spec") && strcmp(c->string, "status"))
-      return snprintf(out, n, "%s", c->string), 1;
-  }
-  return 0;
-}
-
-/* Applies fieldValidation: 1 if the request was answered (Strict failure). */
+/* fieldValidation (Strict, Warn, Ignore) against the kind's schema: 1 if
+ * the request was answered (a Strict failure). Custom types preserve
+ * unknown fields (their CRDs say so) and are not checked. */
 static int field_validation(kb_httpd_req *req, const kb_k8s_res *res, const cJSON *obj,
                             const char *query, char *warning, size_t wn) {
-  char mode[16], field[300];
+  char mode[16], fields[1024];
   warning[0] = '\0';
   if (!qget(query, "fieldValidation", mode, sizeof mode)) snprintf(mode, sizeof mode, "Warn");
-  if (!strcmp(mode, "Ignore") || !unknown_field(res, obj, field, sizeof field)) return 0;
+  if (!strcmp(mode, "Ignore") || !k8s_schema_unknown_fields(res, obj, fields, sizeof fields))
+    return 0;
   if (!strcmp(mode, "Strict")) {
     kb_k8s_error e;
     kb_k8s_error_set(&e, 400, "BadRequest",
-                     "%s in version \"%s\" cannot be handled as a %s: strict decoding error: "
-                     "unknown field \"%s\"", res->kind, res->version, res->kind, field);
+                     "%s in version \"%s\" cannot be handled as a %s: strict decoding error: %s",
+                     res->kind, res->version, res->kind, fields);
     send_error(req, &e, res);
     return 1;
   }
-  snprintf(warning, wn, "299 - \"unknown field \\\"%s\\\"\"", field);
+  /* Warn: the first, as a Warning header (299) kubectl prints, escaped;
+   * a control character in a key never breaks the header */
+  const char *end = strstr(fields, "\", ");
+  size_t n = end ? (size_t)(end - fields) + 1 : strlen(fields), o = 0;
+  if (wn < 16) return 0;
+  o = (size_t)snprintf(warning, wn, "299 - \"");
+  for (size_t i = 0; i < n && o + 4 < wn; i++) {
+    char c = fields[i];
+    if (c == '"' || c == '\\') warning[o++] = '\\';
+    warning[o++] = (unsigned char)c < 0x20 ? '?' : c;
+  }
+  warning[o++] = '"';
+  warning[o] = '\0';
   return 0;
 }
 

@@ -89,6 +89,23 @@ int k8s_immutable(const kb_k8s_res *res, const cJSON *old, const cJSON *next, kb
 void k8s_log_drop_pod(kb_k8s_store *st, const char *ns, const char *pod);
 void k8s_log_free_all(kb_k8s_store *st);
 size_t k8s_base64_encode(const char *in, size_t n, char *out); /* out: 4*ceil(n/3)+1 */
+
+/* The Kubernetes 1.32 schemas (k8s_schema.c, from the API's own OpenAPI
+ * document). The OpenAPI name of a kind (+ suffix, "List"):
+ * io.k8s.api.core.v1.Pod, io.argoproj.v1alpha1.Workflow for custom types. */
+void k8s_schema_name(const kb_k8s_res *r, const char *suffix, char *out, size_t n);
+/* A definition by name, or NULL; the definition of a built-in kind whose
+ * group/version/kind it declares, or NULL (custom and unknown kinds). */
+const cJSON *k8s_schema_def(const char *name);
+const cJSON *k8s_schema_of(const kb_k8s_res *r);
+/* The fields of obj its kind's schema does not know (at any depth) and
+ * those given twice, as the apiserver's strict decoder lists them:
+ * `unknown field "spec.template.spec.containers[0].bogus", duplicate
+ * field "metadata.name"` in out (cut to n). Returns how many. */
+int k8s_schema_unknown_fields(const kb_k8s_res *r, const cJSON *obj, char *out, size_t n);
+/* Adds definition `name` and every one it references, as OpenAPI v3
+ * components, to `components`; 0 if there is no such definition. */
+int k8s_schema_add_closure(cJSON *components, const char *name);
 int k8s_base64_decode(const char *in, char *out, size_t cap, size_t *n);
 
 #endif

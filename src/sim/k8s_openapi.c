@@ -1,11 +1,12 @@
 /* Discovery (the legacy APIGroupList flow) and OpenAPI v3 documents,
  * generated from the store's resource types.
  *
- * The OpenAPI documents are deliberately loose: each kind's schema carries
- * x-kubernetes-group-version-kind and preserves unknown fields, so
- * kubectl's client-side checks accept any manifest the REST layer would
- * take; every write operation declares the fieldValidation parameter, so
- * kubectl leaves validation to the server (fieldValidation=Strict). PATCH
+ * A built-in kind's schema is the real one (k8s_schema.c: the Kubernetes
+ * 1.32 definitions and all they reference), so `kubectl explain` reads the
+ * nested fields and their descriptions; a custom type's is loose (its CRD
+ * preserves unknown fields). Every write operation declares the
+ * fieldValidation parameter, so kubectl leaves validation to the server
+ * (fieldValidation=Strict, checked against the same schemas). PATCH
  * operations list JSON and merge patch only; see operation(). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,26 +143,6 @@ cJSON *k8s_discovery_resources(const kb_k8s_store *st, const char *group, const 
 static void gv_path(const kb_k8s_res *r, char *out, size_t n) {
   if (r->group[0]) snprintf(out, n, "apis/%s/%s", r->group, r->version);
   else snprintf(out, n, "api/%s", r->version);
-}
-
-/* Schema names as the apiserver's: io.k8s.api.<group>.<version>.<Kind> for
- * built-ins, reversed group for custom types (io.argoproj.v1alpha1.Workflow). */
-static void schema_name(const kb_k8s_res *r, const char *suffix, char *out, size_t n) {
-  if (r->custom) {
-    char rev[160] = "";
-    char tmp[160];
-    snprintf(tmp, sizeof tmp, "%s", r->group);
-    for (char *dot; (dot = strrchr(tmp, '.')) != NULL; *dot = '\0')
-      snprintf(rev + strlen(rev), sizeof rev - strlen(rev), "%s.", dot + 1);
-    snprintf(rev + strlen(rev), sizeof rev - strlen(rev), "%s", tmp);
-    snprintf(out, n, "%s.%s.%s%s", rev, r->version, r->kind, suffix);
-  } else if (!strcmp(r->group, "apiextensions.k8s.io")) {
-    snprintf(out, n, "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.%s.%s%s", r->version,
-             r->kind, suffix);
-  } else {
-    snprintf(out, n, "io.k8s.api.%s.%s.%s%s", r->group[0] ? r->group : "core", r->version,
-             r->kind, suffix);
-  }
 }
 
 static cJSON *ref(const char *name) {
@@ -362,8 +343,8 @@ static void add_paths(cJSON *paths, const kb_k8s_res *r) {
   char base[200], p[300], kname[200], lname[200];
   if (r->group[0]) snprintf(base, sizeof base, "/apis/%s/%s", r->group, r->version);
   else snprintf(base, sizeof base, "/api/%s", r->version);
-  schema_name(r, "", kname, sizeof kname);
-  schema_name(r, "List", lname, sizeof lname);
+  k8s_schema_name(r, "", kname, sizeof kname);
+  k8s_schema_name(r, "List", lname, sizeof lname);
   const char *nsp = r->namespaced ? "/namespaces/{namespace}" : "";
   snprintf(p, sizeof p, "%s%s/%s", base, nsp, r->resource);
   cJSON *coll = cJSON_AddObjectToObject(paths, p);
@@ -407,18 +388,29 @@ cJSON *k8s_openapi_doc(const kb_k8s_store *st, const char *gvp) {
       cJSON_AddStringToObject(info, "version", "v1.32.0-kbrun-sim");
       paths = cJSON_AddObjectToObject(doc, "paths");
       schemas = cJSON_AddObjectToObject(cJSON_AddObjectToObject(doc, "components"), "schemas");
-      cJSON_AddItemToObject(schemas, META "ObjectMeta", object_meta_schema());
-      cJSON_AddItemToObject(schemas, META "ListMeta", loose("object"));
-      cJSON_AddItemToObject(schemas, META "Patch", loose("object"));
-      cJSON_AddItemToObject(schemas, META "DeleteOptions", loose("object"));
-      cJSON_AddItemToObject(schemas, META "Status", loose("object"));
     }
     add_paths(paths, r);
-    schema_name(r, "", name, sizeof name);
-    cJSON_AddItemToObject(schemas, name, kind_schema(r));
+    k8s_schema_name(r, "", name, sizeof name);
     char lname[200];
-    schema_name(r, "List", lname, sizeof lname);
+    k8s_schema_name(r, "List", lname, sizeof lname);
+    /* a built-in kind: its real schema and every one it references (the
+     * meta/v1 ones included), as the apiserver serves them; a custom
+     * type: the loose schema its CRD declares */
+    if (k8s_schema_of(r) && k8s_schema_add_closure(schemas, name) &&
+        k8s_schema_add_closure(schemas, lname))
+      continue;
+    cJSON_AddItemToObject(schemas, name, kind_schema(r));
     cJSON_AddItemToObject(schemas, lname, list_schema(r, name));
+  }
+  if (doc) {
+    /* what the operations reference: the real meta/v1 schemas (the
+     * closures above hold most of them already) */
+    static const char *meta[] = {META "ObjectMeta", META "ListMeta", META "Patch",
+                                 META "DeleteOptions", META "Status"};
+    for (size_t i = 0; i < sizeof meta / sizeof meta[0]; i++)
+      if (!cJSON_GetObjectItemCaseSensitive(schemas, meta[i]) &&
+          !k8s_schema_add_closure(schemas, meta[i]))
+        cJSON_AddItemToObject(schemas, meta[i], i ? loose("object") : object_meta_schema());
   }
   return doc;
 }
