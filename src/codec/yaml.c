@@ -11,6 +11,7 @@
 
 #include <yaml.h>
 
+#include "kb/fnv.h"
 #include "kb/yaml.h"
 #include "yaml_scalar.h"
 
@@ -113,11 +114,7 @@ static int fail_parser(builder *b, const char *text, size_t len) {
 
 /* ---- keys ----------------------------------------------------------------- */
 
-static size_t key_hash(const char *s) {
-  size_t h = 1469598103934665603ULL;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-  return h;
-}
+static size_t key_hash(const char *s) { return (size_t)kb_fnv64(KB_FNV64_INIT, s); }
 
 static const char **keyset_find(keyset *ks, const char *key) {
   size_t mask = ks->cap - 1;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kb/fnv.h"
 #include "k8s_internal.h"
 
 struct k8s_log {
@@ -14,11 +15,7 @@ struct k8s_log {
   k8s_log *next;
 };
 
-static unsigned hash(const char *s) {
-  unsigned h = 2166136261u;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-  return h % K8S_LOG_BUCKETS;
-}
+static unsigned hash(const char *s) { return kb_fnv32(KB_FNV32_INIT, s) % K8S_LOG_BUCKETS; }
 
 static void make_key(char *out, size_t n, const char *ns, const char *pod, const char *c) {
   snprintf(out, n, "%s/%s/%s", ns, pod, c ? c : "");

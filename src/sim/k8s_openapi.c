@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "k8s_table.h"
+#include "kb/fnv.h"
 
 /* ---- discovery --------------------------------------------------------------- */
 
@@ -415,12 +416,6 @@ cJSON *k8s_openapi_doc(const kb_k8s_store *st, const char *gvp) {
   return doc;
 }
 
-static unsigned long long fnv64(const char *s) {
-  unsigned long long h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
 cJSON *k8s_openapi_index(const kb_k8s_store *st) {
   cJSON *idx = cJSON_CreateObject();
   cJSON *paths = cJSON_AddObjectToObject(idx, "paths");
@@ -432,7 +427,7 @@ cJSON *k8s_openapi_index(const kb_k8s_store *st) {
     cJSON *doc = k8s_openapi_doc(st, p);
     char *text = doc ? cJSON_PrintUnformatted(doc) : NULL;
     char url[300];
-    snprintf(url, sizeof url, "/openapi/v3/%s?hash=%016llX", p, text ? fnv64(text) : 0ull);
+    snprintf(url, sizeof url, "/openapi/v3/%s?hash=%016llX", p, text ? (unsigned long long)kb_fnv64(KB_FNV64_INIT, text) : 0ull);
     free(text);
     cJSON_Delete(doc);
     cJSON_AddStringToObject(cJSON_AddObjectToObject(paths, p), "serverRelativeURL", url);

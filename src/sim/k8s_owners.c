@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kb/fnv.h"
 #include "k8s_internal.h"
 
 typedef struct owner_slot {
@@ -19,11 +20,7 @@ struct k8s_owners {
   size_t cap, used; /* used: slots with a key, tombstones included */
 };
 
-static uint64_t hash(const char *s) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
+static uint64_t hash(const char *s) { return kb_fnv64(KB_FNV64_INIT, s); }
 
 static owner_slot *find(k8s_owners *o, const char *uid) {
   if (!o->cap) return NULL;

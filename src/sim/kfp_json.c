@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kb/fnv.h"
 #include "kfp_internal.h"
 
 void kfp_time_str(int64_t t, char out[32]) {
@@ -203,14 +204,11 @@ static const char *task_state(const char *phase) {
 
 /* A task's id: real KFP stores a UUID per task row, so it is the same on
  * every GetRun; here it is derived from the run's id and the Argo node id
- * (FNV-1a 64 of each half, as a version-4-shaped UUID). */
+ * (two FNV-1a 64 hashes, as a version-4-shaped UUID). */
 static void task_uuid(const char *run_id, const char *node_id, char out[37]) {
-  uint64_t h[2] = {1469598103934665603ULL, 1099511628211ULL * 31};
-  for (int k = 0; k < 2; k++) {
-    for (const char *c = run_id; *c; c++) h[k] = (h[k] ^ (unsigned char)*c) * 1099511628211ULL;
-    h[k] = (h[k] ^ (unsigned char)'/') * 1099511628211ULL;
-    for (const char *c = node_id; *c; c++) h[k] = (h[k] ^ (unsigned char)*c) * 1099511628211ULL;
-  }
+  uint64_t h[2];
+  for (int k = 0; k < 2; k++)
+    h[k] = kb_fnv64(kb_fnv64(kb_fnv64(KB_FNV64_INIT + (uint64_t)k, run_id), "/"), node_id);
   snprintf(out, 37, "%08x-%04x-4%03x-%04x-%012llx", (unsigned)(h[0] >> 32),
            (unsigned)(h[0] >> 16) & 0xffff, (unsigned)h[0] & 0xfff,
            (unsigned)(0x8000 | ((h[1] >> 48) & 0x3fff)),

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kb/fnv.h"
 #include "sim_internal.h"
 
 int sim_fail(kb_sim_error *err, int code, const char *fmt, ...) {
@@ -47,14 +48,7 @@ char *sim_printf(const char *fmt, ...) {
   return out;
 }
 
-uint32_t sim_fnv32a(const char *s) {
-  uint32_t h = 2166136261u;
-  for (; *s; s++) {
-    h ^= (unsigned char)*s;
-    h *= 16777619u;
-  }
-  return h;
-}
+uint32_t sim_fnv32a(const char *s) { return kb_fnv32(KB_FNV32_INIT, s); }
 
 /* ---- arena ---- */
 
