@@ -47,8 +47,12 @@ typedef struct kb_k8s_watch kb_k8s_watch;
 typedef struct kb_k8s_error {
   int code;          /* HTTP status: 404, 409, ... */
   char reason[32];   /* NotFound, AlreadyExists, Conflict, Invalid, BadRequest, Gone, ... */
-  char message[512]; /* what kubectl prints after "Error from server (Reason): " */
+  char message[1024]; /* what kubectl prints after "Error from server (Reason): " */
   char name[128];    /* details.name, "" when none */
+  /* details.causes given explicitly (kb_k8s_error_cause); a 422 without
+   * them has its cause read from the message */
+  int n_causes;
+  struct { char reason[32], message[200], field[240]; } causes[8];
 } kb_k8s_error;
 
 /* A printer column for the Table format (CRD additionalPrinterColumns). */
@@ -182,6 +186,16 @@ int kb_k8s_patch(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const 
                  kb_k8s_patch_type type, const char *patch, size_t len, unsigned flags,
                  cJSON **out, kb_k8s_error *err);
 
+/* Server-side apply (k8s_apply.c): applies `config` (the whole object as
+ * the manager wants it) for `manager`, creating the object when it does
+ * not exist (*created = 1). A field another manager owns with another
+ * value is a 409 Conflict naming each (force != 0 takes them over); fields
+ * the manager applied before and leaves out now are removed unless
+ * another manager owns them. metadata.managedFields records who owns what. */
+int kb_k8s_apply(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const char *name,
+                 const cJSON *config, const char *manager, int force, unsigned flags, cJSON **out,
+                 int *created, kb_k8s_error *err);
+
 typedef enum kb_k8s_propagation {
   KB_K8S_PROPAGATE_DEFAULT,    /* Orphan for batch/v1 jobs, Background otherwise */
   KB_K8S_PROPAGATE_ORPHAN,     /* dependents lose the ownerReference */
@@ -311,6 +325,9 @@ void kb_k8s_log_set_listener(kb_k8s_store *st, kb_k8s_log_fn fn, void *ud);
 /* Fills err and returns -code. */
 int kb_k8s_error_set(kb_k8s_error *err, int code, const char *reason, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Adds a details.causes entry (up to 8 are kept). */
+void kb_k8s_error_cause(kb_k8s_error *err, const char *reason, const char *message,
+                        const char *field);
 /* {"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
  *  "message","reason","details":{"name","group","kind"},"code"}. */
 cJSON *kb_k8s_status_json(const kb_k8s_error *err, const kb_k8s_res *res);

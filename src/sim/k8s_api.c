@@ -673,42 +673,55 @@ static void do_delete(kb_k8s_api *api, kb_httpd_req *req, const route *r, const 
   else send_json(req, rc == 1 ? 202 : 200, out, NULL);
 }
 
-static void do_object(kb_k8s_api *api, kb_httpd_req *req, const route *r, const char *query) {
+/* Server-side apply: the body (YAML or JSON) is the object as the field
+ * manager wants it (kb_k8s_apply); 201 when it created the object. */
+static void do_apply(kb_k8s_api *api, kb_httpd_req *req, const route *r, const char *query,
+                     unsigned flags) {
+  kb_k8s_error err;
+  size_t len;
+  const char *body = kb_httpd_req_body(req, &len);
+  kb_yaml_error ye;
+  cJSON *config = kb_yaml_parse(body, len, &ye);
+  if (!config) {
+    kb_k8s_error_set(&err, 400, "BadRequest", "error decoding YAML: %s", ye.message);
+    send_error(req, &err, r->res);
+    return;
+  }
+  char manager[128] = "", force[8] = "", warning[400] = "";
+  qget(query, "fieldManager", manager, sizeof manager);
+  qget(query, "force", force, sizeof force);
+  if (cJSON_IsObject(config) &&
+      field_validation(req, r->res, config, query, warning, sizeof warning)) {
+    cJSON_Delete(config);
+    return;
+  }
+  cJSON *out;
+  int created = 0;
+  int rc = kb_k8s_apply(api->st, r->res, r->ns, r->name, config, manager, !strcmp(force, "true"),
+                        flags, &out, &created, &err);
+  cJSON_Delete(config);
+  if (rc) send_error(req, &err, r->res);
+  else respond_obj(api, req, r, query, created ? 201 : 200, out, warning);
+}
+
+/* The field manager of a write: fieldManager, else the client's name from
+ * its User-Agent ("kubectl/v1.32.4 (linux/amd64) ..." -> "kubectl"), as
+ * the apiserver derives it. */
+static void field_manager(kb_httpd_req *req, const char *query, char *out, size_t n) {
+  if (qget(query, "fieldManager", out, n) && *out) return;
+  const char *ua = kb_httpd_req_header(req, "User-Agent");
+  size_t len = ua ? strcspn(ua, "/ ") : 0;
+  snprintf(out, n, "%.*s", (int)(len < 120 ? len : 120), len ? ua : "unknown");
+}
+
+/* POST, PUT, PATCH of an object, recorded in its managedFields under the
+ * request's field manager. */
+static void do_write(kb_k8s_api *api, kb_httpd_req *req, const route *r, const char *query,
+                     unsigned flags) {
   const char *m = kb_httpd_req_method(req);
   const kb_k8s_res *res = r->res;
   kb_k8s_error err;
   char warning[400] = "";
-  int is_get = !strcmp(m, "GET") || !strcmp(m, "HEAD");
-  if (r->sub[0] && strcmp(r->sub, "status") &&
-      !(is_get && !strcmp(r->sub, "log") && !strcmp(res->resource, "pods") && !res->group[0])) {
-    char msg[300];
-    snprintf(msg, sizeof msg, "the server could not find the requested resource");
-    fail(req, res, 404, "NotFound", msg);
-    return;
-  }
-  if (!strcmp(r->sub, "status") && !res->status_subresource) {
-    fail(req, res, 404, "NotFound", "the server could not find the requested resource");
-    return;
-  }
-  unsigned flags = dry_run(query) | (!strcmp(r->sub, "status") ? KB_K8S_STATUS : 0);
-  if (is_get) {
-    if (!strcmp(r->sub, "log")) {
-      do_log(api, req, r, query);
-    } else if (r->name[0]) {
-      cJSON *o = kb_k8s_get(api->st, res, r->ns, r->name, &err);
-      if (!o) send_error(req, &err, res);
-      else respond_obj(api, req, r, query, 200, o, NULL);
-    } else if (qbool(query, "watch")) {
-      do_watch(api, req, r, query);
-    } else {
-      do_list(api, req, r, query);
-    }
-    return;
-  }
-  if (!strcmp(m, "DELETE")) {
-    do_delete(api, req, r, query);
-    return;
-  }
   if (!strcmp(m, "POST") && !r->name[0]) {
     cJSON *body = parse_body(req, &err);
     if (!body) {
@@ -746,6 +759,10 @@ static void do_object(kb_k8s_api *api, kb_httpd_req *req, const route *r, const 
   if (!strcmp(m, "PATCH") && r->name[0]) {
     const char *ct = kb_httpd_req_header(req, "Content-Type");
     kb_k8s_patch_type type;
+    if (ct && !strncmp(ct, "application/apply-patch+yaml", 28)) {
+      do_apply(api, req, r, query, flags);
+      return;
+    }
     if (ct && !strncmp(ct, "application/merge-patch+json", 28)) type = KB_K8S_PATCH_MERGE;
     else if (ct && !strncmp(ct, "application/json-patch+json", 27)) type = KB_K8S_PATCH_JSON;
     else if (ct && !strncmp(ct, "application/strategic-merge-patch+json", 38))
@@ -753,9 +770,10 @@ static void do_object(kb_k8s_api *api, kb_httpd_req *req, const route *r, const 
     else {
       char msg[300];
       snprintf(msg, sizeof msg,
-               "%s is not supported by this simulated apiserver (server-side apply is not "
-               "implemented; use client-side apply or a merge, JSON or strategic merge patch)",
-               ct ? ct : "a patch without Content-Type");
+               "the body of the request was in an unknown format - accepted media types "
+               "include: application/json-patch+json, application/merge-patch+json, "
+               "application/apply-patch+yaml%s",
+               res->custom ? "" : ", application/strategic-merge-patch+json");
       fail(req, res, 415, "UnsupportedMediaType", msg);
       return;
     }
@@ -770,6 +788,48 @@ static void do_object(kb_k8s_api *api, kb_httpd_req *req, const route *r, const 
   char msg[128];
   snprintf(msg, sizeof msg, "the server does not allow this method on the requested resource");
   fail(req, res, 405, "MethodNotAllowed", msg);
+}
+
+static void do_object(kb_k8s_api *api, kb_httpd_req *req, const route *r, const char *query) {
+  const char *m = kb_httpd_req_method(req);
+  const kb_k8s_res *res = r->res;
+  kb_k8s_error err;
+  int is_get = !strcmp(m, "GET") || !strcmp(m, "HEAD");
+  if (r->sub[0] && strcmp(r->sub, "status") &&
+      !(is_get && !strcmp(r->sub, "log") && !strcmp(res->resource, "pods") && !res->group[0])) {
+    char msg[300];
+    snprintf(msg, sizeof msg, "the server could not find the requested resource");
+    fail(req, res, 404, "NotFound", msg);
+    return;
+  }
+  if (!strcmp(r->sub, "status") && !res->status_subresource) {
+    fail(req, res, 404, "NotFound", "the server could not find the requested resource");
+    return;
+  }
+  unsigned flags = dry_run(query) | (!strcmp(r->sub, "status") ? KB_K8S_STATUS : 0);
+  if (is_get) {
+    if (!strcmp(r->sub, "log")) {
+      do_log(api, req, r, query);
+    } else if (r->name[0]) {
+      cJSON *o = kb_k8s_get(api->st, res, r->ns, r->name, &err);
+      if (!o) send_error(req, &err, res);
+      else respond_obj(api, req, r, query, 200, o, NULL);
+    } else if (qbool(query, "watch")) {
+      do_watch(api, req, r, query);
+    } else {
+      do_list(api, req, r, query);
+    }
+    return;
+  }
+  if (!strcmp(m, "DELETE")) {
+    do_delete(api, req, r, query);
+    return;
+  }
+  char manager[128];
+  field_manager(req, query, manager, sizeof manager);
+  k8s_store_set_manager(api->st, manager);
+  do_write(api, req, r, query, flags);
+  k8s_store_set_manager(api->st, NULL);
 }
 
 /* ---- non-resource paths ---------------------------------------------------------- */

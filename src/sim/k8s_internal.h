@@ -72,7 +72,20 @@ struct kb_k8s_store {
   k8s_log *logs[K8S_LOG_BUCKETS];
   kb_k8s_log_fn log_fn;
   void *log_ud;
+  /* the field manager of the API request writing now (k8s_store_set_manager),
+   * NULL for the simulator's own writes: they record no managedFields */
+  const char *manager;
 };
+
+/* Store-internal write flags, beside the public KB_K8S_* ones. */
+#define K8S_MARK_DELETED 0x100 /* replace_entry: a delete sets the deletion fields */
+#define K8S_KEEP_MANAGED 0x200 /* create/update: managedFields are the caller's (apply) */
+
+/* managedFields (k8s_apply.c): the REST layer names the request's field
+ * manager around a write; the store then records, in next, the fields the
+ * write changed from old (NULL: created) as that manager's Update. */
+void k8s_store_set_manager(kb_k8s_store *st, const char *manager);
+void k8s_managed_record(kb_k8s_store *st, const kb_k8s_res *res, const cJSON *old, cJSON *next);
 
 /* "pods" or "jobs.batch": how Status messages name a resource. */
 void k8s_qualified(const kb_k8s_res *res, char *out, size_t n);
@@ -98,6 +111,11 @@ void k8s_schema_name(const kb_k8s_res *r, const char *suffix, char *out, size_t 
  * group/version/kind it declares, or NULL (custom and unknown kinds). */
 const cJSON *k8s_schema_def(const char *name);
 const cJSON *k8s_schema_of(const kb_k8s_res *r);
+/* The definition a schema's "$ref" names (NULL stays NULL); the schema of
+ * field `key` of an object schema (its property, else its
+ * additionalProperties), or NULL. */
+const cJSON *k8s_schema_resolve(const cJSON *schema);
+const cJSON *k8s_schema_child(const cJSON *schema, const char *key);
 /* The fields of obj its kind's schema does not know (at any depth) and
  * those given twice, as the apiserver's strict decoder lists them:
  * `unknown field "spec.template.spec.containers[0].bogus", duplicate

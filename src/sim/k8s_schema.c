@@ -65,7 +65,7 @@ const cJSON *k8s_schema_def(const char *name) {
 }
 
 /* The definition a "$ref" (or an allOf of one) names, else the schema. */
-static const cJSON *resolve(const cJSON *s) {
+const cJSON *k8s_schema_resolve(const cJSON *s) {
   for (int depth = 0; s && depth < 8; depth++) {
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
     if (!cJSON_IsString(ref)) {
@@ -78,6 +78,14 @@ static const cJSON *resolve(const cJSON *s) {
     s = k8s_schema_def(ref->valuestring + strlen(DEFS_REF));
   }
   return s;
+}
+
+const cJSON *k8s_schema_child(const cJSON *schema, const char *key) {
+  const cJSON *s = k8s_schema_resolve(schema);
+  const cJSON *p = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(s, "properties"), key);
+  if (p) return p;
+  const cJSON *more = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
+  return cJSON_IsObject(more) ? more : NULL;
 }
 
 static int gvk_matches(const cJSON *def, const kb_k8s_res *r) {
@@ -185,7 +193,7 @@ static void walk_object(const cJSON *s, const cJSON *v, char *path, size_t plen,
 
 static void walk(const cJSON *schema, const cJSON *v, char *path, size_t plen, size_t pcap,
                  field_report *fr, int depth) {
-  const cJSON *s = resolve(schema);
+  const cJSON *s = k8s_schema_resolve(schema);
   if (!s || depth > 64 || preserves_unknown(s)) return;
   if (cJSON_IsObject(v)) {
     walk_object(s, v, path, plen, pcap, fr, depth);

@@ -15,7 +15,6 @@
 #include "k8s_internal.h"
 
 #define DEFAULT_HISTORY 4096
-#define K8S_MARK_DELETED 0x100 /* replace_entry flag: a delete sets the deletion fields */
 #define MAX_GC_DEPTH 16
 
 /* ---- small helpers -------------------------------------------------- */
@@ -29,8 +28,18 @@ int kb_k8s_error_set(kb_k8s_error *err, int code, const char *reason, const char
     vsnprintf(err->message, sizeof err->message, fmt, ap);
     va_end(ap);
     err->name[0] = '\0';
+    err->n_causes = 0;
   }
   return -code;
+}
+
+void kb_k8s_error_cause(kb_k8s_error *err, const char *reason, const char *message,
+                        const char *field) {
+  if (!err || err->n_causes >= (int)(sizeof err->causes / sizeof err->causes[0])) return;
+  int i = err->n_causes++;
+  snprintf(err->causes[i].reason, sizeof err->causes[i].reason, "%s", reason);
+  snprintf(err->causes[i].message, sizeof err->causes[i].message, "%s", message);
+  snprintf(err->causes[i].field, sizeof err->causes[i].field, "%s", field);
 }
 
 static int err_named(kb_k8s_error *err, const char *name, int rc) {
@@ -684,8 +693,8 @@ int kb_k8s_create(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const
   kb_k8s_format_time(kb_k8s_store_now(st), ts);
   static const char *drop[] = {"deletionTimestamp", "deletionGracePeriodSeconds",
                                "resourceVersion", "managedFields"};
-  for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
-    cJSON_DeleteItemFromObjectCaseSensitive(m, drop[i]);
+  size_t n_drop = sizeof drop / sizeof drop[0] - ((flags & K8S_KEEP_MANAGED) ? 1 : 0);
+  for (size_t i = 0; i < n_drop; i++) cJSON_DeleteItemFromObjectCaseSensitive(m, drop[i]);
   int bad = set_str(obj, "apiVersion", res->api_version) || set_str(obj, "kind", res->kind) ||
             set_str(m, "name", namebuf) || set_str(m, "uid", uid) ||
             set_str(m, "creationTimestamp", ts) ||
@@ -697,6 +706,7 @@ int kb_k8s_create(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const
     cJSON_Delete(obj);
     return err_named(err, namebuf, rc);
   }
+  k8s_managed_record(st, res, NULL, obj);
   if (flags & KB_K8S_DRY_RUN) {
     if (out) *out = obj;
     else cJSON_Delete(obj);
@@ -797,6 +807,7 @@ static int replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, 
     if (set_item(k8s_meta(next), "generation", cJSON_CreateNumber(gen + 1)))
       return cJSON_Delete(next), oom(err);
   }
+  k8s_managed_record(st, res, old, next);
   if (cJSON_Compare(old, next, 1)) { /* no-op: no new resourceVersion, no event */
     cJSON_Delete(next);
     if (out) *out = cJSON_Duplicate(old, 1);
@@ -1358,7 +1369,18 @@ cJSON *kb_k8s_status_json(const kb_k8s_error *err, const kb_k8s_res *res) {
       if (res->group[0]) cJSON_AddStringToObject(d, "group", res->group);
       cJSON_AddStringToObject(d, "kind", res->resource);
     }
-    if (err->code == 422) add_cause(d, err->message);
+    if (err->n_causes) {
+      cJSON *causes = cJSON_AddArrayToObject(d, "causes");
+      for (int i = 0; i < err->n_causes; i++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "reason", err->causes[i].reason);
+        cJSON_AddStringToObject(c, "message", err->causes[i].message);
+        cJSON_AddStringToObject(c, "field", err->causes[i].field);
+        cJSON_AddItemToArray(causes, c);
+      }
+    } else if (err->code == 422) {
+      add_cause(d, err->message);
+    }
   }
   cJSON_AddNumberToObject(s, "code", err->code);
   return s;

@@ -633,7 +633,7 @@ static void test_rest(void) {
   KB_CHECK(strstr(cases[3].out, "\"reason\":\"TooManyRequests\"") && strstr(cases[3].out, "\"retryAfterSeconds\":3"));
   KB_CHECK(cases[4].cc != CURLE_OK);
   KB_CHECK(cases[5].status == 400 && strstr(cases[5].out, "strict decoding error: unknown field \\\"extra\\\""));
-  KB_CHECK(cases[6].status == 415 && strstr(cases[6].out, "server-side apply is not implemented"));
+  KB_CHECK(cases[6].status == 415 && strstr(cases[6].out, "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json"));
   KB_CHECK(cases[7].status == 200 && strstr(cases[7].out, "{\"type\":\"ADDED\",\"object\":{") && !strstr(cases[7].out, "q1"));
   KB_CHECK(cases[8].status == 200 && strstr(cases[8].out, "\"type\":\"ERROR\"") && strstr(cases[8].out, "too old resource version: 2"));
   KB_CHECK(cases[9].status == 400 && strstr(cases[9].out, "field label not supported: spec.bogus"));
