@@ -154,7 +154,7 @@ static void write_status(tjob *j) {
   int active[MAX_TYPES] = {0}, ok[MAX_TYPES] = {0}, bad[MAX_TYPES] = {0};
   const int *pods;
   size_t n = glue_run_pods(g, j->run, &pods);
-  int any_running = 0;
+  double first_start = -1;
   for (size_t i = 0; i < n; i++) {
     kb_sim_pod_info pi;
     if (kb_sim_pod_get(sim, pods[i], &pi) < 0 || pi.step < 0 || (size_t)pi.step >= j->n_reps) continue;
@@ -162,7 +162,10 @@ static void write_status(tjob *j) {
     if (pi.phase == KB_SIM_POD_SUCCEEDED) ok[t]++;
     else if (pi.phase == KB_SIM_POD_FAILED) bad[t]++;
     else active[t]++;
-    any_running |= pi.phase == KB_SIM_POD_RUNNING;
+    /* the first start of any replica, as the model recorded it: a status
+     * written only once the pods are done still has its Running condition */
+    if (pi.started_at >= 0 && (first_start < 0 || pi.started_at < first_start))
+      first_start = pi.started_at;
   }
   kb_sim_run_info ri;
   if (kb_sim_run_get(sim, j->run, &ri) == 0 && !j->outcome) {
@@ -170,7 +173,7 @@ static void write_status(tjob *j) {
     else if (!strcmp(ri.wf_phase, "Failed") || !strcmp(ri.wf_phase, "Error")) j->outcome = -1;
     if (j->outcome) j->end = kb_sim_now(sim);
   }
-  if (any_running && j->running_at < 0) j->running_at = kb_sim_now(sim);
+  if (first_start >= 0 && j->running_at < 0) j->running_at = first_start;
   cJSON *st = cJSON_CreateObject();
   cJSON *conds = cJSON_AddArrayToObject(st, "conditions");
   condition(j, conds, "Created", "True", "Created", j->created);

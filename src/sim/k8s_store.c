@@ -456,6 +456,10 @@ static void sweep_watches(kb_k8s_store *st) {
 static void dispatch(kb_k8s_store *st) {
   if (st->dispatching) return;
   st->dispatching = 1;
+  /* watchers (the simulator's controllers) write as themselves, not as
+   * the API request whose write they are told of */
+  const char *manager = st->manager;
+  st->manager = NULL;
   while (st->pend_head) {
     k8s_pending *p = st->pend_head;
     st->pend_head = p->next;
@@ -465,6 +469,7 @@ static void dispatch(kb_k8s_store *st) {
     free(p);
   }
   st->dispatching = 0;
+  st->manager = manager;
   sweep_watches(st);
 }
 
