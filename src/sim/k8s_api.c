@@ -61,6 +61,7 @@ struct kdelay {
   kb_k8s_api *api;
   kb_httpd_req *req;
   kb_vtimer timer;
+  int fresh_wait; /* the wait for a resourceVersion the store has not reached */
   kdelay *prev, *next;
 };
 
@@ -903,11 +904,36 @@ static void delay_unlink(kdelay *d) {
   free(d);
 }
 
+static int defer(kb_k8s_api *api, kb_httpd_req *req, double seconds, int fresh_wait);
+
+/* A list or watch from a resourceVersion beyond the store's: the
+ * apiserver's watch cache waits up to 3 s for it, then answers 504
+ * "Too large resource version" (cause ResourceVersionTooLarge). 1 when the
+ * request was deferred or answered. */
+#define FRESH_WAIT_SECONDS 3.0
+
+static int too_large_rv(kb_k8s_api *api, kb_httpd_req *req, int waited) {
+  char rv[64];
+  if (strcmp(kb_httpd_req_method(req), "GET") || !qget(kb_httpd_req_query(req), "resourceVersion", rv, sizeof rv) ||
+      !*rv || strspn(rv, "0123456789") != strlen(rv) || strlen(rv) > 19)
+    return 0;
+  unsigned long long want = strtoull(rv, NULL, 10), now = kb_k8s_store_rv(api->st);
+  if (want <= now) return 0;
+  if (!waited && defer(api, req, FRESH_WAIT_SECONDS, 1)) return 1;
+  kb_k8s_error err;
+  kb_k8s_error_set(&err, 504, "Timeout", "Too large resource version: %llu, current: %llu", want, now);
+  kb_k8s_error_cause(&err, "ResourceVersionTooLarge", "Too large resource version", "");
+  send_error(req, &err, NULL);
+  return 1;
+}
+
 static void delay_fired(kb_vtimer *t) {
   kdelay *d = t->data;
   kb_k8s_api *api = d->api;
   kb_httpd_req *req = d->req;
+  int fresh_wait = d->fresh_wait;
   delay_unlink(d);
+  if (fresh_wait && too_large_rv(api, req, 1)) return;
   execute(api, req);
 }
 
@@ -962,20 +988,29 @@ int kb_k8s_api_handle(kb_k8s_api *api, kb_httpd_req *req) {
     }
   }
   double delay = api->latency ? api->latency(api->latency_ud, &info) : 0;
-  if (delay > 0 && !api->closing) {
-    kdelay *d = calloc(1, sizeof *d);
-    if (d) kb_vtimer_init(api->latency_clock, &d->timer, delay_fired, d);
-    if (d && kb_vtimer_start(&d->timer, delay) == 0) {
-      d->api = api;
-      d->req = req;
-      d->next = api->delays;
-      if (api->delays) api->delays->prev = d;
-      api->delays = d;
-      return 1;
-    }
-    free(d);
-  }
+  if (too_large_rv(api, req, 0)) return 1;
+  if (delay > 0 && defer(api, req, delay, 0)) return 1;
   execute(api, req);
+  return 1;
+}
+
+/* Runs the request after `seconds` on the latency clock; 0 when it cannot
+ * be deferred (no clock, closing, out of memory). */
+static int defer(kb_k8s_api *api, kb_httpd_req *req, double seconds, int fresh_wait) {
+  if (!api->latency_clock || api->closing) return 0;
+  kdelay *d = calloc(1, sizeof *d);
+  if (!d) return 0;
+  kb_vtimer_init(api->latency_clock, &d->timer, delay_fired, d);
+  if (kb_vtimer_start(&d->timer, seconds) != 0) {
+    free(d);
+    return 0;
+  }
+  d->api = api;
+  d->req = req;
+  d->fresh_wait = fresh_wait;
+  d->next = api->delays;
+  if (api->delays) api->delays->prev = d;
+  api->delays = d;
   return 1;
 }
 

@@ -1367,7 +1367,7 @@ cJSON *kb_k8s_status_json(const kb_k8s_error *err, const kb_k8s_res *res) {
   cJSON_AddStringToObject(s, "status", "Failure");
   cJSON_AddStringToObject(s, "message", err->message);
   cJSON_AddStringToObject(s, "reason", err->reason);
-  if (err->name[0] || res) {
+  if (err->name[0] || res || err->n_causes) {
     cJSON *d = cJSON_AddObjectToObject(s, "details");
     if (err->name[0]) cJSON_AddStringToObject(d, "name", err->name);
     if (res) {

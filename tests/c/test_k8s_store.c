@@ -618,6 +618,7 @@ static void test_rest(void) {
       {"DELETE", "/api/v1/namespaces/default/pods/p1", NULL, "{\"propagationPolicy\":\"Sideways\"}", 0, 0, ""},
       {"GET", "/apis/batch/v1", NULL, NULL, 0, 0, ""},
       {"GET", "/api/v1/pods?resourceVersion=abc", NULL, NULL, 0, 0, ""},
+      {"GET", "/api/v1/pods?resourceVersion=99999", NULL, NULL, 0, 0, ""},
   };
   client cl = {kb_httpd_port(srv), cases, sizeof cases / sizeof cases[0], {0}};
   uv_async_init(&loop, &cl.done, client_done);
@@ -640,7 +641,11 @@ static void test_rest(void) {
   KB_CHECK(cases[10].status == 400 && strstr(cases[10].out, "propagationPolicy: Unsupported value: \\\"Sideways\\\""));
   KB_CHECK(cases[11].status == 200 && strstr(cases[11].out, "\"name\":\"jobs/status\""));
   KB_CHECK(cases[12].status == 400 && strstr(cases[12].out, "invalid resource version \\\"abc\\\""));
-  KB_CHECK(calls == 11); /* not for the faulted requests */
+  /* beyond the store's resourceVersion: the watch cache's 3 s wait, then 504 */
+  KB_CHECK(cases[13].status == 504 && strstr(cases[13].out, "Too large resource version: 99999, current: "));
+  KB_CHECK(strstr(cases[13].out, "\"reason\":\"ResourceVersionTooLarge\"") != NULL);
+  KB_CHECK(strstr(cases[13].out, "\"reason\":\"Timeout\"") != NULL);
+  KB_CHECK(calls == 12); /* not for the faulted requests */
   KB_CHECK(kb_k8s_api_streams(api) == 0);
   kb_k8s_api_free(api);
   kb_vclock_free(clk);
