@@ -183,10 +183,20 @@ static void respond_fault(kb_sim_server *s, kb_httpd_req *req, int api, int stat
  * raw, it broke every client's list of the object), and in a KFP body a
  * \u0000 escape, which would cut a name short at the NUL. 1 when
  * answered. */
+#define K8S_MAX_REQUEST_BYTES (3 * 1024 * 1024)
+
 static int refuse_body(kb_httpd_req *req, int api) {
   if (api != API_KFP && api != API_K8S && api != API_ARGO) return 0;
   size_t len;
   const unsigned char *b = (const unsigned char *)kb_httpd_req_body(req, &len);
+  /* the apiserver's limit on a request body, answered as a Status (its
+   * transport's 431 and 400 stay plain text, as Go's net/http writes them) */
+  if (api == API_K8S && len > K8S_MAX_REQUEST_BYTES) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "Request entity too large: limit is %d", K8S_MAX_REQUEST_BYTES);
+    respond_api_error(req, api, 413, 0, "RequestEntityTooLarge", msg, NULL);
+    return 1;
+  }
   for (size_t i = 0; i < len;) { /* one pass: UTF-8, and the KFP NUL escape */
     if (b[i] >= 0x80) {
       int n = kb_json_utf8_seq(b + i, len - i);

@@ -642,6 +642,21 @@ static void test_refused_bodies(void) {
   KB_CHECK(ok.status == 200);
   KB_CHECK_STR(jstr(ok.json, "display_name"), "h\xc3\xa9llo \\u0000");
   resp_free(&ok);
+  /* a Kubernetes body over the apiserver's 3 MiB: 413 as a Status */
+  size_t big = 3 * 1024 * 1024 + 64;
+  char *body = malloc(big + 1);
+  KB_CHECK(body != NULL);
+  if (!body) return;
+  int head = snprintf(body, big, "{\"metadata\":{\"name\":\"cm-big\"},\"data\":{\"k\":\"");
+  memset(body + head, 'a', big - (size_t)head - 3);
+  memcpy(body + big - 3, "\"}}", 4);
+  resp t = req("POST", "/api/v1/namespaces/default/configmaps", body);
+  free(body);
+  KB_CHECK(t.status == 413);
+  KB_CHECK_STR(jstr(t.json, "kind"), "Status");
+  KB_CHECK_STR(jstr(t.json, "reason"), "RequestEntityTooLarge");
+  KB_CHECK_STR(jstr(t.json, "message"), "Request entity too large: limit is 3145728");
+  resp_free(&t);
 }
 
 int main(void) {
