@@ -22,17 +22,28 @@ cat >"$WORK/bin/apt-get" <<'SH'
 echo "apt-get $*" >>"$SHIM_LOG"
 exit 0
 SH
-chmod +x "$WORK/bin/dpkg-query" "$WORK/bin/apt-get"
+# npm: records its arguments and the folder it ran in
+cat >"$WORK/bin/npm" <<'SH'
+#!/bin/sh
+echo "npm $* in $PWD" >>"$SHIM_LOG"
+mkdir -p node_modules/@kubernetes/client-node && echo '{}' >node_modules/@kubernetes/client-node/package.json
+exit 0
+SH
+chmod +x "$WORK/bin/dpkg-query" "$WORK/bin/apt-get" "$WORK/bin/npm"
 
 run_case() { # run_case NAME: runs install-deps, checks exit 0 and the install
   CASE=$1
   : >"$WORK/apt.log"
+  rm -rf "$WORK/js"
   PATH="$WORK/bin:$PATH" SHIM_LOG="$WORK/apt.log" KB_POLICY_RC="$WORK/policy-rc.d" \
-    bash "$SRC/.ci/install-deps" >"$WORK/out" 2>&1
+    KB_CLIENT_NODE_DIR="$WORK/js" bash "$SRC/.ci/install-deps" >"$WORK/out" 2>&1
   local rc=$?
   [ "$rc" = 0 ] || fail "exit $rc: $(cat "$WORK/out")"
   grep -q "^apt-get update" "$WORK/apt.log" || fail "apt-get update not run"
   grep -q "^apt-get install .* liblua5.4-dev" "$WORK/apt.log" || fail "the missing packages were not installed"
+  # the JavaScript client: npm ci of the pinned lock file, outside the checkout
+  grep -q "^npm ci .* in $WORK/js$" "$WORK/apt.log" || fail "npm ci did not run in KB_CLIENT_NODE_DIR: $(cat "$WORK/apt.log")"
+  cmp -s "$SRC/tests/js/package-lock.json" "$WORK/js/package-lock.json" || fail "the lock file was not copied"
 }
 
 printf '#!/bin/sh\nexit 0\n' >"$WORK/policy-rc.d"
