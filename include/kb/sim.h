@@ -330,6 +330,10 @@ int kb_sim_run_get(const kb_sim *sim, int run, kb_sim_run_info *out);
  * boundaryID,children,startedAt,finishedAt,progress,hostNodeName}}.
  * Caller frees. NULL for an unknown or deleted run. */
 cJSON *kb_sim_run_workflow_status(const kb_sim *sim, int run);
+/* A version of everything kb_sim_run_workflow_status shows: the newest
+ * resource version of the run and its pods (0 for an unknown run). Equal
+ * versions, equal status: callers cache what they derive from it. */
+uint64_t kb_sim_run_version(const kb_sim *sim, int run);
 
 /* ---- Pods, nodes, events --------------------------------------------- */
 

@@ -81,7 +81,16 @@ typedef struct kfp_run {
   int64_t created_at;
   uint64_t seq;
   int archived, deleted;
+  /* v1 GetRun's workflow_manifest, as a JSON string literal, for the model
+   * run and version it was built from (kfp_j_v1_run_detail): a 61 KB
+   * manifest is not rebuilt and escaped per poll */
+  char *manifest_json;
+  int manifest_run;
+  uint64_t manifest_version;
 } kfp_run;
+
+/* Frees a run and what it owns (kfp_store.c). */
+void kfp_run_free(kfp_run *run);
 
 typedef struct kfp_recurring {
   char *id, *display_name, *description, *experiment_id, *service_account;
@@ -270,7 +279,7 @@ cJSON *kfp_j_v1_version(const kb_sim_kfp *kfp, const kfp_version *v);
 cJSON *kfp_j_v1_experiment(const kb_sim_kfp *kfp, const kfp_experiment *e);
 cJSON *kfp_j_v1_run(const kb_sim_kfp *kfp, const kfp_run *run);
 /* ApiRunDetail {run, pipeline_runtime{workflow_manifest}} */
-cJSON *kfp_j_v1_run_detail(const kb_sim_kfp *kfp, const kfp_run *run);
+cJSON *kfp_j_v1_run_detail(const kb_sim_kfp *kfp, kfp_run *run);
 cJSON *kfp_j_v1_job(const kb_sim_kfp *kfp, const kfp_recurring *rr);
 
 /* ---- listing (kfp_list.c) --------------------------------------------------- */

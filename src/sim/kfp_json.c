@@ -543,13 +543,31 @@ static char *workflow_manifest(const kb_sim_kfp *kfp, const kfp_run *run) {
   return s;
 }
 
-cJSON *kfp_j_v1_run_detail(const kb_sim_kfp *kfp, const kfp_run *run) {
+/* The manifest as a JSON string literal ("{\"kind\":...}"), rebuilt only
+ * when the model run or its version changed since the last call. */
+static const char *manifest_literal(const kb_sim_kfp *kfp, kfp_run *run) {
+  uint64_t version = kb_sim_run_version(kfp->sim, run->sim_run);
+  if (run->manifest_json && run->manifest_run == run->sim_run && run->manifest_version == version)
+    return run->manifest_json;
+  char *m = workflow_manifest(kfp, run);
+  cJSON *str = m ? cJSON_CreateString(m) : NULL;
+  char *lit = str ? cJSON_PrintUnformatted(str) : NULL;
+  cJSON_Delete(str);
+  cJSON_free(m);
+  if (!lit) return NULL;
+  cJSON_free(run->manifest_json);
+  run->manifest_json = lit;
+  run->manifest_run = run->sim_run;
+  run->manifest_version = version;
+  return lit;
+}
+
+cJSON *kfp_j_v1_run_detail(const kb_sim_kfp *kfp, kfp_run *run) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddItemToObject(o, "run", kfp_j_v1_run(kfp, run));
   cJSON *rt = cJSON_AddObjectToObject(o, "pipeline_runtime");
-  char *m = workflow_manifest(kfp, run);
-  if (m) cJSON_AddStringToObject(rt, "workflow_manifest", m);
-  cJSON_free(m);
+  const char *lit = manifest_literal(kfp, run);
+  if (lit) cJSON_AddRawToObject(rt, "workflow_manifest", lit);
   return o;
 }
 

@@ -217,13 +217,6 @@ int kfp_target_sim_pipeline(kfp_req *r, const kfp_target *t, const char *wrap, i
   return sp;
 }
 
-static void free_unstored(kfp_run *run) {
-  free(run->id), free(run->display_name), free(run->description);
-  free(run->experiment_id), free(run->service_account), free(run->recurring_run_id);
-  kfp_target_free(&run->t);
-  free(run);
-}
-
 kfp_run *kfp_run_start(kb_sim_kfp *kfp, kfp_req *r, const char *display_name,
                        const char *description, const char *experiment_id,
                        const kfp_target *t, const char *service_account,
@@ -260,7 +253,7 @@ kfp_run *kfp_run_start(kb_sim_kfp *kfp, kfp_req *r, const char *display_name,
         kfp_map_sim_run(kfp, run->sim_run, NULL);
         kb_sim_run_delete(kfp->sim, run->sim_run, NULL);
       }
-      free_unstored(run);
+      kfp_run_free(run);
       run = NULL;
       kfp_error(r, KFP_INTERNAL, "Internal Server Error",
                 "%s: InternalServerError: Failed to create a workflow: %s", wrap,

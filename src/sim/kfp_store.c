@@ -277,10 +277,11 @@ static void free_experiment(kfp_experiment *e) {
   free(e);
 }
 
-static void free_run(kfp_run *r) {
+void kfp_run_free(kfp_run *r) {
   free(r->id), free(r->display_name), free(r->description), free(r->experiment_id);
   free(r->service_account), free(r->recurring_run_id);
   free(r->retried);
+  cJSON_free(r->manifest_json); /* printed by cJSON */
   kfp_target_free(&r->t);
   free(r);
 }
@@ -297,7 +298,7 @@ static void free_obj(kb_sim_kfp *kfp, kfp_kind kind, void *obj) {
   case KFP_PIPELINE: free_pipeline(obj); break;
   case KFP_VERSION: free_version(kfp, obj); break;
   case KFP_EXPERIMENT: free_experiment(obj); break;
-  case KFP_RUN: free_run(obj); break;
+  case KFP_RUN: kfp_run_free(obj); break;
   case KFP_RECURRING: free_recurring(obj); break;
   }
 }

@@ -641,6 +641,18 @@ static cJSON *gnode_json(const kb_sim *sim, const sim_run *r, const sim_pipeline
   return o;
 }
 
+uint64_t kb_sim_run_version(const kb_sim *sim, int run) {
+  const sim_run *r = run_at(sim, run);
+  if (!r) return 0;
+  uint64_t v = r->rv;
+  const sim_pipeline *pl = pipe_of(sim, r);
+  for (size_t s = 0; s < pl->n_steps; s++) {
+    uint32_t pi = r->steps[s].pod;
+    if (pi != SIM_NONE && sim->pods[pi].rv > v) v = sim->pods[pi].rv;
+  }
+  return v;
+}
+
 cJSON *kb_sim_run_workflow_status(const kb_sim *sim, int run) {
   const sim_run *r = run_at(sim, run);
   if (!r || r->deleted) return NULL;

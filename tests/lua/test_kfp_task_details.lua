@@ -1,7 +1,8 @@
 -- KFP v2beta1 GetRun's run_details.task_details from the embedded
 -- simulator, against ground truth: the run's Workflow and pods in the
 -- Kubernetes view of the same simulator (one task per Argo node, the node
--- id as pod_name, the pod's phase and times), and the v2beta1 swagger.
+-- id as pod_name, the pod's phase and times), and the v2beta1 swagger;
+-- v1beta1 GetRun's cached workflow_manifest following the run.
 local kb = require "kb"
 local T = require "kb.testing"
 local kfp = require "kb.kfp"
@@ -84,6 +85,25 @@ T.case("a finished run lists one task per workflow node, as its pods ran", funct
   for _, t in ipairs(again.run_details.task_details) do
     T.eq(t.task_id, ids[t.pod_name], "task ids are the same on every GetRun")
   end
+end)
+
+T.case("v1beta1 GetRun's workflow_manifest follows the run (it is cached per version)", function()
+  local v1 = kfp.client { host = sim.url, api = "v1beta1" }
+  local p = c:upload_pipeline { file = CHAIN, name = "chain-manifest" }
+  local r = c:create_run { name = "manifest-1", pipeline_id = p.id }
+  local function manifest()
+    local d = v1:request { op = "run.get", path = "/runs/" .. r.id }
+    return kb.json.decode(d.pipeline_runtime.workflow_manifest)
+  end
+  local early = manifest()
+  T.ok(early.status.phase ~= "Succeeded", "not finished right after create: " .. tostring(early.status.phase))
+  T.same(manifest(), early, "the same manifest while nothing changed")
+  c:wait_run(r.id, { interval = 5, timeout = 7200 })
+  local late = manifest()
+  T.eq(late.status.phase, "Succeeded", "the manifest of the finished run")
+  local wf = kube:list("workflows.argoproj.io", { all_namespaces = true,
+    label_selector = { ["pipeline/runid"] = r.id } }).items[1]
+  T.same(late.status.nodes, wf.status.nodes, "its nodes are the workflow's, as the Kubernetes view has them")
 end)
 
 T.case("ListRuns leaves task_details out (GetRun has them)", function()
