@@ -330,6 +330,10 @@ kb_http_client *kb_http_client_new(uv_loop_t *loop, const kb_http_client_opts *o
     return NULL;
   }
   c->loop = loop;
+  static const char *proxy_vars[] = {"http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY",
+                                     "all_proxy", "ALL_PROXY"};
+  for (size_t i = 0; i < sizeof proxy_vars / sizeof proxy_vars[0]; i++)
+    if (getenv(proxy_vars[i]) && *getenv(proxy_vars[i])) c->proxy_env = 1;
   long max = opts && opts->max_connections > 0 ? opts->max_connections
                                                : KB_HTTP_DEFAULT_MAX_CONNECTIONS;
   long per_host = opts && opts->max_host_connections > 0 ? opts->max_host_connections : 0;

@@ -117,6 +117,10 @@ struct kb_http_client {
   int depth;         /* > 0 while finishing transfers (callbacks run) */
   int closing;       /* kb_http_client_free was called */
   int warned_insecure;
+  /* a proxy variable (http_proxy, HTTPS_PROXY, ALL_PROXY, ...) was set when
+   * the client was made; without one, requests tell libcurl there is none
+   * and it skips looking the variables up per request */
+  int proxy_env;
 };
 
 /* http_client.c */

@@ -114,6 +114,10 @@ static void easy_baseline(kb_http_request *r) {
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(e, CURLOPT_USERAGENT, "kbrun/" KB_VERSION);
+  /* No proxy variable set: "*" tells libcurl there is no proxy for any
+   * host, and it skips its five environment lookups per request (an empty
+   * CURLOPT_PROXY does not). A request's proxy option undoes it. */
+  if (!r->client->proxy_env) curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
 }
 
 /* ---- life cycle --------------------------------------------------------------------- */
@@ -359,7 +363,10 @@ int kb_http_request_set_options(kb_http_request *r, const kb_http_options *o) {
     rc = set_blob(e, CURLOPT_SSLKEY_BLOB, o->key_pem, o->key_pem_len);
     SET(CURLOPT_SSLKEYTYPE, "PEM");
   }
-  if (o->proxy) SET(CURLOPT_PROXY, o->proxy);
+  if (o->proxy) {
+    SET(CURLOPT_PROXY, o->proxy);
+    SET(CURLOPT_NOPROXY, (char *)NULL); /* the environment's no_proxy applies again */
+  }
   if (o->tls_server_name && rc == CURLE_OK) {
     free(r->tls_server_name);
     if (!(r->tls_server_name = strdup(o->tls_server_name))) return -ENOMEM;
