@@ -217,7 +217,7 @@ static int conflict_error(const conflicts *cf, kb_k8s_error *err) {
   }
   kb_k8s_error_set(err, 409, "Conflict", "%s", msg);
   for (int i = 0; i < cf->count; i++) {
-    char cause[200];
+    char cause[256];
     snprintf(cause, sizeof cause, "conflict with \"%s\" using %s", cf->c[i].manager,
              cf->c[i].version);
     kb_k8s_error_cause(err, "FieldManagerConflict", cause, cf->c[i].path);
