@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "argo_internal.h"
 #include "k8s_internal.h"
 #include "kb/vclock.h"
 #include "sim_glue.h"
@@ -27,6 +28,7 @@ typedef struct argo_stream {
 } argo_stream;
 
 struct glue_argo {
+  argo_env env; /* the same store and resources, for the other argo files */
   kb_k8s_store *st;
   uv_loop_t *loop;
   kb_vclock *clock; /* NULL: stream timeouts in real time */
@@ -65,7 +67,7 @@ static int qget(const char *q, const char *key, char *out, size_t cap) {
   return 0;
 }
 
-static void send_json(kb_httpd_req *req, int status, cJSON *body) {
+void argo_send_json(kb_httpd_req *req, int status, cJSON *body) {
   char *text = cJSON_PrintUnformatted(body);
   kb_httpd_header h[] = {{"Content-Type", "application/json"}};
   kb_httpd_respond(req, status, h, 1, text ? text : "{}", text ? strlen(text) : 2);
@@ -74,18 +76,18 @@ static void send_json(kb_httpd_req *req, int status, cJSON *body) {
 }
 
 /* grpc-gateway's error body: {code, message, details}. */
-static void send_grpc_error(kb_httpd_req *req, int http, const char *msg) {
+void argo_send_error(kb_httpd_req *req, int http, const char *msg) {
   int code = http == 404 ? 5 : http == 409 ? 6 : http == 400 || http == 422 ? 3
              : http == 410 ? 9 : http == 429 ? 8 : http == 501 ? 12 : 13;
   cJSON *e = cJSON_CreateObject();
   cJSON_AddNumberToObject(e, "code", code);
   cJSON_AddStringToObject(e, "message", msg);
   cJSON_AddArrayToObject(e, "details");
-  send_json(req, http == 422 ? 400 : http, e);
+  argo_send_json(req, http == 422 ? 400 : http, e);
 }
 
-static void send_k8s_error(kb_httpd_req *req, const kb_k8s_error *err) {
-  send_grpc_error(req, err->code ? err->code : 500, err->message);
+void argo_send_k8s_error(kb_httpd_req *req, const kb_k8s_error *err) {
+  argo_send_error(req, err->code ? err->code : 500, err->message);
 }
 
 static int wants_sse(kb_httpd_req *req) {
@@ -177,13 +179,13 @@ static void do_watch(glue_argo *a, kb_httpd_req *req, const char *ns) {
   kb_k8s_error err = {0};
   kb_k8s_selector *sel = kb_k8s_selector_parse(labels, fields, a->res, &err);
   if (!sel) {
-    send_k8s_error(req, &err);
+    argo_send_k8s_error(req, &err);
     return;
   }
   kb_k8s_selector_free(sel);
   argo_stream *s = calloc(1, sizeof *s);
   if (!s) {
-    send_grpc_error(req, 500, "out of memory");
+    argo_send_error(req, 500, "out of memory");
     return;
   }
   s->a = a;
@@ -217,23 +219,28 @@ static void do_watch(glue_argo *a, kb_httpd_req *req, const char *ns) {
 
 /* Stores wf (apiVersion and kind defaulted) and answers the Workflow as the
  * controller has already seen it. */
-static void create_workflow(glue_argo *a, kb_httpd_req *req, const char *ns, cJSON *wf, int dry) {
+void argo_create_workflow(argo_env *a, kb_httpd_req *req, const char *ns, cJSON *wf, int dry) {
+  char msg[1024];
+  if (argo_validate_workflow(wf, msg, sizeof msg) < 0) { /* argo refuses before storing */
+    argo_send_error(req, 400, msg);
+    return;
+  }
   if (!cJSON_GetObjectItemCaseSensitive(wf, "apiVersion"))
     cJSON_AddStringToObject(wf, "apiVersion", "argoproj.io/v1alpha1");
   if (!cJSON_GetObjectItemCaseSensitive(wf, "kind")) cJSON_AddStringToObject(wf, "kind", "Workflow");
   cJSON *out = NULL;
   kb_k8s_error err = {0};
-  if (kb_k8s_create(a->st, a->res, ns, wf, dry ? KB_K8S_DRY_RUN : 0, &out, &err) < 0) {
-    send_k8s_error(req, &err);
+  if (kb_k8s_create(a->st, a->wfs, ns, wf, dry ? KB_K8S_DRY_RUN : 0, &out, &err) < 0) {
+    argo_send_k8s_error(req, &err);
     return;
   }
   /* the controller has written a first status meanwhile */
-  const cJSON *now = dry ? NULL : kb_k8s_peek(a->st, a->res, ns, k8s_meta_str(out, "name"));
+  const cJSON *now = dry ? NULL : kb_k8s_peek(a->st, a->wfs, ns, k8s_meta_str(out, "name"));
   if (now) {
     cJSON_Delete(out);
     out = cJSON_Duplicate(now, 1);
   }
-  send_json(req, 200, out);
+  argo_send_json(req, 200, out);
 }
 
 /* The request body as a JSON object, or NULL after answering 400. */
@@ -243,7 +250,7 @@ static cJSON *body_object(kb_httpd_req *req) {
   cJSON *body = cJSON_ParseWithLength(text, len);
   if (cJSON_IsObject(body)) return body;
   cJSON_Delete(body);
-  send_grpc_error(req, 400, "the body must be a JSON object");
+  argo_send_error(req, 400, "the body must be a JSON object");
   return NULL;
 }
 
@@ -253,14 +260,43 @@ static void do_create(glue_argo *a, kb_httpd_req *req, const char *ns) {
   const cJSON *wf = cJSON_GetObjectItemCaseSensitive(body, "workflow");
   if (!cJSON_IsObject(wf)) {
     cJSON_Delete(body);
-    send_grpc_error(req, 400, "workflow is required");
+    argo_send_error(req, 400, "workflow is required");
     return;
   }
   cJSON *copy = cJSON_Duplicate(wf, 1);
   int dry = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "serverDryRun"));
   cJSON_Delete(body);
-  create_workflow(a, req, ns, copy, dry);
+  argo_create_workflow(&a->env, req, ns, copy, dry);
   cJSON_Delete(copy);
+}
+
+/* POST .../lint: argo's validation, nothing stored; the Workflow back. */
+static void do_lint(kb_httpd_req *req, const char *ns) {
+  cJSON *body = body_object(req);
+  if (!body) return;
+  cJSON *wf = cJSON_DetachItemFromObjectCaseSensitive(body, "workflow");
+  cJSON_Delete(body);
+  char msg[1024];
+  if (!cJSON_IsObject(wf)) {
+    cJSON_Delete(wf);
+    argo_send_error(req, 500, "unable to get a workflow");
+  } else if (argo_validate_workflow(wf, msg, sizeof msg) < 0) {
+    cJSON_Delete(wf);
+    argo_send_error(req, 400, msg);
+  } else {
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(wf, "metadata");
+    if (!cJSON_IsObject(md)) md = cJSON_AddObjectToObject(wf, "metadata");
+    if (!cJSON_GetObjectItemCaseSensitive(md, "namespace") && ns)
+      cJSON_AddStringToObject(md, "namespace", ns);
+    argo_send_json(req, 200, wf);
+  }
+}
+
+/* The answer with fields= applied. */
+static void send_fields(kb_httpd_req *req, cJSON *out) {
+  char fields[2048];
+  if (qget(kb_httpd_req_query(req), "fields", fields, sizeof fields)) argo_fields_prune(out, fields);
+  argo_send_json(req, 200, out);
 }
 
 static void do_list(glue_argo *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns) {
@@ -275,26 +311,26 @@ static void do_list(glue_argo *a, const kb_k8s_res *res, kb_httpd_req *req, cons
   cJSON *out = NULL;
   kb_k8s_error err = {0};
   if (kb_k8s_list(a->st, res, &o, &out, &err) < 0) {
-    send_k8s_error(req, &err);
+    argo_send_k8s_error(req, &err);
     return;
   }
-  send_json(req, 200, out);
+  send_fields(req, out);
 }
 
 static void do_get(glue_argo *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns,
                    const char *name) {
   kb_k8s_error err = {0};
   cJSON *o = kb_k8s_get(a->st, res, ns, name, &err);
-  if (o) send_json(req, 200, o);
-  else send_k8s_error(req, &err);
+  if (o) send_fields(req, o);
+  else argo_send_k8s_error(req, &err);
 }
 
 static void do_delete(glue_argo *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns,
                       const char *name) {
   kb_k8s_error err = {0};
   kb_k8s_delete_opts o = {.propagation = KB_K8S_PROPAGATE_BACKGROUND};
-  if (kb_k8s_delete(a->st, res, ns, name, &o, NULL, &err) < 0) send_k8s_error(req, &err);
-  else send_json(req, 200, cJSON_CreateObject());
+  if (kb_k8s_delete(a->st, res, ns, name, &o, NULL, &err) < 0) argo_send_k8s_error(req, &err);
+  else argo_send_json(req, 200, cJSON_CreateObject());
 }
 
 /* ---- submit from a WorkflowTemplate ---- */
@@ -411,21 +447,21 @@ static void do_submit(glue_argo *a, kb_httpd_req *req, const char *ns) {
   const cJSON *opts = cJSON_GetObjectItemCaseSensitive(body, "submitOptions");
   char msg[512];
   if (!kind || !*kind || !name || !*name) {
-    send_grpc_error(req, 400, "resourceKind and resourceName are required");
+    argo_send_error(req, 400, "resourceKind and resourceName are required");
   } else if (!is_template_kind(kind)) {
     snprintf(msg, sizeof msg, "resourceKind %.200s: only WorkflowTemplate is supported by the "
              "simulator (ClusterWorkflowTemplate, CronWorkflow are not)", kind);
-    send_grpc_error(req, strcasecmp(kind, "ClusterWorkflowTemplate") &&
+    argo_send_error(req, strcasecmp(kind, "ClusterWorkflowTemplate") &&
                     strcasecmp(kind, "CronWorkflow") ? 400 : 501, msg);
   } else {
     const cJSON *tmpl = kb_k8s_peek(a->st, a->templates, ns, name);
     if (!tmpl) {
       snprintf(msg, sizeof msg, "workflowtemplates.argoproj.io \"%.200s\" not found", name);
-      send_grpc_error(req, 404, msg);
+      argo_send_error(req, 404, msg);
     } else {
       cJSON *wf = workflow_from_template(tmpl, name, opts);
       int dry = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(opts, "serverDryRun"));
-      create_workflow(a, req, ns, wf, dry);
+      argo_create_workflow(&a->env, req, ns, wf, dry);
       cJSON_Delete(wf);
     }
   }
@@ -440,7 +476,7 @@ static void do_create_template(glue_argo *a, kb_httpd_req *req, const char *ns) 
   const cJSON *t = cJSON_GetObjectItemCaseSensitive(body, "template");
   if (!cJSON_IsObject(t)) {
     cJSON_Delete(body);
-    send_grpc_error(req, 400, "template is required");
+    argo_send_error(req, 400, "template is required");
     return;
   }
   cJSON *copy = cJSON_Duplicate(t, 1);
@@ -453,8 +489,8 @@ static void do_create_template(glue_argo *a, kb_httpd_req *req, const char *ns) 
   kb_k8s_error err = {0};
   int rc = kb_k8s_create(a->st, a->templates, ns, copy, 0, &out, &err);
   cJSON_Delete(copy);
-  if (rc < 0) send_k8s_error(req, &err);
-  else send_json(req, 200, out);
+  if (rc < 0) argo_send_k8s_error(req, &err);
+  else argo_send_json(req, 200, out);
 }
 
 static void route_templates(glue_argo *a, kb_httpd_req *req, const char *m, int n, char seg[][256]) {
@@ -463,8 +499,8 @@ static void route_templates(glue_argo *a, kb_httpd_req *req, const char *m, int 
   else if (n <= 2 && !strcmp(m, "GET")) do_list(a, a->templates, req, ns);
   else if (n == 3 && !strcmp(m, "GET")) do_get(a, a->templates, req, ns, seg[2]);
   else if (n == 3 && !strcmp(m, "DELETE")) do_delete(a, a->templates, req, ns, seg[2]);
-  else if (n == 3 && !strcmp(m, "PUT")) send_grpc_error(req, 501, "not supported by the simulator");
-  else send_grpc_error(req, 404, "Not Found");
+  else if (n == 3 && !strcmp(m, "PUT")) argo_send_error(req, 501, "not supported by the simulator");
+  else argo_send_error(req, 404, "Not Found");
 }
 
 /* ---- logs ---- */
@@ -486,7 +522,7 @@ static void do_logs(glue_argo *a, kb_httpd_req *req, const char *ns, const char 
   if (!kb_k8s_peek(a->st, a->res, ns, name)) {
     char msg[512];
     snprintf(msg, sizeof msg, "workflows.argoproj.io \"%.200s\" not found", name);
-    send_grpc_error(req, 404, msg);
+    argo_send_error(req, 404, msg);
     return;
   }
   char labels[400], fields[300];
@@ -495,7 +531,7 @@ static void do_logs(glue_argo *a, kb_httpd_req *req, const char *ns, const char 
   kb_k8s_list_opts lo = {.ns = ns, .label_selector = labels, .field_selector = fields};
   cJSON *pods = NULL;
   if (kb_k8s_list(a->st, a->pods, &lo, &pods, &err) < 0) {
-    send_k8s_error(req, &err);
+    argo_send_k8s_error(req, &err);
     return;
   }
   kb_k8s_log_opts o = {.container = container, .tail_lines = has_tail ? atol(tail) : -1,
@@ -512,7 +548,7 @@ static void do_logs(glue_argo *a, kb_httpd_req *req, const char *ns, const char 
   cJSON_Delete(pods);
   if (err.code) {
     kb_buf_free(&out);
-    send_k8s_error(req, &err);
+    argo_send_k8s_error(req, &err);
     return;
   }
   kb_httpd_header h[] = {{"Content-Type", sse ? "text/event-stream" : "application/json"}};
@@ -556,7 +592,7 @@ static void do_version(kb_httpd_req *req) {
   cJSON_AddStringToObject(v, "goVersion", "go1.21.10");
   cJSON_AddStringToObject(v, "compiler", "gc");
   cJSON_AddStringToObject(v, "platform", "linux/amd64");
-  send_json(req, 200, v);
+  argo_send_json(req, 200, v);
 }
 
 /* Splits "/workflows/{ns}/{name}/..." into up to 5 segments; returns how
@@ -580,13 +616,15 @@ static void route_workflows(glue_argo *a, kb_httpd_req *req, const char *m, int 
   if (n == 2 && !strcmp(m, "POST")) do_create(a, req, ns);
   else if (n <= 2 && !strcmp(m, "GET")) do_list(a, a->res, req, ns);
   else if (n == 3 && !strcmp(m, "POST") && !strcmp(seg[2], "submit")) do_submit(a, req, ns);
+  else if (n == 3 && !strcmp(m, "POST") && !strcmp(seg[2], "lint")) do_lint(req, ns);
+  else if (n == 4 && !strcmp(m, "PUT")) argo_workflow_action(&a->env, req, ns, seg[2], seg[3]);
   else if (n == 3 && !strcmp(m, "GET")) do_get(a, a->res, req, ns, seg[2]);
   else if (n == 3 && !strcmp(m, "DELETE")) do_delete(a, a->res, req, ns, seg[2]);
   else if (n == 4 && !strcmp(m, "GET") && !strcmp(seg[3], "log")) do_logs(a, req, ns, seg[2]);
   else if (n >= 3 && n <= 5)
-    send_grpc_error(req, n >= 4 ? 501 : 404, n >= 4 ? "not supported by the simulator" : "Not Found");
-  else if (n > 5) send_grpc_error(req, 404, "Not Found");
-  else send_grpc_error(req, 405, "Method Not Allowed");
+    argo_send_error(req, n >= 4 ? 501 : 404, n >= 4 ? "not supported by the simulator" : "Not Found");
+  else if (n > 5) argo_send_error(req, 404, "Not Found");
+  else argo_send_error(req, 405, "Method Not Allowed");
 }
 
 int glue_argo_handle(glue_argo *a, kb_httpd_req *req) {
@@ -597,7 +635,7 @@ int glue_argo_handle(glue_argo *a, kb_httpd_req *req) {
     return 1;
   }
   if (!strcmp(path, "/api/v1/info") || !strcmp(path, "/api/v1/userinfo")) {
-    send_json(req, 200, cJSON_CreateObject());
+    argo_send_json(req, 200, cJSON_CreateObject());
     return 1;
   }
   char seg[5][256] = {{0}};
@@ -606,7 +644,7 @@ int glue_argo_handle(glue_argo *a, kb_httpd_req *req) {
     do_watch(a, req, n > 1 ? seg[1] : NULL);
   else if (!strcmp(seg[0], "workflows")) route_workflows(a, req, m, n, seg);
   else if (!strcmp(seg[0], "workflow-templates") && n <= 5) route_templates(a, req, m, n, seg);
-  else send_grpc_error(req, 404, "Not Found");
+  else argo_send_error(req, 404, "Not Found");
   return 1;
 }
 
@@ -622,6 +660,7 @@ glue_argo *glue_argo_new(kb_k8s_store *st, uv_loop_t *loop) {
     free(a);
     return NULL;
   }
+  a->env = (argo_env){st, a->res, a->templates, a->pods};
   return a;
 }
 

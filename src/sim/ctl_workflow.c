@@ -6,6 +6,9 @@
  * model cannot run (unknown template type, bad DAG) ends in phase Error
  * with the loader's message, as Argo reports invalid specs. Deleting the
  * Workflow stops the run; its pods go with it (ownerReferences).
+ * Updates act as Argo's controller does: spec.suspend holds the workflow
+ * (no new step starts), spec.shutdown Terminate or Stop ends it, a status
+ * set back to Running by argo-server's retry re-runs its failed steps.
  *
  * Annotation sim.kbrun.io/fail: "true" makes every step fail. */
 #include <stdio.h>
@@ -19,6 +22,7 @@ typedef struct wf_rec {
   struct ctl_wf *ctl;
   char *ns, *name, *uid;
   int run;
+  int suspended, shutdown; /* spec.suspend, spec.shutdown as last acted on */
   char phase[16]; /* the last one reported in an Event */
   struct wf_rec *next;
 } wf_rec;
@@ -56,6 +60,21 @@ static void wf_changed(void *ud, int run) {
 }
 
 static const glue_owner_ops wf_ops = {NULL, wf_changed, NULL};
+
+/* spec.shutdown (Terminate, Stop) once; spec.suspend on each change. */
+static void wf_spec_changed(wf_rec *w, const cJSON *obj) {
+  kb_sim *sim = glue_sim(w->ctl->g);
+  const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
+  const char *shutdown = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "shutdown"));
+  int suspend = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "suspend"));
+  if (shutdown && *shutdown && !w->shutdown) {
+    w->shutdown = 1;
+    if (!strcmp(shutdown, "Stop")) kb_sim_run_stop(sim, w->run, NULL);
+    else kb_sim_run_terminate(sim, w->run, NULL);
+  }
+  if (suspend != w->suspended && kb_sim_run_suspend(sim, w->run, suspend, NULL) == 0)
+    w->suspended = suspend;
+}
 
 static void wf_error(ctl_wf *c, const char *ns, const char *name, const char *msg) {
   char ts[32];
@@ -101,7 +120,34 @@ static void wf_added(ctl_wf *c, const cJSON *obj) {
   w->next = c->wfs;
   c->wfs = w;
   glue_own_run(c->g, run, &wf_ops, w);
+  wf_spec_changed(w, obj);
   glue_workflow_status(c->g, run, ns, name);
+}
+
+static wf_rec *wf_find(ctl_wf *c, const cJSON *obj) {
+  const char *uid = k8s_meta_str(obj, "uid");
+  for (wf_rec *w = c->wfs; w; w = w->next)
+    if (w->run >= 0 && uid && !strcmp(w->uid, uid)) return w;
+  return NULL;
+}
+
+/* An update through the API (argo-server's actions patch the Workflow as
+ * the real one does): spec.suspend, spec.shutdown, or a status put back to
+ * Running by a retry reach the model. */
+static void wf_modified(ctl_wf *c, const cJSON *obj) {
+  wf_rec *w = wf_find(c, obj);
+  if (!w) return;
+  kb_sim_run_info ri;
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
+  const char *phase = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(st, "phase"));
+  if (kb_sim_run_get(glue_sim(c->g), w->run, &ri) == 0 && ri.wf_finished_at >= 0 && phase &&
+      !strcmp(phase, "Running") && kb_sim_run_retry(glue_sim(c->g), w->run, NULL) == 0) {
+    w->shutdown = 0;
+    w->phase[0] = 0;
+  }
+  wf_spec_changed(w, obj);
+  glue_workflow_status(c->g, w->run, w->ns, w->name);
+  wf_events(w);
 }
 
 static void wf_deleted(ctl_wf *c, const cJSON *obj) {
@@ -118,6 +164,7 @@ static void on_wf(void *ud, kb_k8s_event_type type, const cJSON *obj) {
   ctl_wf *c = ud;
   if (glue_writing(c->g)) return;
   if (type == KB_K8S_ADDED) wf_added(c, obj);
+  else if (type == KB_K8S_MODIFIED) wf_modified(c, obj);
   else if (type == KB_K8S_DELETED) wf_deleted(c, obj);
 }
 

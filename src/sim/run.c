@@ -97,12 +97,14 @@ static double step_fail_prob(const kb_sim *sim, const sim_run *r, const sim_step
  * have Argo create its pod. */
 static void step_ready(kb_sim *sim, uint32_t ri, size_t si) {
   sim_run *r = &sim->runs[ri];
+  if (r->suspended) return; /* stays ready (ST_WAIT, no deps left) until resumed */
   const sim_step *st = &pipe_of(sim, r)->steps[si];
   uint32_t pi = sim_pod_new(sim);
   r = &sim->runs[ri];
   if (pi == SIM_NONE) return; /* out of memory: the step never starts */
   kb_sim_rng rng;
-  kb_sim_rng_seed(&rng, kb_sim_seed_mix(sim->seed, r->serial, si + 1));
+  /* a retried step draws afresh; the first attempt's stream is unchanged */
+  kb_sim_rng_seed(&rng, kb_sim_seed_mix(sim->seed, r->serial, si + 1 + ((uint64_t)r->retries << 32)));
   const kb_sim_config *c = sim->cfg;
   sim_pod *p = &sim->pods[pi];
   p->run = ri;
@@ -144,7 +146,7 @@ static void run_finish(kb_sim *sim, uint32_t ri) {
 
 static void run_check_done(kb_sim *sim, uint32_t ri) {
   sim_run *r = &sim->runs[ri];
-  if (r->inflight || r->wf_finished >= 0) return;
+  if (r->inflight || r->wf_finished >= 0 || r->suspended) return;
   sim_pipeline *pl = pipe_of(sim, r);
   if (!r->exit_started && pl->n_steps > pl->n_main) {
     r->exit_started = 1;
@@ -379,7 +381,7 @@ int kb_sim_run_create(kb_sim *sim, int pipeline, const kb_sim_run_opts *opts, kb
   return (int)ri;
 }
 
-static sim_run *run_at(const kb_sim *sim, int run) {
+sim_run *sim_run_at(const kb_sim *sim, int run) {
   return run >= 0 && (size_t)run < sim->n_runs && sim->runs[run].in_use ? &sim->runs[run] : NULL;
 }
 
@@ -399,7 +401,7 @@ static void stop_run(kb_sim *sim, uint32_t ri, const char *reason, const char *m
 
 int kb_sim_run_terminate(kb_sim *sim, int run, kb_sim_error *err) {
   kb_sim_sync(sim);
-  sim_run *r = run_at(sim, run);
+  sim_run *r = sim_run_at(sim, run);
   if (!r || r->deleted) return sim_fail(err, KB_SIM_ENOENT, "run %d not found", run);
   if (r->wf_finished >= 0 || r->terminated)
     return sim_fail(err, KB_SIM_ESTATE, "run %s has already finished", r->name);
@@ -421,6 +423,104 @@ int kb_sim_run_terminate(kb_sim *sim, int run, kb_sim_error *err) {
   return 0;
 }
 
+int kb_sim_run_suspend(kb_sim *sim, int run, int suspend, kb_sim_error *err) {
+  kb_sim_sync(sim);
+  sim_run *r = sim_run_at(sim, run);
+  if (!r || r->deleted) return sim_fail(err, KB_SIM_ENOENT, "run %d not found", run);
+  if (r->wf_finished >= 0) return sim_fail(err, KB_SIM_ESTATE, "run %s has already finished", r->name);
+  if (r->suspended == !!suspend) return 0;
+  r->suspended = !!suspend;
+  uint32_t ri = (uint32_t)run;
+  sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
+  if (suspend || r->wf_started < 0) return 0; /* not started: the start releases the roots */
+  if (!r->failed) release_ready(sim, ri, 0);
+  if (sim->runs[ri].exit_started) release_ready(sim, ri, 1);
+  run_check_done(sim, ri);
+  return 0;
+}
+
+int kb_sim_run_stop(kb_sim *sim, int run, kb_sim_error *err) {
+  static const char msg[] = "Stopped with strategy 'Stop'";
+  kb_sim_sync(sim);
+  sim_run *r = sim_run_at(sim, run);
+  if (!r || r->deleted) return sim_fail(err, KB_SIM_ENOENT, "run %d not found", run);
+  if (r->wf_finished >= 0 || r->terminated)
+    return sim_fail(err, KB_SIM_ESTATE, "run %s has already finished", r->name);
+  if (r->wf_started < 0) { /* nothing ran: nothing to hand to an exit handler */
+    int rc = kb_sim_run_terminate(sim, run, err);
+    sim->runs[run].wf_message = msg;
+    return rc;
+  }
+  uint32_t ri = (uint32_t)run;
+  if (!r->failed) {
+    r->failed = 1;
+    free(r->error);
+    r->error = sim_strdup(msg);
+  }
+  r->wf_message = msg;
+  r->suspended = 0; /* a stopped workflow is not held */
+  sim_pipeline *pl = pipe_of(sim, r);
+  for (size_t i = 0; i < pl->n_steps; i++) {
+    sim_stepstate *ss = &sim->runs[ri].steps[i];
+    if (ss->state == ST_CREATED && !pl->steps[i].info.exit_handler)
+      sim_pod_kill(sim, ss->pod, "Error", "workflow shutdown with strategy:  Stop");
+  }
+  sim_touch(sim, KB_SIM_KIND_RUN, ri, &sim->runs[ri].rv);
+  run_check_done(sim, ri);
+  return 0;
+}
+
+/* Removes a step's pod from the model (retry): its object goes too. */
+static void step_forget_pod(kb_sim *sim, sim_run *r, sim_stepstate *ss) {
+  sim_pod *p = &sim->pods[ss->pod];
+  if (p->detected >= 0 && r->done_pods) r->done_pods--;
+  if (p->exists) {
+    p->exists = 0;
+    sim_touch(sim, KB_SIM_KIND_POD, ss->pod, &p->rv);
+  }
+  sim_pod_free(sim, ss->pod);
+  ss->pod = SIM_NONE;
+}
+
+int kb_sim_run_retry(kb_sim *sim, int run, kb_sim_error *err) {
+  kb_sim_sync(sim);
+  sim_run *r = sim_run_at(sim, run);
+  if (!r || r->deleted) return sim_fail(err, KB_SIM_ENOENT, "run %d not found", run);
+  if (r->wf_finished < 0 || (strcmp(r->wf_phase, "Failed") && strcmp(r->wf_phase, "Error")))
+    return sim_fail(err, KB_SIM_ESTATE, "Cannot retry a workflow in phase %s",
+                    r->wf_finished < 0 ? "Running" : r->wf_phase);
+  uint32_t ri = (uint32_t)run;
+  sim_pipeline *pl = pipe_of(sim, r);
+  for (size_t i = 0; i < pl->n_steps; i++) {
+    sim_stepstate *ss = &r->steps[i];
+    if (ss->state == ST_OK && !pl->steps[i].info.exit_handler) continue;
+    if (ss->pod != SIM_NONE) step_forget_pod(sim, r, ss);
+    ss->state = ST_WAIT;
+  }
+  for (size_t i = 0; i < pl->n_steps; i++) {
+    sim_stepstate *ss = &r->steps[i];
+    if (ss->state == ST_OK) continue;
+    ss->deps_left = 0;
+    for (size_t d = 0; d < pl->steps[i].info.n_deps; d++)
+      ss->deps_left += r->steps[pl->steps[i].info.deps[d]].state != ST_OK;
+  }
+  r->failed = r->terminated = r->exit_started = 0;
+  free(r->error);
+  r->error = NULL;
+  r->wf_message = NULL;
+  r->wf_finished = r->finished_reported = -1;
+  r->wf_phase = "Running";
+  r->true_state = KB_SIM_RUN_RUNNING;
+  r->retries++;
+  if (sim->wf_finished) sim->wf_finished--;
+  sim->wf_active++;
+  sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
+  report(sim, ri, KB_SIM_RUN_RUNNING);
+  release_ready(sim, ri, 0);
+  run_check_done(sim, ri);
+  return 0;
+}
+
 /* The run's pods are freed already; observers see a freed id as gone. */
 static void run_free(kb_sim *sim, uint32_t ri) {
   sim_run *r = &sim->runs[ri];
@@ -437,7 +537,7 @@ static void run_free(kb_sim *sim, uint32_t ri) {
 
 int kb_sim_run_delete(kb_sim *sim, int run, kb_sim_error *err) {
   kb_sim_sync(sim);
-  sim_run *r = run_at(sim, run);
+  sim_run *r = sim_run_at(sim, run);
   if (!r || r->deleted) return sim_fail(err, KB_SIM_ENOENT, "run %d not found", run);
   uint32_t ri = (uint32_t)run;
   int active = r->wf_started >= 0 && r->wf_finished < 0;
@@ -465,7 +565,7 @@ int kb_sim_run_delete(kb_sim *sim, int run, kb_sim_error *err) {
 size_t kb_sim_run_count(const kb_sim *sim) { return sim->n_runs; }
 
 int kb_sim_run_get(const kb_sim *sim, int run, kb_sim_run_info *o) {
-  const sim_run *r = run_at(sim, run);
+  const sim_run *r = sim_run_at(sim, run);
   if (!r) return KB_SIM_ENOENT;
   memset(o, 0, sizeof *o);
   o->id = run;
@@ -538,128 +638,4 @@ void sim_runs_free(kb_sim *sim) {
   free(sim->runs);
   sim->runs = NULL;
   sim->n_runs = 0;
-}
-
-/* ---- Argo workflow status ---- */
-
-static void add_time(cJSON *o, const char *key, const kb_sim *sim, double t) {
-  if (t < 0) {
-    cJSON_AddNullToObject(o, key);
-    return;
-  }
-  time_t s = (time_t)floor(sim->epoch + t);
-  struct tm tm;
-  gmtime_r(&s, &tm);
-  char buf[32];
-  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  cJSON_AddStringToObject(o, key, buf);
-}
-
-static const char *gtype_name(sim_gnode_type t) {
-  switch (t) {
-  case GN_POD: return "Pod";
-  case GN_DAG: return "DAG";
-  case GN_STEPS: return "Steps";
-  default: return "StepGroup";
-  }
-}
-
-static void node_id(const sim_run *r, const sim_gnode *g, char *out, size_t n) {
-  char name[512];
-  if (!*g->suffix) {
-    snprintf(out, n, "%s", r->workflow);
-    return;
-  }
-  snprintf(name, sizeof name, "%s%s", r->workflow, g->suffix);
-  snprintf(out, n, "%s-%u", r->workflow, sim_fnv32a(name));
-}
-
-static cJSON *gnode_json(const kb_sim *sim, const sim_run *r, const sim_pipeline *pl, int gi) {
-  const sim_gnode *g = &pl->gnodes[gi];
-  int ok = 0, fail = 0, live = 0, seen = 0;
-  double start = INFINITY, end = -1;
-  for (int s = g->first; s < g->end; s++) {
-    const sim_stepstate *ss = &r->steps[s];
-    if (ss->pod == SIM_NONE) continue;
-    const sim_pod *p = &sim->pods[ss->pod];
-    if (!p->exists && !r->deleted && p->phase == KB_SIM_POD_PENDING) continue; /* not created yet */
-    seen++;
-    if (p->created < start) start = p->created;
-    ok += ss->state == ST_OK;
-    fail += ss->state == ST_FAIL;
-    live += ss->state == ST_CREATED;
-    double e = p->detected >= 0 ? p->detected : p->finished;
-    if (e > end) end = e;
-  }
-  if (!seen && *g->suffix) return NULL;
-  int total = g->end - g->first;
-  const char *phase;
-  if (ok == total) phase = "Succeeded";
-  else if (live) phase = g->type == GN_POD && seen && sim->pods[r->steps[g->step].pod].phase == KB_SIM_POD_PENDING ? "Pending" : "Running";
-  else if (r->wf_finished >= 0 || fail) phase = fail || r->wf_finished >= 0 ? "Failed" : "Running";
-  else phase = "Running";
-  if (!*g->suffix && r->wf_finished < 0 && strcmp(phase, "Succeeded")) phase = "Running";
-  cJSON *o = cJSON_CreateObject();
-  char id[192], name[512], buf[64];
-  node_id(r, g, id, sizeof id);
-  snprintf(name, sizeof name, "%s%s", r->workflow, g->suffix);
-  cJSON_AddStringToObject(o, "id", id);
-  cJSON_AddStringToObject(o, "name", name);
-  cJSON_AddStringToObject(o, "displayName", *g->suffix ? g->display : r->workflow);
-  cJSON_AddStringToObject(o, "type", gtype_name(g->type));
-  cJSON_AddStringToObject(o, "templateName", g->template_name);
-  cJSON_AddStringToObject(o, "phase", phase);
-  for (int b = g->parent; b >= 0; b = pl->gnodes[b].parent)
-    if (pl->gnodes[b].type == GN_DAG || pl->gnodes[b].type == GN_STEPS) {
-      node_id(r, &pl->gnodes[b], buf, sizeof buf);
-      cJSON_AddStringToObject(o, "boundaryID", buf);
-      break;
-    }
-  cJSON *children = cJSON_AddArrayToObject(o, "children");
-  for (size_t c = 0; c < pl->n_gnodes; c++)
-    if (pl->gnodes[c].parent == gi) {
-      node_id(r, &pl->gnodes[c], buf, sizeof buf);
-      cJSON_AddItemToArray(children, cJSON_CreateString(buf));
-    }
-  add_time(o, "startedAt", sim, start < INFINITY ? start : r->wf_started);
-  int terminal = !strcmp(phase, "Succeeded") || !strcmp(phase, "Failed");
-  add_time(o, "finishedAt", sim, terminal ? (end >= 0 ? end : r->wf_finished) : -1);
-  snprintf(buf, sizeof buf, "%d/%d", ok + fail, total);
-  cJSON_AddStringToObject(o, "progress", buf);
-  if (g->type == GN_POD && r->steps[g->step].pod != SIM_NONE) {
-    const sim_pod *p = &sim->pods[r->steps[g->step].pod];
-    if (p->node != SIM_NONE) cJSON_AddStringToObject(o, "hostNodeName", sim->nodes[p->node].name);
-    if (p->phase == KB_SIM_POD_FAILED) {
-      cJSON_AddStringToObject(o, "message", p->message ? p->message : "Error (exit code 1)");
-      cJSON *out = cJSON_AddObjectToObject(o, "outputs");
-      cJSON_AddStringToObject(out, "exitCode", p->exit_code == 137 ? "137" : "1");
-    } else if (p->phase == KB_SIM_POD_SUCCEEDED) {
-      cJSON *out = cJSON_AddObjectToObject(o, "outputs");
-      cJSON_AddStringToObject(out, "exitCode", "0");
-    }
-  }
-  return o;
-}
-
-cJSON *kb_sim_run_workflow_status(const kb_sim *sim, int run) {
-  const sim_run *r = run_at(sim, run);
-  if (!r || r->deleted) return NULL;
-  const sim_pipeline *pl = pipe_of(sim, r);
-  cJSON *st = cJSON_CreateObject();
-  if (!st) return NULL;
-  cJSON_AddStringToObject(st, "phase", r->wf_phase);
-  add_time(st, "startedAt", sim, r->wf_started);
-  add_time(st, "finishedAt", sim, r->wf_finished >= 0 && r->wf_started >= 0 ? r->wf_finished : -1);
-  char buf[64];
-  snprintf(buf, sizeof buf, "%d/%zu", r->done_pods, pl->n_steps);
-  cJSON_AddStringToObject(st, "progress", buf);
-  if (r->wf_message) cJSON_AddStringToObject(st, "message", r->wf_message);
-  else if (r->failed && r->wf_finished >= 0) cJSON_AddStringToObject(st, "message", r->error);
-  cJSON *nodes = cJSON_AddObjectToObject(st, "nodes");
-  if (r->wf_started >= 0)
-    for (size_t g = 0; g < pl->n_gnodes; g++) {
-      cJSON *n = gnode_json(sim, r, pl, (int)g);
-      if (n) cJSON_AddItemToObject(nodes, cJSON_GetObjectItemCaseSensitive(n, "id")->valuestring, n);
-    }
-  return st;
 }

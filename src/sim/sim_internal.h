@@ -186,6 +186,8 @@ typedef struct sim_run {
   double created, wf_started, wf_finished;
   const char *wf_phase, *wf_message; /* literals */
   int inflight, done_pods, failed, terminated, exit_started, deleted;
+  int suspended;    /* Argo spec.suspend: no new step starts */
+  uint32_t retries; /* Argo retries so far: a retried step draws afresh */
   kb_sim_run_state true_state;
   kb_sim_run_state state; /* reported */
   double finished_reported;
@@ -286,6 +288,8 @@ int sim_pipeline_expand(kb_sim *sim, const cJSON *doc, const cJSON *params,
                         sim_pipeline **out, kb_sim_error *err);
 
 /* run.c */
+/* The run in slot `run`, or NULL when the slot is free. */
+sim_run *sim_run_at(const kb_sim *sim, int run);
 const sim_step *sim_pod_step(const kb_sim *sim, uint32_t pod);
 void sim_run_event(kb_sim *sim, const sim_event *ev);
 void sim_pod_bound(kb_sim *sim, uint32_t pod);

@@ -1,0 +1,248 @@
+/* argo-server's workflow actions, PUT /api/v1/workflows/{ns}/{name}/{action}:
+ * suspend, resume, terminate, stop, retry, resubmit, set. As the real
+ * server does, each changes the stored Workflow (spec.suspend,
+ * spec.shutdown, a status set back to Running, a new Workflow) and the
+ * workflow controller (ctl_workflow.c) makes the model follow; the answer
+ * is the Workflow as stored afterwards. Errors carry argo's words and
+ * codes (workflow/util, server/workflow). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "argo_internal.h"
+#include "k8s_internal.h"
+#include "sim_glue.h"
+
+#define COMPLETED_LABEL "workflows.argoproj.io/completed"
+#define PHASE_LABEL "workflows.argoproj.io/phase"
+#define RESUBMITTED_LABEL "workflows.argoproj.io/resubmitted-from-workflow"
+
+static const char *phase_of(const cJSON *wf) {
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(wf, "status");
+  const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(st, "phase"));
+  return p ? p : "";
+}
+
+static int completed(const cJSON *wf) {
+  const char *p = phase_of(wf);
+  return !strcmp(p, "Succeeded") || !strcmp(p, "Failed") || !strcmp(p, "Error");
+}
+
+static cJSON *obj_at(cJSON *parent, const char *key) {
+  cJSON *o = cJSON_GetObjectItemCaseSensitive(parent, key);
+  if (cJSON_IsObject(o)) return o;
+  cJSON_DeleteItemFromObjectCaseSensitive(parent, key);
+  return cJSON_AddObjectToObject(parent, key);
+}
+
+/* Stores the changed copy (the controller acts on it) and answers what is
+ * stored then. */
+static void store_and_answer(argo_env *e, kb_httpd_req *req, const char *ns, const char *name,
+                             cJSON *wf) {
+  kb_k8s_error err = {0};
+  cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(wf, "metadata"),
+                                          "resourceVersion");
+  int rc = kb_k8s_update(e->st, e->wfs, ns, name, wf, 0, NULL, &err);
+  cJSON_Delete(wf);
+  if (rc < 0) {
+    argo_send_k8s_error(req, &err);
+    return;
+  }
+  const cJSON *now = kb_k8s_peek(e->st, e->wfs, ns, name);
+  argo_send_json(req, 200, now ? cJSON_Duplicate(now, 1) : cJSON_CreateObject());
+}
+
+static void set_spec(cJSON *wf, const char *key, cJSON *value) {
+  cJSON *spec = obj_at(wf, "spec");
+  cJSON_DeleteItemFromObjectCaseSensitive(spec, key);
+  if (value) cJSON_AddItemToObject(spec, key, value);
+}
+
+static void do_suspend(argo_env *e, kb_httpd_req *req, const char *ns, const char *name,
+                       cJSON *wf, int on) {
+  if (on && completed(wf)) {
+    cJSON_Delete(wf);
+    argo_send_error(req, 400, "cannot suspend completed workflows");
+    return;
+  }
+  set_spec(wf, "suspend", on ? cJSON_CreateTrue() : NULL);
+  store_and_answer(e, req, ns, name, wf);
+}
+
+static void do_shutdown(argo_env *e, kb_httpd_req *req, const char *ns, const char *name,
+                        cJSON *wf, const char *strategy) {
+  if (completed(wf)) {
+    char msg[600];
+    snprintf(msg, sizeof msg,
+             "cannot shutdown a completed workflow: workflow: \"%.200s\", namespace: \"%.200s\"",
+             name, ns);
+    cJSON_Delete(wf);
+    argo_send_error(req, 500, msg);
+    return;
+  }
+  set_spec(wf, "shutdown", cJSON_CreateString(strategy));
+  store_and_answer(e, req, ns, name, wf);
+}
+
+/* Whether the pod (its node-name annotation) runs the workflow's exit
+ * handler, "<wf>.onExit..." */
+static int exit_handler_pod(const cJSON *pod, const char *wf) {
+  const cJSON *ann = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pod, "metadata"),
+                                                      "annotations");
+  const char *node = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ann, "workflows.argoproj.io/node-name"));
+  size_t n = strlen(wf);
+  return node && !strncmp(node, wf, n) && !strncmp(node + n, ".onExit", 7);
+}
+
+/* Deletes the pods of the nodes a retry resets: the failed ones and the
+ * exit handler's. */
+static void delete_retried_pods(argo_env *e, const char *ns, const char *name) {
+  char labels[400];
+  snprintf(labels, sizeof labels, "workflows.argoproj.io/workflow=%s", name);
+  kb_k8s_list_opts lo = {.ns = ns, .label_selector = labels};
+  cJSON *pods = NULL;
+  if (kb_k8s_list(e->st, e->pods, &lo, &pods, NULL) < 0) return;
+  const cJSON *p;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(pods, "items")) {
+    const char *phase = phase_of(p);
+    if (!strcmp(phase, "Succeeded") && !exit_handler_pod(p, name)) continue;
+    kb_k8s_delete(e->st, e->pods, ns, k8s_meta_str(p, "name"), NULL, NULL, NULL);
+  }
+  cJSON_Delete(pods);
+}
+
+static void do_retry(argo_env *e, kb_httpd_req *req, const char *ns, const char *name, cJSON *wf,
+                     const cJSON *body) {
+  const char *phase = phase_of(wf);
+  char msg[300];
+  if (!strcmp(phase, "Succeeded") || (strcmp(phase, "Failed") && strcmp(phase, "Error"))) {
+    if (!strcmp(phase, "Succeeded"))
+      snprintf(msg, sizeof msg, "To retry a succeeded workflow, set the options restartSuccessful "
+               "and nodeFieldSelector");
+    else
+      snprintf(msg, sizeof msg, "Cannot retry a workflow in phase %s", *phase ? phase : "Pending");
+    cJSON_Delete(wf);
+    argo_send_error(req, 400, msg);
+    return;
+  }
+  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "restartSuccessful"))) {
+    cJSON_Delete(wf);
+    argo_send_error(req, 501, "retry with restartSuccessful is not supported by the simulator");
+    return;
+  }
+  delete_retried_pods(e, ns, name);
+  /* what argo-server writes: Running again, not finished, no shutdown;
+   * the controller sees it and re-runs the reset nodes */
+  set_spec(wf, "shutdown", NULL);
+  cJSON *st = obj_at(wf, "status");
+  cJSON_DeleteItemFromObjectCaseSensitive(st, "phase");
+  cJSON_AddStringToObject(st, "phase", "Running");
+  cJSON_DeleteItemFromObjectCaseSensitive(st, "finishedAt");
+  cJSON_AddNullToObject(st, "finishedAt");
+  cJSON_DeleteItemFromObjectCaseSensitive(st, "message");
+  cJSON *md = obj_at(wf, "metadata");
+  glue_set_meta(md, "labels", COMPLETED_LABEL, "false");
+  glue_set_meta(md, "labels", PHASE_LABEL, "Running");
+  store_and_answer(e, req, ns, name, wf);
+}
+
+/* A new Workflow from this one's spec (argo's FormulateResubmitWorkflow):
+ * generateName "<name>-" (or the original's generateName), the user's
+ * labels and annotations kept, the resubmitted-from label added. */
+static void do_resubmit(argo_env *e, kb_httpd_req *req, const char *ns, const char *name,
+                        cJSON *wf, const cJSON *body) {
+  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "memoized"))) {
+    cJSON_Delete(wf);
+    argo_send_error(req, 501, "resubmit with memoized is not supported by the simulator");
+    return;
+  }
+  const cJSON *md = cJSON_GetObjectItemCaseSensitive(wf, "metadata");
+  cJSON *nw = cJSON_CreateObject();
+  cJSON_AddStringToObject(nw, "apiVersion", "argoproj.io/v1alpha1");
+  cJSON_AddStringToObject(nw, "kind", "Workflow");
+  cJSON *nmd = cJSON_AddObjectToObject(nw, "metadata");
+  const char *gen = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(md, "generateName"));
+  char prefix[300];
+  snprintf(prefix, sizeof prefix, "%s-", name);
+  cJSON_AddStringToObject(nmd, "generateName", gen && *gen ? gen : prefix);
+  cJSON *labels = cJSON_AddObjectToObject(nmd, "labels");
+  const cJSON *l;
+  cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(md, "labels")) {
+    if (!strcmp(l->string, COMPLETED_LABEL) || !strcmp(l->string, PHASE_LABEL) ||
+        !strncmp(l->string, "workflows.argoproj.io/creator", 29) ||
+        !strcmp(l->string, "workflows.argoproj.io/workflow-archiving-status"))
+      continue;
+    cJSON_AddItemToObject(labels, l->string, cJSON_Duplicate(l, 1));
+  }
+  cJSON_DeleteItemFromObjectCaseSensitive(labels, RESUBMITTED_LABEL);
+  cJSON_AddStringToObject(labels, RESUBMITTED_LABEL, name);
+  const cJSON *ann = cJSON_GetObjectItemCaseSensitive(md, "annotations");
+  if (cJSON_IsObject(ann) && cJSON_GetArraySize(ann))
+    cJSON_AddItemToObject(nmd, "annotations", cJSON_Duplicate(ann, 1));
+  cJSON *spec = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(wf, "spec"), 1);
+  if (!spec) spec = cJSON_CreateObject();
+  cJSON_DeleteItemFromObjectCaseSensitive(spec, "shutdown");
+  cJSON_AddItemToObject(nw, "spec", spec);
+  cJSON_Delete(wf);
+  argo_create_workflow(e, req, ns, nw, 0);
+  cJSON_Delete(nw);
+}
+
+/* set: argo changes only suspend nodes (a node field selector picks them);
+ * the model has none, so no selector ever matches. */
+static void do_set(kb_httpd_req *req, cJSON *wf, const cJSON *body) {
+  cJSON_Delete(wf);
+  const char *phase = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "phase"));
+  const char *sel = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "nodeFieldSelector"));
+  char msg[600];
+  if (phase && *phase && strcmp(phase, "Succeeded") && strcmp(phase, "Failed") && strcmp(phase, "Error")) {
+    snprintf(msg, sizeof msg, "%.200s is an invalid phase to set to", phase);
+    argo_send_error(req, 400, msg);
+  } else if (!sel || !*sel) {
+    argo_send_error(req, 500, "'set' currently only targets suspend nodes, use a node field "
+                    "selector to target them");
+  } else {
+    snprintf(msg, sizeof msg, "currently, set only targets suspend nodes: no suspend nodes "
+             "matching nodeFieldSelector: %.300s", sel);
+    argo_send_error(req, 500, msg);
+  }
+}
+
+void argo_workflow_action(argo_env *e, kb_httpd_req *req, const char *ns, const char *name,
+                          const char *action) {
+  static const char *known[] = {"suspend", "resume", "terminate", "stop", "retry", "resubmit", "set"};
+  int k = -1;
+  for (int i = 0; i < (int)(sizeof known / sizeof *known); i++)
+    if (!strcmp(action, known[i])) k = i;
+  if (k < 0) {
+    argo_send_error(req, 404, "Not Found");
+    return;
+  }
+  size_t len = 0;
+  const char *text = kb_httpd_req_body(req, &len);
+  cJSON *body = len ? cJSON_ParseWithLength(text, len) : cJSON_CreateObject();
+  if (!cJSON_IsObject(body)) {
+    cJSON_Delete(body);
+    argo_send_error(req, 400, "the body must be a JSON object");
+    return;
+  }
+  const cJSON *cur = kb_k8s_peek(e->st, e->wfs, ns, name);
+  if (!cur) {
+    char msg[400];
+    snprintf(msg, sizeof msg, "workflows.argoproj.io \"%.200s\" not found", name);
+    argo_send_error(req, 404, msg);
+    cJSON_Delete(body);
+    return;
+  }
+  cJSON *wf = cJSON_Duplicate(cur, 1);
+  switch (k) {
+  case 0: do_suspend(e, req, ns, name, wf, 1); break;
+  case 1: do_suspend(e, req, ns, name, wf, 0); break;
+  case 2: do_shutdown(e, req, ns, name, wf, "Terminate"); break;
+  case 3: do_shutdown(e, req, ns, name, wf, "Stop"); break;
+  case 4: do_retry(e, req, ns, name, wf, body); break;
+  case 5: do_resubmit(e, req, ns, name, wf, body); break;
+  default: do_set(req, wf, body); break;
+  }
+  cJSON_Delete(body);
+}

@@ -1,0 +1,41 @@
+/* Shared by the argo-server files (argo_server.c: routes, streams, logs;
+ * argo_validate.c; argo_actions.c; argo_fields.c). Not a public header. */
+#ifndef KB_SIM_ARGO_INTERNAL_H
+#define KB_SIM_ARGO_INTERNAL_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "kb/http_server.h"
+#include "kb/k8s_store.h"
+
+/* The store and the resources every handler reads. */
+typedef struct argo_env {
+  kb_k8s_store *st;
+  const kb_k8s_res *wfs, *templates, *pods;
+} argo_env;
+
+/* Responses (argo_server.c): JSON (body is consumed), grpc-gateway's error
+ * body {code, message, details} with the gRPC code of the HTTP status. */
+void argo_send_json(kb_httpd_req *req, int status, cJSON *body);
+void argo_send_error(kb_httpd_req *req, int http, const char *msg);
+void argo_send_k8s_error(kb_httpd_req *req, const kb_k8s_error *err);
+/* Validates (as argo does) and stores wf, answers the Workflow as the
+ * controller has already seen it. wf stays the caller's. */
+void argo_create_workflow(argo_env *e, kb_httpd_req *req, const char *ns, cJSON *wf, int dry);
+
+/* argo's validation of a Workflow (argo_validate.c): 0, or -1 with its
+ * message (argo's words) in msg. */
+int argo_validate_workflow(const cJSON *wf, char *msg, size_t cap);
+
+/* PUT .../workflows/{ns}/{name}/{action} (argo_actions.c). */
+void argo_workflow_action(argo_env *e, kb_httpd_req *req, const char *ns, const char *name,
+                          const char *action);
+
+/* argo-server's fields= (argo_fields.c): keeps only the listed paths
+ * ("items.metadata.name,items.status.phase") or, with a leading '-',
+ * removes them. */
+void argo_fields_prune(cJSON *doc, const char *fields);
+
+#endif
