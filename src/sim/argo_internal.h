@@ -13,7 +13,7 @@
 /* The store and the resources every handler reads. */
 typedef struct argo_env {
   kb_k8s_store *st;
-  const kb_k8s_res *wfs, *templates, *pods;
+  const kb_k8s_res *wfs, *templates, *pods, *crons;
 } argo_env;
 
 /* Responses (argo_server.c): JSON (body is consumed), grpc-gateway's error
@@ -24,6 +24,17 @@ void argo_send_k8s_error(kb_httpd_req *req, const kb_k8s_error *err);
 /* Validates (as argo does) and stores wf, answers the Workflow as the
  * controller has already seen it. wf stays the caller's. */
 void argo_create_workflow(argo_env *e, kb_httpd_req *req, const char *ns, cJSON *wf, int dry);
+
+/* List (listOptions.*, fields=), get (fields=) and delete of any of the
+ * argo types, answered. */
+void argo_list(argo_env *e, const kb_k8s_res *res, kb_httpd_req *req, const char *ns);
+void argo_get(argo_env *e, const kb_k8s_res *res, kb_httpd_req *req, const char *ns,
+              const char *name);
+void argo_delete(argo_env *e, const kb_k8s_res *res, kb_httpd_req *req, const char *ns,
+                 const char *name);
+
+/* /api/v1/cron-workflows/... split in n segments (argo_cron.c). */
+void argo_cron_route(argo_env *e, kb_httpd_req *req, const char *m, int n, char seg[][256]);
 
 /* argo's validation of a Workflow (argo_validate.c): 0, or -1 with its
  * message (argo's words) in msg. */

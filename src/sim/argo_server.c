@@ -98,7 +98,8 @@ static int wants_sse(kb_httpd_req *req) {
 int glue_argo_path(const char *path) {
   return !strncmp(path, "/api/v1/workflows", 17) || !strncmp(path, "/api/v1/workflow-events", 23) ||
          !strncmp(path, "/api/v1/workflow-templates", 26) || !strcmp(path, "/api/v1/version") ||
-         !strcmp(path, "/api/v1/info") || !strcmp(path, "/api/v1/userinfo");
+         !strncmp(path, "/api/v1/cron-workflows", 22) || !strcmp(path, "/api/v1/info") ||
+         !strcmp(path, "/api/v1/userinfo");
 }
 
 /* ---- streams ---- */
@@ -299,7 +300,7 @@ static void send_fields(kb_httpd_req *req, cJSON *out) {
   argo_send_json(req, 200, out);
 }
 
-static void do_list(glue_argo *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns) {
+void argo_list(argo_env *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns) {
   const char *q = kb_httpd_req_query(req);
   char labels[1024], fields[1024], limit[32], cont[512];
   qget(q, "listOptions.labelSelector", labels, sizeof labels);
@@ -317,16 +318,16 @@ static void do_list(glue_argo *a, const kb_k8s_res *res, kb_httpd_req *req, cons
   send_fields(req, out);
 }
 
-static void do_get(glue_argo *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns,
-                   const char *name) {
+void argo_get(argo_env *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns,
+              const char *name) {
   kb_k8s_error err = {0};
   cJSON *o = kb_k8s_get(a->st, res, ns, name, &err);
   if (o) send_fields(req, o);
   else argo_send_k8s_error(req, &err);
 }
 
-static void do_delete(glue_argo *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns,
-                      const char *name) {
+void argo_delete(argo_env *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns,
+                 const char *name) {
   kb_k8s_error err = {0};
   kb_k8s_delete_opts o = {.propagation = KB_K8S_PROPAGATE_BACKGROUND};
   if (kb_k8s_delete(a->st, res, ns, name, &o, NULL, &err) < 0) argo_send_k8s_error(req, &err);
@@ -496,9 +497,9 @@ static void do_create_template(glue_argo *a, kb_httpd_req *req, const char *ns) 
 static void route_templates(glue_argo *a, kb_httpd_req *req, const char *m, int n, char seg[][256]) {
   const char *ns = n > 1 ? seg[1] : NULL;
   if (n == 2 && !strcmp(m, "POST")) do_create_template(a, req, ns);
-  else if (n <= 2 && !strcmp(m, "GET")) do_list(a, a->templates, req, ns);
-  else if (n == 3 && !strcmp(m, "GET")) do_get(a, a->templates, req, ns, seg[2]);
-  else if (n == 3 && !strcmp(m, "DELETE")) do_delete(a, a->templates, req, ns, seg[2]);
+  else if (n <= 2 && !strcmp(m, "GET")) argo_list(&a->env, a->templates, req, ns);
+  else if (n == 3 && !strcmp(m, "GET")) argo_get(&a->env, a->templates, req, ns, seg[2]);
+  else if (n == 3 && !strcmp(m, "DELETE")) argo_delete(&a->env, a->templates, req, ns, seg[2]);
   else if (n == 3 && !strcmp(m, "PUT")) argo_send_error(req, 501, "not supported by the simulator");
   else argo_send_error(req, 404, "Not Found");
 }
@@ -614,12 +615,12 @@ static int segments(const char *path, char seg[5][256]) {
 static void route_workflows(glue_argo *a, kb_httpd_req *req, const char *m, int n, char seg[][256]) {
   const char *ns = n > 1 ? seg[1] : NULL;
   if (n == 2 && !strcmp(m, "POST")) do_create(a, req, ns);
-  else if (n <= 2 && !strcmp(m, "GET")) do_list(a, a->res, req, ns);
+  else if (n <= 2 && !strcmp(m, "GET")) argo_list(&a->env, a->res, req, ns);
   else if (n == 3 && !strcmp(m, "POST") && !strcmp(seg[2], "submit")) do_submit(a, req, ns);
   else if (n == 3 && !strcmp(m, "POST") && !strcmp(seg[2], "lint")) do_lint(req, ns);
   else if (n == 4 && !strcmp(m, "PUT")) argo_workflow_action(&a->env, req, ns, seg[2], seg[3]);
-  else if (n == 3 && !strcmp(m, "GET")) do_get(a, a->res, req, ns, seg[2]);
-  else if (n == 3 && !strcmp(m, "DELETE")) do_delete(a, a->res, req, ns, seg[2]);
+  else if (n == 3 && !strcmp(m, "GET")) argo_get(&a->env, a->res, req, ns, seg[2]);
+  else if (n == 3 && !strcmp(m, "DELETE")) argo_delete(&a->env, a->res, req, ns, seg[2]);
   else if (n == 4 && !strcmp(m, "GET") && !strcmp(seg[3], "log")) do_logs(a, req, ns, seg[2]);
   else if (n >= 3 && n <= 5)
     argo_send_error(req, n >= 4 ? 501 : 404, n >= 4 ? "not supported by the simulator" : "Not Found");
@@ -644,6 +645,7 @@ int glue_argo_handle(glue_argo *a, kb_httpd_req *req) {
     do_watch(a, req, n > 1 ? seg[1] : NULL);
   else if (!strcmp(seg[0], "workflows")) route_workflows(a, req, m, n, seg);
   else if (!strcmp(seg[0], "workflow-templates") && n <= 5) route_templates(a, req, m, n, seg);
+  else if (!strcmp(seg[0], "cron-workflows") && n >= 2 && n <= 4) argo_cron_route(&a->env, req, m, n, seg);
   else argo_send_error(req, 404, "Not Found");
   return 1;
 }
@@ -656,11 +658,12 @@ glue_argo *glue_argo_new(kb_k8s_store *st, uv_loop_t *loop) {
   a->res = kb_k8s_store_lookup(st, "argoproj.io", "v1alpha1", "workflows");
   a->templates = kb_k8s_store_lookup(st, "argoproj.io", "v1alpha1", "workflowtemplates");
   a->pods = kb_k8s_store_lookup(st, "", "v1", "pods");
-  if (!a->res || !a->templates || !a->pods) {
+  const kb_k8s_res *crons = kb_k8s_store_lookup(st, "argoproj.io", "v1alpha1", "cronworkflows");
+  if (!a->res || !a->templates || !a->pods || !crons) {
     free(a);
     return NULL;
   }
-  a->env = (argo_env){st, a->res, a->templates, a->pods};
+  a->env = (argo_env){st, a->res, a->templates, a->pods, crons};
   return a;
 }
 

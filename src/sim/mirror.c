@@ -63,7 +63,7 @@ struct sim_glue {
   char **ev_keys; /* "ns/name" of Event objects, a ring */
   size_t ev_head, ev_count;
   uint64_t rng;
-  glue_ctl *ctl[3];
+  glue_ctl *ctl[4];
   const kb_k8s_res *r_pods, *r_nodes, *r_events, *r_workflows, *r_namespaces;
 };
 
@@ -734,15 +734,16 @@ int glue_start(sim_glue *g) {
   g->ctl[0] = glue_job_start(g);
   g->ctl[1] = glue_workflow_start(g);
   g->ctl[2] = glue_training_start(g);
+  g->ctl[3] = glue_cron_start(g);
   kb_sim_set_observer(g->sim, observer, g);
-  return g->ctl[0] && g->ctl[1] && g->ctl[2] ? 0 : -1;
+  return g->ctl[0] && g->ctl[1] && g->ctl[2] && g->ctl[3] ? 0 : -1;
 }
 
 void glue_stop(sim_glue *g) {
   if (!g || g->stopped) return;
   g->stopped = 1;
   kb_sim_set_observer(g->sim, NULL, NULL);
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 4; i++) {
     glue_ctl_free(g->ctl[i]);
     g->ctl[i] = NULL;
   }

@@ -98,6 +98,7 @@ struct glue_ctl { /* the first member of each controller */
 glue_ctl *glue_job_start(sim_glue *g);
 glue_ctl *glue_workflow_start(sim_glue *g);
 glue_ctl *glue_training_start(sim_glue *g);
+glue_ctl *glue_cron_start(sim_glue *g); /* Argo CronWorkflows (ctl_cron.c) */
 void glue_ctl_free(glue_ctl *c);
 
 /* The Argo Workflow objects the mirror keeps for runs nobody owns (KFP

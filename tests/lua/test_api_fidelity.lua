@@ -747,6 +747,20 @@ T.case("Argo Server: lint and the workflow actions per the swagger", function()
     "Bogus is an invalid phase to set to")
   rpc_error(a:call("PUT", W .. "/fid-none/suspend", { expect = 404, json = {} }), 5, "not found")
   for _, n in ipairs({ "fid-act", "fid-term", sub.metadata.name }) do a:call("DELETE", W .. "/" .. n, { expect = 200 }) end
+
+  local C = "/api/v1/cron-workflows/default"
+  local spec = wf("x", 5).spec
+  local cron = a:call("POST", C, { expect = 200, json = { namespace = "default", cronWorkflow = {
+    metadata = { name = "fid-cron" }, spec = { schedules = { "*/5 * * * *" }, workflowSpec = spec } } } })
+  T.eq(cron.kind, "CronWorkflow")
+  rpc_error(a:call("POST", C .. "/lint", { expect = 400, json = { cronWorkflow = {
+    metadata = { name = "fid-bad" }, spec = { schedules = { "@never" }, workflowSpec = spec } } } }), 3, "is malformed")
+  T.eq(#a:call("GET", C, { expect = 200 }).items, 1)
+  T.eq(a:call("PUT", C .. "/fid-cron/suspend", { expect = 200, json = { name = "fid-cron" } }).spec.suspend, true)
+  T.eq(a:call("PUT", C .. "/fid-cron/resume", { expect = 200, json = { name = "fid-cron" } }).spec.suspend, false)
+  T.eq(a:call("GET", C .. "/fid-cron", { expect = 200 }).metadata.uid, cron.metadata.uid)
+  a:call("DELETE", C .. "/fid-cron", { expect = 200 })
+  rpc_error(a:call("GET", C .. "/fid-cron", { expect = 404 }), 5, "not found")
   rec.argo:assert_clean()
 end)
 
