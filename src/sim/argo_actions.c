@@ -149,13 +149,7 @@ static void do_retry(argo_env *e, kb_httpd_req *req, const char *ns, const char 
 /* A new Workflow from this one's spec (argo's FormulateResubmitWorkflow):
  * generateName "<name>-" (or the original's generateName), the user's
  * labels and annotations kept, the resubmitted-from label added. */
-static void do_resubmit(argo_env *e, kb_httpd_req *req, const char *ns, const char *name,
-                        cJSON *wf, const cJSON *body) {
-  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "memoized"))) {
-    cJSON_Delete(wf);
-    argo_send_error(req, 501, "resubmit with memoized is not supported by the simulator");
-    return;
-  }
+void argo_resubmit(argo_env *e, kb_httpd_req *req, const char *ns, const char *name, cJSON *wf) {
   const cJSON *md = cJSON_GetObjectItemCaseSensitive(wf, "metadata");
   cJSON *nw = cJSON_CreateObject();
   cJSON_AddStringToObject(nw, "apiVersion", "argoproj.io/v1alpha1");
@@ -241,7 +235,14 @@ void argo_workflow_action(argo_env *e, kb_httpd_req *req, const char *ns, const 
   case 2: do_shutdown(e, req, ns, name, wf, "Terminate"); break;
   case 3: do_shutdown(e, req, ns, name, wf, "Stop"); break;
   case 4: do_retry(e, req, ns, name, wf, body); break;
-  case 5: do_resubmit(e, req, ns, name, wf, body); break;
+  case 5:
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "memoized"))) {
+      cJSON_Delete(wf);
+      argo_send_error(req, 501, "resubmit with memoized is not supported by the simulator");
+    } else {
+      argo_resubmit(e, req, ns, name, wf);
+    }
+    break;
   default: do_set(req, wf, body); break;
   }
   cJSON_Delete(body);

@@ -43,6 +43,18 @@ int argo_validate_workflow(const cJSON *wf, char *msg, size_t cap);
 /* PUT .../workflows/{ns}/{name}/{action} (argo_actions.c). */
 void argo_workflow_action(argo_env *e, kb_httpd_req *req, const char *ns, const char *name,
                           const char *action);
+/* A new Workflow from wf (consumed), as argo's resubmit makes it; answered. */
+void argo_resubmit(argo_env *e, kb_httpd_req *req, const char *ns, const char *name, cJSON *wf);
+
+/* The url-decoded value of key in the query string; 0 when absent. */
+int argo_query(const char *q, const char *key, char *out, size_t cap);
+
+/* The workflow archive (argo_archive.c): a watch copying completed
+ * Workflows; /api/v1/archived-workflows... split in n segments. */
+typedef struct argo_archive argo_archive;
+argo_archive *argo_archive_new(argo_env *env);
+void argo_archive_free(argo_archive *ar);
+void argo_archive_route(argo_archive *ar, kb_httpd_req *req, const char *m, int n, char seg[][256]);
 
 /* argo-server's fields= (argo_fields.c): keeps only the listed paths
  * ("items.metadata.name,items.status.phase") or, with a leading '-',

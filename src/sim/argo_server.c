@@ -29,6 +29,7 @@ typedef struct argo_stream {
 
 struct glue_argo {
   argo_env env; /* the same store and resources, for the other argo files */
+  argo_archive *archive;
   kb_k8s_store *st;
   uv_loop_t *loop;
   kb_vclock *clock; /* NULL: stream timeouts in real time */
@@ -43,7 +44,7 @@ static int hexval(int c) {
 }
 
 /* The url-decoded value of key in the query, or 0 when absent. */
-static int qget(const char *q, const char *key, char *out, size_t cap) {
+int argo_query(const char *q, const char *key, char *out, size_t cap) {
   size_t klen = strlen(key);
   for (const char *p = q; p && *p;) {
     const char *amp = strchr(p, '&');
@@ -98,7 +99,8 @@ static int wants_sse(kb_httpd_req *req) {
 int glue_argo_path(const char *path) {
   return !strncmp(path, "/api/v1/workflows", 17) || !strncmp(path, "/api/v1/workflow-events", 23) ||
          !strncmp(path, "/api/v1/workflow-templates", 26) || !strcmp(path, "/api/v1/version") ||
-         !strncmp(path, "/api/v1/cron-workflows", 22) || !strcmp(path, "/api/v1/info") ||
+         !strncmp(path, "/api/v1/cron-workflows", 22) || !strncmp(path, "/api/v1/archived-workflows", 26) ||
+         !strcmp(path, "/api/v1/info") ||
          !strcmp(path, "/api/v1/userinfo");
 }
 
@@ -172,10 +174,10 @@ static void stream_event(void *ud, kb_k8s_event_type type, const cJSON *obj) {
 static void do_watch(glue_argo *a, kb_httpd_req *req, const char *ns) {
   const char *q = kb_httpd_req_query(req);
   char labels[1024], fields[1024], rv[64], tmo[32];
-  qget(q, "listOptions.labelSelector", labels, sizeof labels);
-  qget(q, "listOptions.fieldSelector", fields, sizeof fields);
-  qget(q, "listOptions.resourceVersion", rv, sizeof rv);
-  qget(q, "listOptions.timeoutSeconds", tmo, sizeof tmo);
+  argo_query(q, "listOptions.labelSelector", labels, sizeof labels);
+  argo_query(q, "listOptions.fieldSelector", fields, sizeof fields);
+  argo_query(q, "listOptions.resourceVersion", rv, sizeof rv);
+  argo_query(q, "listOptions.timeoutSeconds", tmo, sizeof tmo);
   /* validate the selectors before the 200 is sent */
   kb_k8s_error err = {0};
   kb_k8s_selector *sel = kb_k8s_selector_parse(labels, fields, a->res, &err);
@@ -296,17 +298,17 @@ static void do_lint(kb_httpd_req *req, const char *ns) {
 /* The answer with fields= applied. */
 static void send_fields(kb_httpd_req *req, cJSON *out) {
   char fields[2048];
-  if (qget(kb_httpd_req_query(req), "fields", fields, sizeof fields)) argo_fields_prune(out, fields);
+  if (argo_query(kb_httpd_req_query(req), "fields", fields, sizeof fields)) argo_fields_prune(out, fields);
   argo_send_json(req, 200, out);
 }
 
 void argo_list(argo_env *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns) {
   const char *q = kb_httpd_req_query(req);
   char labels[1024], fields[1024], limit[32], cont[512];
-  qget(q, "listOptions.labelSelector", labels, sizeof labels);
-  qget(q, "listOptions.fieldSelector", fields, sizeof fields);
-  qget(q, "listOptions.limit", limit, sizeof limit);
-  qget(q, "listOptions.continue", cont, sizeof cont);
+  argo_query(q, "listOptions.labelSelector", labels, sizeof labels);
+  argo_query(q, "listOptions.fieldSelector", fields, sizeof fields);
+  argo_query(q, "listOptions.limit", limit, sizeof limit);
+  argo_query(q, "listOptions.continue", cont, sizeof cont);
   kb_k8s_list_opts o = {.ns = ns, .label_selector = labels, .field_selector = fields,
                         .limit = (size_t)strtoul(limit, NULL, 10), .continue_token = cont};
   cJSON *out = NULL;
@@ -513,12 +515,12 @@ static int pod_log(glue_argo *a, kb_buf *out, const char *ns, const char *pod,
 static void do_logs(glue_argo *a, kb_httpd_req *req, const char *ns, const char *name) {
   const char *q = kb_httpd_req_query(req);
   char pod[256], container[128], grep[256], tail[32], ts[16];
-  qget(q, "podName", pod, sizeof pod);
-  if (!qget(q, "logOptions.container", container, sizeof container) || !*container)
+  argo_query(q, "podName", pod, sizeof pod);
+  if (!argo_query(q, "logOptions.container", container, sizeof container) || !*container)
     snprintf(container, sizeof container, "main");
-  qget(q, "grep", grep, sizeof grep);
-  int has_tail = qget(q, "logOptions.tailLines", tail, sizeof tail) && *tail;
-  qget(q, "logOptions.timestamps", ts, sizeof ts);
+  argo_query(q, "grep", grep, sizeof grep);
+  int has_tail = argo_query(q, "logOptions.tailLines", tail, sizeof tail) && *tail;
+  argo_query(q, "logOptions.timestamps", ts, sizeof ts);
   kb_k8s_error err = {0};
   if (!kb_k8s_peek(a->st, a->res, ns, name)) {
     char msg[512];
@@ -646,6 +648,7 @@ int glue_argo_handle(glue_argo *a, kb_httpd_req *req) {
   else if (!strcmp(seg[0], "workflows")) route_workflows(a, req, m, n, seg);
   else if (!strcmp(seg[0], "workflow-templates") && n <= 5) route_templates(a, req, m, n, seg);
   else if (!strcmp(seg[0], "cron-workflows") && n >= 2 && n <= 4) argo_cron_route(&a->env, req, m, n, seg);
+  else if (!strcmp(seg[0], "archived-workflows") && n <= 3) argo_archive_route(a->archive, req, m, n, seg);
   else argo_send_error(req, 404, "Not Found");
   return 1;
 }
@@ -664,6 +667,7 @@ glue_argo *glue_argo_new(kb_k8s_store *st, uv_loop_t *loop) {
     return NULL;
   }
   a->env = (argo_env){st, a->res, a->templates, a->pods, crons};
+  a->archive = argo_archive_new(&a->env); /* NULL: the archive answers 500 */
   return a;
 }
 
@@ -672,5 +676,6 @@ void glue_argo_set_clock(glue_argo *a, kb_vclock *clock) { a->clock = clock; }
 void glue_argo_free(glue_argo *a) {
   if (!a) return;
   while (a->streams) stream_end(a->streams);
+  argo_archive_free(a->archive);
   free(a);
 }

@@ -747,6 +747,12 @@ T.case("Argo Server: lint and the workflow actions per the swagger", function()
     "Bogus is an invalid phase to set to")
   rpc_error(a:call("PUT", W .. "/fid-none/suspend", { expect = 404, json = {} }), 5, "not found")
   for _, n in ipairs({ "fid-act", "fid-term", sub.metadata.name }) do a:call("DELETE", W .. "/" .. n, { expect = 200 }) end
+  -- the archive kept the finished ones
+  local arch = a:call("GET", "/api/v1/archived-workflows", { expect = 200, query = { namePrefix = "fid-term" } })
+  T.eq(#arch.items, 1)
+  T.eq(a:call("GET", "/api/v1/archived-workflows/" .. arch.items[1].metadata.uid, { expect = 200 }).metadata.name, "fid-term")
+  a:call("DELETE", "/api/v1/archived-workflows/" .. arch.items[1].metadata.uid, { expect = 200 })
+  rpc_error(a:call("GET", "/api/v1/archived-workflows/" .. arch.items[1].metadata.uid, { expect = 404 }), 5, "not found")
 
   local C = "/api/v1/cron-workflows/default"
   local spec = wf("x", 5).spec
