@@ -2,7 +2,10 @@
  * /work/shared/notes/apis.md §1) over the store's Workflow and
  * WorkflowTemplate objects, on the simulator's port: the workflow
  * controller (ctl_workflow.c) runs what is created or submitted here
- * exactly as what comes through the CRD path. */
+ * exactly as what comes through the CRD path. This file: routing, create,
+ * lint, list/get/delete, submit, templates, logs and event streams; the
+ * actions, validation, fields=, cron workflows and the archive are in the
+ * other argo_*.c files (argo_internal.h). */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>

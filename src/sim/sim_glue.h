@@ -115,10 +115,13 @@ void glue_logs_ended(sim_glue *g, const kb_sim_pod_info *pi, const char *ns, con
                      const char *container);
 
 /* ---- argo-server's REST API (argo_server.c) ---- */
-/* /api/v1/workflows/{ns}[/{name}] (create, list, get, delete),
- * /api/v1/workflows/{ns}/submit (from a WorkflowTemplate),
- * /api/v1/workflows/{ns}/{name}/log, /api/v1/workflow-templates/{ns}[/{name}]
- * (create, list, get, delete), /api/v1/workflow-events/{ns}
+/* /api/v1/workflows/{ns}[/{name}] (create and lint, validated as argo
+ * does; list, get with fields=; delete), /api/v1/workflows/{ns}/submit
+ * (from a WorkflowTemplate), .../{name}/log, .../{name}/{suspend|resume|
+ * stop|terminate|retry|resubmit|set} (argo_actions.c),
+ * /api/v1/workflow-templates/{ns}[/{name}] (create, list, get, delete),
+ * /api/v1/cron-workflows/... (argo_cron.c), /api/v1/archived-workflows/...
+ * (argo_archive.c), /api/v1/workflow-events/{ns}
  * (newline-delimited {"result":...} or SSE with Accept: text/event-stream,
  * ended after listOptions.timeoutSeconds), /api/v1/version, /info,
  * /userinfo, over the store's objects; errors in grpc-gateway's shape. */
