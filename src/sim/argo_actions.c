@@ -58,6 +58,57 @@ static void set_spec(cJSON *wf, const char *key, cJSON *value) {
   if (value) cJSON_AddItemToObject(spec, key, value);
 }
 
+/* argo's nodeFieldSelector: "k=v", "k==v" or "k!=v" terms, comma-joined,
+ * over a node's displayName, templateName, phase, name and id. */
+static int node_matches(const cJSON *node, const char *sel) {
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", sel);
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    char *op = strpbrk(t, "!=");
+    if (!op || op == t) return 0;
+    int neg = *op == '!';
+    char *val = op + (neg || op[1] == '=' ? 2 : 1);
+    *op = 0;
+    const char *have = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(node, t));
+    int eq = have && !strcmp(have, val);
+    if (eq == neg) return 0;
+  }
+  return 1;
+}
+
+/* Sets the phase (and message) of the waiting suspend nodes the selector
+ * picks (every one when sel is NULL), as argo's updateSuspendedNode; the
+ * controller hands them to the model. Returns how many. */
+static int set_suspend_nodes(cJSON *wf, const char *sel, const char *phase, const char *msg) {
+  int n = 0;
+  cJSON *node;
+  cJSON_ArrayForEach(node, cJSON_GetObjectItemCaseSensitive(obj_at(wf, "status"), "nodes")) {
+    const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(node, "type"));
+    const char *ph = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(node, "phase"));
+    if (!type || strcmp(type, "Suspend") || !ph || strcmp(ph, "Running")) continue;
+    if (sel && !node_matches(node, sel)) continue;
+    n++;
+    if (phase && *phase) {
+      cJSON_DeleteItemFromObjectCaseSensitive(node, "phase");
+      cJSON_AddStringToObject(node, "phase", phase);
+    }
+    if (msg && *msg) {
+      cJSON_DeleteItemFromObjectCaseSensitive(node, "message");
+      cJSON_AddStringToObject(node, "message", msg);
+    }
+  }
+  return n;
+}
+
+static void no_match(kb_httpd_req *req, cJSON *wf, const char *sel) {
+  char msg[600];
+  snprintf(msg, sizeof msg, "currently, set only targets suspend nodes: no suspend nodes "
+           "matching nodeFieldSelector: %.300s", sel);
+  cJSON_Delete(wf);
+  argo_send_error(req, 500, msg);
+}
+
 static void do_suspend(argo_env *e, kb_httpd_req *req, const char *ns, const char *name,
                        cJSON *wf, int on) {
   if (on && completed(wf)) {
@@ -66,6 +117,17 @@ static void do_suspend(argo_env *e, kb_httpd_req *req, const char *ns, const cha
     return;
   }
   set_spec(wf, "suspend", on ? cJSON_CreateTrue() : NULL);
+  if (!on) set_suspend_nodes(wf, NULL, "Succeeded", NULL); /* resume ends suspend nodes too */
+  store_and_answer(e, req, ns, name, wf);
+}
+
+/* resume / stop with a nodeFieldSelector: only those suspend nodes. */
+static void do_node_action(argo_env *e, kb_httpd_req *req, const char *ns, const char *name,
+                           cJSON *wf, const char *sel, const char *phase, const char *msg) {
+  if (!set_suspend_nodes(wf, sel, phase, msg)) {
+    no_match(req, wf, sel);
+    return;
+  }
   store_and_answer(e, req, ns, name, wf);
 }
 
@@ -182,23 +244,29 @@ void argo_resubmit(argo_env *e, kb_httpd_req *req, const char *ns, const char *n
   cJSON_Delete(nw);
 }
 
-/* set: argo changes only suspend nodes (a node field selector picks them);
- * the model has none, so no selector ever matches. */
-static void do_set(kb_httpd_req *req, cJSON *wf, const cJSON *body) {
-  cJSON_Delete(wf);
+/* set: argo changes only waiting suspend nodes, picked by a node field
+ * selector: their phase (Succeeded, Failed, Error) and message. Output
+ * parameters are not modelled (the model keeps no outputs). */
+static void do_set(argo_env *e, kb_httpd_req *req, const char *ns, const char *name, cJSON *wf,
+                   const cJSON *body) {
   const char *phase = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "phase"));
   const char *sel = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "nodeFieldSelector"));
-  char msg[600];
+  const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "message"));
+  const char *outs = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "outputParameters"));
+  char text[600];
   if (phase && *phase && strcmp(phase, "Succeeded") && strcmp(phase, "Failed") && strcmp(phase, "Error")) {
-    snprintf(msg, sizeof msg, "%.200s is an invalid phase to set to", phase);
-    argo_send_error(req, 400, msg);
+    snprintf(text, sizeof text, "%.200s is an invalid phase to set to", phase);
+    cJSON_Delete(wf);
+    argo_send_error(req, 400, text);
+  } else if (outs && *outs) {
+    cJSON_Delete(wf);
+    argo_send_error(req, 501, "outputParameters are not modelled by the simulator");
   } else if (!sel || !*sel) {
+    cJSON_Delete(wf);
     argo_send_error(req, 500, "'set' currently only targets suspend nodes, use a node field "
                     "selector to target them");
   } else {
-    snprintf(msg, sizeof msg, "currently, set only targets suspend nodes: no suspend nodes "
-             "matching nodeFieldSelector: %.300s", sel);
-    argo_send_error(req, 500, msg);
+    do_node_action(e, req, ns, name, wf, sel, phase, msg);
   }
 }
 
@@ -229,7 +297,11 @@ void argo_workflow_action(argo_env *e, kb_httpd_req *req, const char *ns, const 
     return;
   }
   cJSON *wf = cJSON_Duplicate(cur, 1);
-  switch (k) {
+  const char *sel = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "nodeFieldSelector"));
+  const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "message"));
+  int by_node = sel && *sel && (k == 1 || k == 3);
+  switch (by_node ? -1 : k) {
+  case -1: do_node_action(e, req, ns, name, wf, sel, k == 1 ? "Succeeded" : "Failed", msg); break;
   case 0: do_suspend(e, req, ns, name, wf, 1); break;
   case 1: do_suspend(e, req, ns, name, wf, 0); break;
   case 2: do_shutdown(e, req, ns, name, wf, "Terminate"); break;
@@ -243,7 +315,7 @@ void argo_workflow_action(argo_env *e, kb_httpd_req *req, const char *ns, const 
       argo_resubmit(e, req, ns, name, wf);
     }
     break;
-  default: do_set(req, wf, body); break;
+  default: do_set(e, req, ns, name, wf, body); break;
   }
   cJSON_Delete(body);
 }

@@ -124,6 +124,28 @@ static void wf_added(ctl_wf *c, const cJSON *obj) {
   glue_workflow_status(c->g, run, ns, name);
 }
 
+/* Suspend nodes argo-server ended (resume, set, stop by node): the model's
+ * suspend steps of the same node name end with that phase. */
+static void wf_suspend_nodes(wf_rec *w, const cJSON *status) {
+  kb_sim *sim = glue_sim(w->ctl->g);
+  kb_sim_run_info ri;
+  if (kb_sim_run_get(sim, w->run, &ri) < 0) return;
+  const cJSON *node;
+  cJSON_ArrayForEach(node, cJSON_GetObjectItemCaseSensitive(status, "nodes")) {
+    const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(node, "type"));
+    const char *phase = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(node, "phase"));
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(node, "name"));
+    if (!type || strcmp(type, "Suspend") || !phase || !strcmp(phase, "Running") || !name) continue;
+    size_t n = kb_sim_pipeline_steps(sim, ri.pipeline), wlen = strlen(w->name);
+    for (size_t i = 0; i < n; i++) {
+      kb_sim_step_info si;
+      if (kb_sim_pipeline_step(sim, ri.pipeline, i, &si) < 0 || si.kind != KB_SIM_STEP_SUSPEND) continue;
+      if (!strncmp(name, w->name, wlen) && !strcmp(name + wlen, si.node_suffix))
+        kb_sim_run_node_resume(sim, w->run, i, !strcmp(phase, "Succeeded"), NULL);
+    }
+  }
+}
+
 static wf_rec *wf_find(ctl_wf *c, const cJSON *obj) {
   const char *uid = k8s_meta_str(obj, "uid");
   for (wf_rec *w = c->wfs; w; w = w->next)
@@ -146,6 +168,7 @@ static void wf_modified(ctl_wf *c, const cJSON *obj) {
     w->phase[0] = 0;
   }
   wf_spec_changed(w, obj);
+  wf_suspend_nodes(w, st);
   glue_workflow_status(c->g, w->run, w->ns, w->name);
   wf_events(w);
 }

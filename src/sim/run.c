@@ -99,6 +99,17 @@ static void step_ready(kb_sim *sim, uint32_t ri, size_t si) {
   sim_run *r = &sim->runs[ri];
   if (r->suspended) return; /* stays ready (ST_WAIT, no deps left) until resumed */
   const sim_step *st = &pipe_of(sim, r)->steps[si];
+  if (st->info.kind == KB_SIM_STEP_SUSPEND) { /* no pod: it waits */
+    sim_stepstate *ss = &r->steps[si];
+    ss->state = ST_CREATED;
+    ss->started = sim->now;
+    r->inflight++;
+    if (st->info.duration.a >= 0)
+      sim_schedule(sim, sim->now + st->info.duration.a, EV_SUSPEND_END, ri,
+                   (uint32_t)si | (r->retries & 0xffff) << 16);
+    sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
+    return;
+  }
   uint32_t pi = sim_pod_new(sim);
   r = &sim->runs[ri];
   if (pi == SIM_NONE) return; /* out of memory: the step never starts */
@@ -230,22 +241,16 @@ static void on_pod_exit(kb_sim *sim, uint32_t pi) {
   sim_schedule(sim, sim->now + p->detect_delay, EV_STEP_DETECT, pi, 0);
 }
 
-static void on_step_detect(kb_sim *sim, uint32_t pi) {
-  sim_pod *p = &sim->pods[pi];
-  sim_run *r = &sim->runs[p->run];
-  sim_stepstate *ss = &r->steps[p->step];
-  if (r->terminated || r->deleted || ss->state != ST_CREATED) return;
-  uint32_t ri = p->run;
-  const sim_step *st = sim_pod_step(sim, pi);
-  int ok = p->phase == KB_SIM_POD_SUCCEEDED;
-  p->detected = sim->now;
+/* Step si of the run ended (its pod seen done, or a suspend step ended). */
+static void step_done(kb_sim *sim, uint32_t ri, size_t si, int ok, const char *why) {
+  sim_run *r = &sim->runs[ri];
+  sim_stepstate *ss = &r->steps[si];
+  const sim_step *st = &pipe_of(sim, r)->steps[si];
   ss->state = ok ? ST_OK : ST_FAIL;
   r->inflight--;
-  r->done_pods++;
   if (!ok && !r->failed) {
     r->failed = 1;
-    r->error = sim_printf("step %s failed: %s", st->name,
-                          p->message ? p->message : p->reason ? p->reason : "Error");
+    r->error = sim_printf("step %s failed: %s", st->name, why);
   }
   sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
   /* failFast: once a step failed no new step of the main DAG starts;
@@ -262,6 +267,33 @@ static void on_step_detect(kb_sim *sim, uint32_t pi) {
   run_check_done(sim, ri);
 }
 
+static void on_step_detect(kb_sim *sim, uint32_t pi) {
+  sim_pod *p = &sim->pods[pi];
+  sim_run *r = &sim->runs[p->run];
+  sim_stepstate *ss = &r->steps[p->step];
+  if (r->terminated || r->deleted || ss->state != ST_CREATED) return;
+  p->detected = sim->now;
+  r->done_pods++;
+  step_done(sim, p->run, p->step, p->phase == KB_SIM_POD_SUCCEEDED,
+            p->message ? p->message : p->reason ? p->reason : "Error");
+}
+
+/* A suspend step ends (its duration, a resume, argo's set or stop). */
+static void suspend_end(kb_sim *sim, uint32_t ri, size_t si, int ok) {
+  sim_stepstate *ss = &sim->runs[ri].steps[si];
+  ss->finished = sim->now;
+  step_done(sim, ri, si, ok, "Stopped");
+}
+
+static void on_suspend_end(kb_sim *sim, uint32_t ri, uint32_t b) {
+  sim_run *r = &sim->runs[ri];
+  size_t si = b & 0xffff;
+  if (r->terminated || r->deleted || (b >> 16) != (r->retries & 0xffff) ||
+      si >= pipe_of(sim, r)->n_steps || r->steps[si].state != ST_CREATED)
+    return; /* ended otherwise meanwhile */
+  suspend_end(sim, ri, si, 1);
+}
+
 void sim_run_event(kb_sim *sim, const sim_event *ev) {
   switch (ev->kind) {
   case EV_RUN_START: on_run_start(sim, ev->a); break;
@@ -270,6 +302,7 @@ void sim_run_event(kb_sim *sim, const sim_event *ev) {
   case EV_POD_EXIT: on_pod_exit(sim, ev->a); break;
   case EV_STEP_DETECT: on_step_detect(sim, ev->a); break;
   case EV_RUN_REPORT: deliver_report(sim, ev->a, (kb_sim_run_state)ev->b); break;
+  case EV_SUSPEND_END: on_suspend_end(sim, ev->a, ev->b); break;
   default: break;
   }
 }
@@ -364,7 +397,7 @@ int kb_sim_run_create(kb_sim *sim, int pipeline, const kb_sim_run_opts *opts, kb
     return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
   }
   for (size_t i = 0; i < pl->n_steps; i++)
-    r->steps[i] = (sim_stepstate){SIM_NONE, (uint16_t)pl->steps[i].info.n_deps, ST_WAIT};
+    r->steps[i] = (sim_stepstate){SIM_NONE, (uint16_t)pl->steps[i].info.n_deps, ST_WAIT, -1, -1};
   r->in_use = 1;
   sim->runs_created++;
   sim_pipeline_hold(sim, pipeline);
@@ -390,6 +423,11 @@ static void stop_run(kb_sim *sim, uint32_t ri, const char *reason, const char *m
   sim_pipeline *pl = pipe_of(sim, &sim->runs[ri]);
   for (size_t i = 0; i < pl->n_steps; i++) {
     sim_stepstate *ss = &sim->runs[ri].steps[i];
+    if (ss->pod == SIM_NONE && ss->state == ST_CREATED) { /* a waiting suspend step */
+      ss->state = ST_FAIL;
+      ss->finished = sim->now;
+      sim->runs[ri].inflight--;
+    }
     if (ss->pod == SIM_NONE) continue;
     sim_pod_kill(sim, ss->pod, reason, msg);
     if (ss->state == ST_CREATED) {
@@ -462,8 +500,14 @@ int kb_sim_run_stop(kb_sim *sim, int run, kb_sim_error *err) {
   sim_pipeline *pl = pipe_of(sim, r);
   for (size_t i = 0; i < pl->n_steps; i++) {
     sim_stepstate *ss = &sim->runs[ri].steps[i];
-    if (ss->state == ST_CREATED && !pl->steps[i].info.exit_handler)
+    if (ss->state != ST_CREATED || pl->steps[i].info.exit_handler) continue;
+    if (ss->pod == SIM_NONE) {
+      ss->state = ST_FAIL; /* a waiting suspend step: failed now, nothing follows it */
+      ss->finished = sim->now;
+      sim->runs[ri].inflight--;
+    } else {
       sim_pod_kill(sim, ss->pod, "Error", "workflow shutdown with strategy:  Stop");
+    }
   }
   sim_touch(sim, KB_SIM_KIND_RUN, ri, &sim->runs[ri].rv);
   run_check_done(sim, ri);
@@ -496,6 +540,7 @@ int kb_sim_run_retry(kb_sim *sim, int run, kb_sim_error *err) {
     if (ss->state == ST_OK && !pl->steps[i].info.exit_handler) continue;
     if (ss->pod != SIM_NONE) step_forget_pod(sim, r, ss);
     ss->state = ST_WAIT;
+    ss->started = ss->finished = -1;
   }
   for (size_t i = 0; i < pl->n_steps; i++) {
     sim_stepstate *ss = &r->steps[i];
@@ -518,6 +563,18 @@ int kb_sim_run_retry(kb_sim *sim, int run, kb_sim_error *err) {
   report(sim, ri, KB_SIM_RUN_RUNNING);
   release_ready(sim, ri, 0);
   run_check_done(sim, ri);
+  return 0;
+}
+
+int kb_sim_run_node_resume(kb_sim *sim, int run, size_t step, int ok, kb_sim_error *err) {
+  kb_sim_sync(sim);
+  sim_run *r = sim_run_at(sim, run);
+  if (!r || r->deleted) return sim_fail(err, KB_SIM_ENOENT, "run %d not found", run);
+  const sim_pipeline *pl = pipe_of(sim, r);
+  if (step >= pl->n_steps || pl->steps[step].info.kind != KB_SIM_STEP_SUSPEND ||
+      r->steps[step].state != ST_CREATED || r->terminated)
+    return sim_fail(err, KB_SIM_ESTATE, "step %zu of run %s is not a waiting suspend step", step, r->name);
+  suspend_end(sim, (uint32_t)run, step, ok);
   return 0;
 }
 
@@ -585,7 +642,7 @@ int kb_sim_run_get(const kb_sim *sim, int run, kb_sim_run_info *o) {
   o->wf_message = r->wf_message;
   o->wf_started_at = r->wf_started;
   o->wf_finished_at = r->wf_finished;
-  o->pods_total = (int)pipe_of(sim, r)->n_steps;
+  o->pods_total = (int)(pipe_of(sim, r)->n_steps - pipe_of(sim, r)->n_suspend);
   o->pods_done = r->done_pods;
   return 0;
 }

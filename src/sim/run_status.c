@@ -31,6 +31,7 @@ static void add_time(cJSON *o, const char *key, const kb_sim *sim, double t) {
 static const char *gtype_name(sim_gnode_type t) {
   switch (t) {
   case GN_POD: return "Pod";
+  case GN_SUSPEND: return "Suspend";
   case GN_DAG: return "DAG";
   case GN_STEPS: return "Steps";
   default: return "StepGroup";
@@ -83,10 +84,21 @@ static void add_resources_duration(cJSON *o, res_dur d) {
 
 static cJSON *gnode_json(const kb_sim *sim, const sim_run *r, const sim_pipeline *pl, int gi) {
   const sim_gnode *g = &pl->gnodes[gi];
-  int ok = 0, fail = 0, live = 0, seen = 0;
+  int ok = 0, fail = 0, live = 0, seen = 0, pods_done = 0, pods = 0;
   double start = INFINITY, end = -1;
   for (int s = g->first; s < g->end; s++) {
     const sim_stepstate *ss = &r->steps[s];
+    if (pl->steps[s].info.kind == KB_SIM_STEP_SUSPEND) { /* no pod: its own times */
+      if (ss->started < 0) continue;
+      seen++;
+      if (ss->started < start) start = ss->started;
+      ok += ss->state == ST_OK;
+      fail += ss->state == ST_FAIL;
+      live += ss->state == ST_CREATED;
+      if (ss->finished > end) end = ss->finished;
+      continue;
+    }
+    pods++;
     if (ss->pod == SIM_NONE) continue;
     const sim_pod *p = &sim->pods[ss->pod];
     if (!p->exists && !r->deleted && p->phase == KB_SIM_POD_PENDING) continue; /* not created yet */
@@ -95,6 +107,7 @@ static cJSON *gnode_json(const kb_sim *sim, const sim_run *r, const sim_pipeline
     ok += ss->state == ST_OK;
     fail += ss->state == ST_FAIL;
     live += ss->state == ST_CREATED;
+    pods_done += ss->state == ST_OK || ss->state == ST_FAIL;
     double e = p->detected >= 0 ? p->detected : p->finished;
     if (e > end) end = e;
   }
@@ -131,7 +144,7 @@ static cJSON *gnode_json(const kb_sim *sim, const sim_run *r, const sim_pipeline
   add_time(o, "startedAt", sim, start < INFINITY ? start : r->wf_started);
   int terminal = !strcmp(phase, "Succeeded") || !strcmp(phase, "Failed");
   add_time(o, "finishedAt", sim, terminal ? (end >= 0 ? end : r->wf_finished) : -1);
-  snprintf(buf, sizeof buf, "%d/%d", ok + fail, total);
+  snprintf(buf, sizeof buf, "%d/%d", pods_done, pods); /* argo counts pods only */
   cJSON_AddStringToObject(o, "progress", buf);
   if (g->type == GN_POD && r->steps[g->step].pod != SIM_NONE) {
     const sim_pod *p = &sim->pods[r->steps[g->step].pod];
@@ -160,7 +173,7 @@ cJSON *kb_sim_run_workflow_status(const kb_sim *sim, int run) {
   add_time(st, "startedAt", sim, r->wf_started);
   add_time(st, "finishedAt", sim, r->wf_finished >= 0 && r->wf_started >= 0 ? r->wf_finished : -1);
   char buf[64];
-  snprintf(buf, sizeof buf, "%d/%zu", r->done_pods, pl->n_steps);
+  snprintf(buf, sizeof buf, "%d/%zu", r->done_pods, pl->n_steps - pl->n_suspend);
   cJSON_AddStringToObject(st, "progress", buf);
   if (r->wf_message) cJSON_AddStringToObject(st, "message", r->wf_message);
   else if (r->failed && r->wf_finished >= 0) cJSON_AddStringToObject(st, "message", r->error);

@@ -292,6 +292,73 @@ T.case("resourcesDuration, conditions and the pods' completed label follow the m
   T.eq(node_cpu, cpu)
 end)
 
+-- s1 (10 s), a suspend step, s2 (10 s); duration: the suspend's, or none.
+local function gated_wf(name, duration)
+  return { metadata = { name = name, labels = { suite = "actions" } }, spec = { entrypoint = "main",
+    templates = {
+      { name = "main", steps = { { { name = "s1", template = "work" } }, { { name = "approve", template = "gate" } },
+        { { name = "s2", template = "work" } } } },
+      { name = "gate", suspend = { duration = duration } },
+      { name = "work", metadata = { annotations = { ["sim.kbrun.io/duration"] = "fixed:10" } },
+        container = { image = "busybox:1.36" } } } } }
+end
+
+local function node_named(wf, display)
+  for _, n in pairs(wf.status.nodes) do if n.displayName == display then return n end end
+end
+
+T.case("suspend templates wait; set, resume and stop by node end them", function()
+  call("POST", "", { workflow = gated_wf("gate") })
+  kb.sleep(60)
+  local wf = get("gate")
+  T.eq(wf.status.phase, "Running")
+  local gate = node_named(wf, "approve")
+  T.eq(gate.type, "Suspend")
+  T.eq(gate.phase, "Running")
+  T.eq(wf.status.progress, "1/2", "pods only")
+  T.eq((pods_of("gate")), 1, "s2 waits for the gate")
+  local s, body = call("PUT", "/gate/set", { nodeFieldSelector = "displayName=nope", phase = "Succeeded" })
+  T.eq(s, 500)
+  T.eq(body.message, "currently, set only targets suspend nodes: no suspend nodes matching nodeFieldSelector: displayName=nope")
+  s, body = call("PUT", "/gate/set", { nodeFieldSelector = "displayName=approve", phase = "Succeeded", message = "ok" })
+  T.eq(s, 200)
+  T.eq(node_named(body, "approve").phase, "Succeeded")
+  kb.sleep(5)
+  T.eq((pods_of("gate")), 2, "s2 started")
+  kb.sleep(10)
+  wf = get("gate")
+  T.eq(wf.status.phase, "Succeeded")
+  T.eq(wf.status.progress, "2/2")
+  -- a whole-workflow resume ends the suspend node too
+  call("POST", "", { workflow = gated_wf("gate2") })
+  kb.sleep(30)
+  T.eq(call("PUT", "/gate2/resume", {}), 200)
+  kb.sleep(15)
+  T.eq(get("gate2").status.phase, "Succeeded")
+  -- stop by node fails the node, and with it the workflow
+  call("POST", "", { workflow = gated_wf("gate3") })
+  kb.sleep(30)
+  s, body = call("PUT", "/gate3/stop", { nodeFieldSelector = "templateName=gate", message = "no" })
+  T.eq(s, 200)
+  kb.sleep(5)
+  wf = get("gate3")
+  T.eq(wf.status.phase, "Failed")
+  T.eq(node_named(wf, "approve").phase, "Failed")
+  T.eq((pods_of("gate3")), 1, "s2 never ran")
+end)
+
+T.case("a suspend with a duration continues by itself", function()
+  call("POST", "", { workflow = gated_wf("timed", "20s") })
+  kb.sleep(35)
+  T.eq((pods_of("timed")), 2, "s2 started after 10 + 20 s")
+  kb.sleep(10)
+  local wf = get("timed")
+  T.eq(wf.status.phase, "Succeeded")
+  T.eq(secs(wf.status.finishedAt) - secs(wf.status.startedAt), 40, "10 + 20 + 10 s")
+  local gate = node_named(wf, "approve")
+  T.eq(secs(gate.finishedAt) - secs(gate.startedAt), 20)
+end)
+
 T.case("the archive keeps finished workflows after their deletion", function()
   call("POST", "", { workflow = steps_wf("arch", 2, 5) })
   call("POST", "", { workflow = steps_wf("arch-running", 1, 3600) })
