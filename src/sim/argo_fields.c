@@ -63,3 +63,19 @@ void argo_fields_prune(cJSON *doc, const char *fields) {
   if (c.n) clean(&c, "", doc);
   free(copy);
 }
+
+char *argo_fields_without_prefix(const char *fields, const char *prefix) {
+  size_t plen = strlen(prefix), n = strlen(fields);
+  char *out = malloc(n + 1);
+  if (!out) return NULL;
+  size_t o = 0;
+  const char *p = fields;
+  if (*p == '-') out[o++] = *p++;
+  while (*p) {
+    if (!strncmp(p, prefix, plen)) p += plen;
+    while (*p && *p != ',') out[o++] = *p++;
+    if (*p == ',') out[o++] = *p++;
+  }
+  out[o] = 0;
+  return out;
+}

@@ -60,5 +60,8 @@ void argo_archive_route(argo_archive *ar, kb_httpd_req *req, const char *m, int 
  * ("items.metadata.name,items.status.phase") or, with a leading '-',
  * removes them. */
 void argo_fields_prune(cJSON *doc, const char *fields);
+/* The same list with `prefix` taken off each path (the watch's
+ * "result.object."), malloc'd; NULL when out of memory. */
+char *argo_fields_without_prefix(const char *fields, const char *prefix);
 
 #endif

@@ -27,6 +27,7 @@ typedef struct argo_stream {
   uv_timer_t timer;   /* listOptions.timeoutSeconds without a clock; its close frees */
   kb_vtimer vtimer;   /* the same on the server's clock */
   int sse, ended, want_end;
+  char *fields; /* fields= for each event's object ("result.object." taken off), or NULL */
   struct argo_stream *prev, *next;
 } argo_stream;
 
@@ -109,7 +110,11 @@ int glue_argo_path(const char *path) {
 
 /* ---- streams ---- */
 
-static void stream_closed(uv_handle_t *h) { free(h->data); }
+static void stream_closed(uv_handle_t *h) {
+  argo_stream *s = h->data;
+  free(s->fields);
+  free(s);
+}
 
 static void stream_end(argo_stream *s) {
   if (s->ended) return;
@@ -160,7 +165,9 @@ static void stream_event(void *ud, kb_k8s_event_type type, const cJSON *obj) {
   } else {
     cJSON *result = cJSON_AddObjectToObject(msg, "result");
     cJSON_AddStringToObject(result, "type", kb_k8s_event_name(type));
-    cJSON_AddItemToObject(result, "object", cJSON_Duplicate(obj, 1));
+    cJSON *copy = cJSON_Duplicate(obj, 1);
+    if (s->fields) argo_fields_prune(copy, s->fields);
+    cJSON_AddItemToObject(result, "object", copy);
   }
   size_t len = 0;
   char *text = stream_msg(msg, s->sse, &len);
@@ -197,6 +204,8 @@ static void do_watch(glue_argo *a, kb_httpd_req *req, const char *ns) {
   s->a = a;
   s->req = req;
   s->sse = wants_sse(req);
+  char fl[2048];
+  if (argo_query(q, "fields", fl, sizeof fl) && *fl) s->fields = argo_fields_without_prefix(fl, "result.object.");
   uv_timer_init(a->loop, &s->timer);
   s->timer.data = s;
   kb_httpd_header h[] = {{"Content-Type", s->sse ? "text/event-stream" : "application/json"},

@@ -250,6 +250,19 @@ T.case("fields= keeps or drops the paths asked", function()
   T.eq(one.status, nil)
   T.eq(one.metadata.name, "fld")
   T.eq(one.spec.entrypoint, "main")
+  -- the event stream takes argo's "result.object." paths
+  local ev = kb.http.get(sim.url .. "/api/v1/workflow-events/" .. NS, { query = {
+    ["listOptions.fieldSelector"] = "metadata.name=fld", ["listOptions.timeoutSeconds"] = 1,
+    fields = "result.object.metadata.name,result.object.status.phase" } })
+  T.eq(ev.status, 200)
+  local n = 0
+  for line in ev.body:gmatch("[^\n]+") do
+    local m = json.decode(line).result
+    T.eq(m.type, "ADDED")
+    T.same(m.object, { metadata = { name = "fld" }, status = { phase = "Succeeded" } })
+    n = n + 1
+  end
+  T.eq(n, 1)
 end)
 
 T.case("resourcesDuration, conditions and the pods' completed label follow the model", function()
