@@ -296,6 +296,12 @@ void argo_workflow_action(argo_env *e, kb_httpd_req *req, const char *ns, const 
     cJSON_Delete(body);
     return;
   }
+  if (k != 5 && glue_annotation(cur, GLUE_MIRRORED)) { /* resubmit only copies it */
+    argo_send_error(req, 501, "actions on the Workflow of a KFP run are not supported by the "
+                    "simulator: use the KFP API (terminate, retry)");
+    cJSON_Delete(body);
+    return;
+  }
   cJSON *wf = cJSON_Duplicate(cur, 1);
   const char *sel = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "nodeFieldSelector"));
   const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "message"));

@@ -89,10 +89,17 @@ static void wf_error(ctl_wf *c, const char *ns, const char *name, const char *ms
   cJSON_Delete(st);
 }
 
+static void wf_start(ctl_wf *c, const cJSON *obj);
+
 static void wf_added(ctl_wf *c, const cJSON *obj) {
   if (glue_annotation(obj, GLUE_MIRRORED)) return;
   const cJSON *phase = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "status"), "phase");
   if (cJSON_GetStringValue(phase) && phase->valuestring[0]) return; /* already ran elsewhere */
+  wf_start(c, obj);
+}
+
+/* Loads the Workflow into the model and starts its run (or ends it in Error). */
+static void wf_start(ctl_wf *c, const cJSON *obj) {
   const char *ns = k8s_meta_str(obj, "namespace"), *name = k8s_meta_str(obj, "name");
   kb_sim *sim = glue_sim(c->g);
   kb_sim_error err = {0};
@@ -158,12 +165,18 @@ static wf_rec *wf_find(ctl_wf *c, const cJSON *obj) {
  * Running by a retry reach the model. */
 static void wf_modified(ctl_wf *c, const cJSON *obj) {
   wf_rec *w = wf_find(c, obj);
-  if (!w) return;
-  kb_sim_run_info ri;
   const cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
   const char *phase = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(st, "phase"));
-  if (kb_sim_run_get(glue_sim(c->g), w->run, &ri) == 0 && ri.wf_finished_at >= 0 && phase &&
-      !strcmp(phase, "Running") && kb_sim_run_retry(glue_sim(c->g), w->run, NULL) == 0) {
+  int running = phase && !strcmp(phase, "Running");
+  if (!w) { /* never ran (ended in Error at load): a retry loads it again */
+    if (running && !glue_annotation(obj, GLUE_MIRRORED)) wf_start(c, obj);
+    return;
+  }
+  kb_sim_run_info ri;
+  /* a retry: the status put back to Running after the failure was published */
+  int published = !strcmp(w->phase, "Failed") || !strcmp(w->phase, "Error");
+  if (running && published && kb_sim_run_get(glue_sim(c->g), w->run, &ri) == 0 &&
+      ri.wf_finished_at >= 0 && kb_sim_run_retry(glue_sim(c->g), w->run, NULL) == 0) {
     w->shutdown = 0;
     w->phase[0] = 0;
   }

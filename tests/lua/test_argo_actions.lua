@@ -228,6 +228,20 @@ T.case("retry re-runs the failed node; resubmit makes a labelled copy", function
   T.eq(s, 400)
   T.eq(body.message, "Running is an invalid phase to set to")
   T.eq(call("PUT", "/nope/suspend", {}), 404)
+
+  -- a workflow the model cannot run ends in Error; retried, it is loaded
+  -- again and ends the same way (not left Running)
+  local res = { metadata = { name = "res" }, spec = { entrypoint = "main", templates = {
+    { name = "main", resource = { action = "create", manifest = "{}" } } } } }
+  T.eq(call("POST", "", { workflow = res }), 200)
+  kb.sleep(1)
+  local msg = get("res").status.message
+  T.eq(get("res").status.phase, "Error")
+  T.contains(msg, "unsupported template type")
+  T.eq(call("PUT", "/res/retry", {}), 200)
+  kb.sleep(1)
+  T.eq(get("res").status.phase, "Error")
+  T.eq(get("res").status.message, msg)
 end)
 
 T.case("fields= keeps or drops the paths asked", function()
