@@ -81,7 +81,7 @@ static int validate_cron(const cJSON *cron, char *msg, size_t cap) {
   cJSON *wf = cJSON_CreateObject();
   const cJSON *ws = cJSON_GetObjectItemCaseSensitive(spec, "workflowSpec");
   cJSON_AddItemToObject(wf, "spec", cJSON_IsObject(ws) ? cJSON_Duplicate(ws, 1) : cJSON_CreateObject());
-  int rc = argo_validate_workflow(wf, msg, cap);
+  int rc = argo_validate_workflow(wf, 0, msg, cap);
   cJSON_Delete(wf);
   return rc;
 }

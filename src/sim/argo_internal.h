@@ -36,9 +36,10 @@ void argo_delete(argo_env *e, const kb_k8s_res *res, kb_httpd_req *req, const ch
 /* /api/v1/cron-workflows/... split in n segments (argo_cron.c). */
 void argo_cron_route(argo_env *e, kb_httpd_req *req, const char *m, int n, char seg[][256]);
 
-/* argo's validation of a Workflow (argo_validate.c): 0, or -1 with its
- * message (argo's words) in msg. */
-int argo_validate_workflow(const cJSON *wf, char *msg, size_t cap);
+/* argo's validation of a Workflow, or with `template` of a
+ * WorkflowTemplate (its entrypoint may be empty) (argo_validate.c): 0, or
+ * -1 with its message (argo's words) in msg. */
+int argo_validate_workflow(const cJSON *wf, int template, char *msg, size_t cap);
 
 /* PUT .../workflows/{ns}/{name}/{action} (argo_actions.c). */
 void argo_workflow_action(argo_env *e, kb_httpd_req *req, const char *ns, const char *name,

@@ -236,7 +236,7 @@ static void do_watch(glue_argo *a, kb_httpd_req *req, const char *ns) {
  * controller has already seen it. */
 void argo_create_workflow(argo_env *a, kb_httpd_req *req, const char *ns, cJSON *wf, int dry) {
   char msg[1024];
-  if (argo_validate_workflow(wf, msg, sizeof msg) < 0) { /* argo refuses before storing */
+  if (argo_validate_workflow(wf, 0, msg, sizeof msg) < 0) { /* argo refuses before storing */
     argo_send_error(req, 400, msg);
     return;
   }
@@ -295,7 +295,7 @@ static void do_lint(kb_httpd_req *req, const char *ns) {
   if (!cJSON_IsObject(wf)) {
     cJSON_Delete(wf);
     argo_send_error(req, 500, "unable to get a workflow");
-  } else if (argo_validate_workflow(wf, msg, sizeof msg) < 0) {
+  } else if (argo_validate_workflow(wf, 0, msg, sizeof msg) < 0) {
     cJSON_Delete(wf);
     argo_send_error(req, 400, msg);
   } else {
@@ -496,6 +496,12 @@ static void do_create_template(glue_argo *a, kb_httpd_req *req, const char *ns) 
   }
   cJSON *copy = cJSON_Duplicate(t, 1);
   cJSON_Delete(body);
+  char msg[1024];
+  if (argo_validate_workflow(copy, 1, msg, sizeof msg) < 0) {
+    cJSON_Delete(copy);
+    argo_send_error(req, 400, msg);
+    return;
+  }
   if (!cJSON_GetObjectItemCaseSensitive(copy, "apiVersion"))
     cJSON_AddStringToObject(copy, "apiVersion", "argoproj.io/v1alpha1");
   if (!cJSON_GetObjectItemCaseSensitive(copy, "kind"))

@@ -202,15 +202,16 @@ static int check_template(vctx *v, const cJSON *t, int depth) {
   return 0;
 }
 
-int argo_validate_workflow(const cJSON *wf, char *msg, size_t cap) {
+int argo_validate_workflow(const cJSON *wf, int template, char *msg, size_t cap) {
   const cJSON *spec = cJSON_GetObjectItemCaseSensitive(wf, "spec");
   vctx v = {cJSON_GetObjectItemCaseSensitive(spec, "templates"), msg, cap};
   msg[0] = 0;
   if (cJSON_GetObjectItemCaseSensitive(spec, "workflowTemplateRef")) return 0; /* resolved elsewhere */
   const cJSON *entry = cJSON_GetObjectItemCaseSensitive(spec, "entrypoint");
-  if (!cJSON_GetStringValue(entry) || !*entry->valuestring)
-    return fail(&v, "spec.entrypoint is required", "", "", "");
-  if (check_holder(&v, entry, 0)) return -1;
+  int has_entry = cJSON_GetStringValue(entry) && *entry->valuestring;
+  /* a WorkflowTemplate may leave the entrypoint to its submitter */
+  if (!has_entry && !template) return fail(&v, "spec.entrypoint is required", "", "", "");
+  if (has_entry && check_holder(&v, entry, 0)) return -1;
   const cJSON *on_exit = cJSON_GetObjectItemCaseSensitive(spec, "onExit");
   if (cJSON_GetStringValue(on_exit) && *on_exit->valuestring && check_holder(&v, on_exit, 0)) return -1;
   const cJSON *t;

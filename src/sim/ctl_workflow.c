@@ -168,8 +168,10 @@ static void wf_modified(ctl_wf *c, const cJSON *obj) {
   const cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
   const char *phase = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(st, "phase"));
   int running = phase && !strcmp(phase, "Running");
-  if (!w) { /* never ran (ended in Error at load): a retry loads it again */
-    if (running && !glue_annotation(obj, GLUE_MIRRORED)) wf_start(c, obj);
+  if (!w) { /* never ran (Error at load, so no nodes): a retry loads it again */
+    if (running && !cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(st, "nodes")) &&
+        !glue_annotation(obj, GLUE_MIRRORED))
+      wf_start(c, obj);
     return;
   }
   kb_sim_run_info ri;

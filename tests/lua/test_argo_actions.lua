@@ -101,6 +101,18 @@ T.case("create and lint refuse a cycle and a missing entrypoint in argo's words"
   T.eq(select(2, call("POST", "/lint", { workflow = unknown })).message,
     "templates.main sorting failed: invalid dependency zz")
 
+  -- a WorkflowTemplate is checked the same way (its entrypoint may be empty)
+  local WT = sim.url .. "/api/v1/workflow-templates/" .. NS
+  local tcyc = json.decode(json.encode(cyc))
+  tcyc.metadata.name, tcyc.spec.entrypoint = "tcyc", nil
+  local ts, tb = kb.http.post(WT, json.encode { template = tcyc }), nil
+  tb = json.decode(ts.body)
+  T.eq(ts.status, 400)
+  T.eq(tb.message, "templates.main templates.main sorting failed: graph with cycle")
+  local ok = json.decode(json.encode(steps_wf("tok", 1, 5)))
+  ok.spec.entrypoint = nil
+  T.eq(kb.http.post(WT, json.encode { template = ok }).status, 200)
+
   -- none of them was stored; a valid lint answers the workflow, stores nothing
   local l = c:list {}
   for _, w in ipairs(l.items) do
