@@ -234,6 +234,8 @@ typedef enum kb_sim_step_kind {
   KB_SIM_STEP_EXECUTOR,   /* the user's container (v1 step, v2 executor) */
   KB_SIM_STEP_DRIVER,     /* v2 system-container-driver */
   KB_SIM_STEP_DAG_DRIVER, /* v2 system-dag-driver (root) */
+  KB_SIM_STEP_SUSPEND,    /* an Argo suspend template: no pod; waits for its
+                             duration, or to be resumed (kb_sim_run_node_resume) */
 } kb_sim_step_kind;
 
 typedef struct kb_sim_step_info {
@@ -319,6 +321,23 @@ typedef struct kb_sim_run_info {
 int kb_sim_run_create(kb_sim *sim, int pipeline, const kb_sim_run_opts *opts,
                       kb_sim_error *err);
 int kb_sim_run_terminate(kb_sim *sim, int run, kb_sim_error *err);
+/* Argo's spec.suspend: while suspended no new step starts (running ones
+ * finish) and the workflow stays Running; resuming starts what became
+ * ready meanwhile. KB_SIM_ESTATE for a finished run. */
+int kb_sim_run_suspend(kb_sim *sim, int run, int suspend, kb_sim_error *err);
+/* Argo's shutdown strategy Stop: running pods of the main part are killed,
+ * nothing new of it starts, the exit handler runs, the workflow ends
+ * Failed with "Stopped with strategy 'Stop'". KB_SIM_ESTATE when finished. */
+int kb_sim_run_stop(kb_sim *sim, int run, kb_sim_error *err);
+/* Argo's retry of a finished Failed workflow: its failed and never-run
+ * steps (and the exit handler) are reset, their pods deleted, and the run
+ * continues from the steps that succeeded. A retried step draws its times
+ * and its failure afresh. KB_SIM_ESTATE unless the run ended Failed. */
+int kb_sim_run_retry(kb_sim *sim, int run, kb_sim_error *err);
+/* Ends a waiting suspend step (KB_SIM_STEP_SUSPEND): Succeeded (ok) lets
+ * its dependents start, Failed fails the workflow as a failed pod does.
+ * KB_SIM_ESTATE unless the step is a suspend step that is waiting. */
+int kb_sim_run_node_resume(kb_sim *sim, int run, size_t step, int ok, kb_sim_error *err);
 /* Removes the workflow and its pods and frees the run: kb_sim_run_get
  * gives KB_SIM_ENOENT for it, and a later kb_sim_run_create may reuse its
  * id (so a caller forgets the id when it deletes the run). */

@@ -2,13 +2,17 @@
  * /work/shared/notes/apis.md §1) over the store's Workflow and
  * WorkflowTemplate objects, on the simulator's port: the workflow
  * controller (ctl_workflow.c) runs what is created or submitted here
- * exactly as what comes through the CRD path. */
+ * exactly as what comes through the CRD path. This file: routing, create,
+ * lint, list/get/delete, submit, templates, logs and event streams; the
+ * actions, validation, fields=, cron workflows and the archive are in the
+ * other argo_*.c files (argo_internal.h). */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "argo_internal.h"
 #include "k8s_internal.h"
 #include "kb/vclock.h"
 #include "sim_glue.h"
@@ -23,10 +27,13 @@ typedef struct argo_stream {
   uv_timer_t timer;   /* listOptions.timeoutSeconds without a clock; its close frees */
   kb_vtimer vtimer;   /* the same on the server's clock */
   int sse, ended, want_end;
+  char *fields; /* fields= for each event's object ("result.object." taken off), or NULL */
   struct argo_stream *prev, *next;
 } argo_stream;
 
 struct glue_argo {
+  argo_env env; /* the same store and resources, for the other argo files */
+  argo_archive *archive;
   kb_k8s_store *st;
   uv_loop_t *loop;
   kb_vclock *clock; /* NULL: stream timeouts in real time */
@@ -41,7 +48,7 @@ static int hexval(int c) {
 }
 
 /* The url-decoded value of key in the query, or 0 when absent. */
-static int qget(const char *q, const char *key, char *out, size_t cap) {
+int argo_query(const char *q, const char *key, char *out, size_t cap) {
   size_t klen = strlen(key);
   for (const char *p = q; p && *p;) {
     const char *amp = strchr(p, '&');
@@ -65,7 +72,7 @@ static int qget(const char *q, const char *key, char *out, size_t cap) {
   return 0;
 }
 
-static void send_json(kb_httpd_req *req, int status, cJSON *body) {
+void argo_send_json(kb_httpd_req *req, int status, cJSON *body) {
   char *text = cJSON_PrintUnformatted(body);
   kb_httpd_header h[] = {{"Content-Type", "application/json"}};
   kb_httpd_respond(req, status, h, 1, text ? text : "{}", text ? strlen(text) : 2);
@@ -74,18 +81,18 @@ static void send_json(kb_httpd_req *req, int status, cJSON *body) {
 }
 
 /* grpc-gateway's error body: {code, message, details}. */
-static void send_grpc_error(kb_httpd_req *req, int http, const char *msg) {
+void argo_send_error(kb_httpd_req *req, int http, const char *msg) {
   int code = http == 404 ? 5 : http == 409 ? 6 : http == 400 || http == 422 ? 3
              : http == 410 ? 9 : http == 429 ? 8 : http == 501 ? 12 : 13;
   cJSON *e = cJSON_CreateObject();
   cJSON_AddNumberToObject(e, "code", code);
   cJSON_AddStringToObject(e, "message", msg);
   cJSON_AddArrayToObject(e, "details");
-  send_json(req, http == 422 ? 400 : http, e);
+  argo_send_json(req, http == 422 ? 400 : http, e);
 }
 
-static void send_k8s_error(kb_httpd_req *req, const kb_k8s_error *err) {
-  send_grpc_error(req, err->code ? err->code : 500, err->message);
+void argo_send_k8s_error(kb_httpd_req *req, const kb_k8s_error *err) {
+  argo_send_error(req, err->code ? err->code : 500, err->message);
 }
 
 static int wants_sse(kb_httpd_req *req) {
@@ -96,12 +103,18 @@ static int wants_sse(kb_httpd_req *req) {
 int glue_argo_path(const char *path) {
   return !strncmp(path, "/api/v1/workflows", 17) || !strncmp(path, "/api/v1/workflow-events", 23) ||
          !strncmp(path, "/api/v1/workflow-templates", 26) || !strcmp(path, "/api/v1/version") ||
-         !strcmp(path, "/api/v1/info") || !strcmp(path, "/api/v1/userinfo");
+         !strncmp(path, "/api/v1/cron-workflows", 22) || !strncmp(path, "/api/v1/archived-workflows", 26) ||
+         !strcmp(path, "/api/v1/info") ||
+         !strcmp(path, "/api/v1/userinfo");
 }
 
 /* ---- streams ---- */
 
-static void stream_closed(uv_handle_t *h) { free(h->data); }
+static void stream_closed(uv_handle_t *h) {
+  argo_stream *s = h->data;
+  free(s->fields);
+  free(s);
+}
 
 static void stream_end(argo_stream *s) {
   if (s->ended) return;
@@ -152,7 +165,9 @@ static void stream_event(void *ud, kb_k8s_event_type type, const cJSON *obj) {
   } else {
     cJSON *result = cJSON_AddObjectToObject(msg, "result");
     cJSON_AddStringToObject(result, "type", kb_k8s_event_name(type));
-    cJSON_AddItemToObject(result, "object", cJSON_Duplicate(obj, 1));
+    cJSON *copy = cJSON_Duplicate(obj, 1);
+    if (s->fields) argo_fields_prune(copy, s->fields);
+    cJSON_AddItemToObject(result, "object", copy);
   }
   size_t len = 0;
   char *text = stream_msg(msg, s->sse, &len);
@@ -169,26 +184,28 @@ static void stream_event(void *ud, kb_k8s_event_type type, const cJSON *obj) {
 static void do_watch(glue_argo *a, kb_httpd_req *req, const char *ns) {
   const char *q = kb_httpd_req_query(req);
   char labels[1024], fields[1024], rv[64], tmo[32];
-  qget(q, "listOptions.labelSelector", labels, sizeof labels);
-  qget(q, "listOptions.fieldSelector", fields, sizeof fields);
-  qget(q, "listOptions.resourceVersion", rv, sizeof rv);
-  qget(q, "listOptions.timeoutSeconds", tmo, sizeof tmo);
+  argo_query(q, "listOptions.labelSelector", labels, sizeof labels);
+  argo_query(q, "listOptions.fieldSelector", fields, sizeof fields);
+  argo_query(q, "listOptions.resourceVersion", rv, sizeof rv);
+  argo_query(q, "listOptions.timeoutSeconds", tmo, sizeof tmo);
   /* validate the selectors before the 200 is sent */
   kb_k8s_error err = {0};
   kb_k8s_selector *sel = kb_k8s_selector_parse(labels, fields, a->res, &err);
   if (!sel) {
-    send_k8s_error(req, &err);
+    argo_send_k8s_error(req, &err);
     return;
   }
   kb_k8s_selector_free(sel);
   argo_stream *s = calloc(1, sizeof *s);
   if (!s) {
-    send_grpc_error(req, 500, "out of memory");
+    argo_send_error(req, 500, "out of memory");
     return;
   }
   s->a = a;
   s->req = req;
   s->sse = wants_sse(req);
+  char fl[2048];
+  if (argo_query(q, "fields", fl, sizeof fl) && *fl) s->fields = argo_fields_without_prefix(fl, "result.object.");
   uv_timer_init(a->loop, &s->timer);
   s->timer.data = s;
   kb_httpd_header h[] = {{"Content-Type", s->sse ? "text/event-stream" : "application/json"},
@@ -217,23 +234,28 @@ static void do_watch(glue_argo *a, kb_httpd_req *req, const char *ns) {
 
 /* Stores wf (apiVersion and kind defaulted) and answers the Workflow as the
  * controller has already seen it. */
-static void create_workflow(glue_argo *a, kb_httpd_req *req, const char *ns, cJSON *wf, int dry) {
+void argo_create_workflow(argo_env *a, kb_httpd_req *req, const char *ns, cJSON *wf, int dry) {
+  char msg[1024];
+  if (argo_validate_workflow(wf, 0, msg, sizeof msg) < 0) { /* argo refuses before storing */
+    argo_send_error(req, 400, msg);
+    return;
+  }
   if (!cJSON_GetObjectItemCaseSensitive(wf, "apiVersion"))
     cJSON_AddStringToObject(wf, "apiVersion", "argoproj.io/v1alpha1");
   if (!cJSON_GetObjectItemCaseSensitive(wf, "kind")) cJSON_AddStringToObject(wf, "kind", "Workflow");
   cJSON *out = NULL;
   kb_k8s_error err = {0};
-  if (kb_k8s_create(a->st, a->res, ns, wf, dry ? KB_K8S_DRY_RUN : 0, &out, &err) < 0) {
-    send_k8s_error(req, &err);
+  if (kb_k8s_create(a->st, a->wfs, ns, wf, dry ? KB_K8S_DRY_RUN : 0, &out, &err) < 0) {
+    argo_send_k8s_error(req, &err);
     return;
   }
   /* the controller has written a first status meanwhile */
-  const cJSON *now = dry ? NULL : kb_k8s_peek(a->st, a->res, ns, k8s_meta_str(out, "name"));
+  const cJSON *now = dry ? NULL : kb_k8s_peek(a->st, a->wfs, ns, k8s_meta_str(out, "name"));
   if (now) {
     cJSON_Delete(out);
     out = cJSON_Duplicate(now, 1);
   }
-  send_json(req, 200, out);
+  argo_send_json(req, 200, out);
 }
 
 /* The request body as a JSON object, or NULL after answering 400. */
@@ -243,7 +265,7 @@ static cJSON *body_object(kb_httpd_req *req) {
   cJSON *body = cJSON_ParseWithLength(text, len);
   if (cJSON_IsObject(body)) return body;
   cJSON_Delete(body);
-  send_grpc_error(req, 400, "the body must be a JSON object");
+  argo_send_error(req, 400, "the body must be a JSON object");
   return NULL;
 }
 
@@ -253,48 +275,77 @@ static void do_create(glue_argo *a, kb_httpd_req *req, const char *ns) {
   const cJSON *wf = cJSON_GetObjectItemCaseSensitive(body, "workflow");
   if (!cJSON_IsObject(wf)) {
     cJSON_Delete(body);
-    send_grpc_error(req, 400, "workflow is required");
+    argo_send_error(req, 400, "workflow is required");
     return;
   }
   cJSON *copy = cJSON_Duplicate(wf, 1);
   int dry = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "serverDryRun"));
   cJSON_Delete(body);
-  create_workflow(a, req, ns, copy, dry);
+  argo_create_workflow(&a->env, req, ns, copy, dry);
   cJSON_Delete(copy);
 }
 
-static void do_list(glue_argo *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns) {
+/* POST .../lint: argo's validation, nothing stored; the Workflow back. */
+static void do_lint(kb_httpd_req *req, const char *ns) {
+  cJSON *body = body_object(req);
+  if (!body) return;
+  cJSON *wf = cJSON_DetachItemFromObjectCaseSensitive(body, "workflow");
+  cJSON_Delete(body);
+  char msg[1024];
+  if (!cJSON_IsObject(wf)) {
+    cJSON_Delete(wf);
+    argo_send_error(req, 500, "unable to get a workflow");
+  } else if (argo_validate_workflow(wf, 0, msg, sizeof msg) < 0) {
+    cJSON_Delete(wf);
+    argo_send_error(req, 400, msg);
+  } else {
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(wf, "metadata");
+    if (!cJSON_IsObject(md)) md = cJSON_AddObjectToObject(wf, "metadata");
+    if (!cJSON_GetObjectItemCaseSensitive(md, "namespace") && ns)
+      cJSON_AddStringToObject(md, "namespace", ns);
+    argo_send_json(req, 200, wf);
+  }
+}
+
+/* The answer with fields= applied. */
+static void send_fields(kb_httpd_req *req, cJSON *out) {
+  char fields[2048];
+  if (argo_query(kb_httpd_req_query(req), "fields", fields, sizeof fields)) argo_fields_prune(out, fields);
+  argo_send_json(req, 200, out);
+}
+
+void argo_list(argo_env *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns) {
   const char *q = kb_httpd_req_query(req);
   char labels[1024], fields[1024], limit[32], cont[512];
-  qget(q, "listOptions.labelSelector", labels, sizeof labels);
-  qget(q, "listOptions.fieldSelector", fields, sizeof fields);
-  qget(q, "listOptions.limit", limit, sizeof limit);
-  qget(q, "listOptions.continue", cont, sizeof cont);
+  argo_query(q, "listOptions.labelSelector", labels, sizeof labels);
+  argo_query(q, "listOptions.fieldSelector", fields, sizeof fields);
+  argo_query(q, "listOptions.limit", limit, sizeof limit);
+  argo_query(q, "listOptions.continue", cont, sizeof cont);
   kb_k8s_list_opts o = {.ns = ns, .label_selector = labels, .field_selector = fields,
                         .limit = (size_t)strtoul(limit, NULL, 10), .continue_token = cont};
   cJSON *out = NULL;
   kb_k8s_error err = {0};
   if (kb_k8s_list(a->st, res, &o, &out, &err) < 0) {
-    send_k8s_error(req, &err);
+    argo_send_k8s_error(req, &err);
     return;
   }
-  send_json(req, 200, out);
+  send_fields(req, out);
 }
 
-static void do_get(glue_argo *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns,
-                   const char *name) {
+void argo_get(argo_env *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns,
+              const char *name) {
   kb_k8s_error err = {0};
   cJSON *o = kb_k8s_get(a->st, res, ns, name, &err);
-  if (o) send_json(req, 200, o);
-  else send_k8s_error(req, &err);
+  if (o) send_fields(req, o);
+  else argo_send_k8s_error(req, &err);
 }
 
-static void do_delete(glue_argo *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns,
-                      const char *name) {
+void argo_delete(argo_env *a, const kb_k8s_res *res, kb_httpd_req *req, const char *ns,
+                 const char *name) {
   kb_k8s_error err = {0};
   kb_k8s_delete_opts o = {.propagation = KB_K8S_PROPAGATE_BACKGROUND};
-  if (kb_k8s_delete(a->st, res, ns, name, &o, NULL, &err) < 0) send_k8s_error(req, &err);
-  else send_json(req, 200, cJSON_CreateObject());
+  if (kb_k8s_delete(a->st, res, ns, name, &o, NULL, &err) < 0) argo_send_k8s_error(req, &err);
+  else argo_send_json(req, 200, cJSON_CreateObject());
 }
 
 /* ---- submit from a WorkflowTemplate ---- */
@@ -411,21 +462,21 @@ static void do_submit(glue_argo *a, kb_httpd_req *req, const char *ns) {
   const cJSON *opts = cJSON_GetObjectItemCaseSensitive(body, "submitOptions");
   char msg[512];
   if (!kind || !*kind || !name || !*name) {
-    send_grpc_error(req, 400, "resourceKind and resourceName are required");
+    argo_send_error(req, 400, "resourceKind and resourceName are required");
   } else if (!is_template_kind(kind)) {
     snprintf(msg, sizeof msg, "resourceKind %.200s: only WorkflowTemplate is supported by the "
              "simulator (ClusterWorkflowTemplate, CronWorkflow are not)", kind);
-    send_grpc_error(req, strcasecmp(kind, "ClusterWorkflowTemplate") &&
+    argo_send_error(req, strcasecmp(kind, "ClusterWorkflowTemplate") &&
                     strcasecmp(kind, "CronWorkflow") ? 400 : 501, msg);
   } else {
     const cJSON *tmpl = kb_k8s_peek(a->st, a->templates, ns, name);
     if (!tmpl) {
       snprintf(msg, sizeof msg, "workflowtemplates.argoproj.io \"%.200s\" not found", name);
-      send_grpc_error(req, 404, msg);
+      argo_send_error(req, 404, msg);
     } else {
       cJSON *wf = workflow_from_template(tmpl, name, opts);
       int dry = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(opts, "serverDryRun"));
-      create_workflow(a, req, ns, wf, dry);
+      argo_create_workflow(&a->env, req, ns, wf, dry);
       cJSON_Delete(wf);
     }
   }
@@ -440,11 +491,17 @@ static void do_create_template(glue_argo *a, kb_httpd_req *req, const char *ns) 
   const cJSON *t = cJSON_GetObjectItemCaseSensitive(body, "template");
   if (!cJSON_IsObject(t)) {
     cJSON_Delete(body);
-    send_grpc_error(req, 400, "template is required");
+    argo_send_error(req, 400, "template is required");
     return;
   }
   cJSON *copy = cJSON_Duplicate(t, 1);
   cJSON_Delete(body);
+  char msg[1024];
+  if (argo_validate_workflow(copy, 1, msg, sizeof msg) < 0) {
+    cJSON_Delete(copy);
+    argo_send_error(req, 400, msg);
+    return;
+  }
   if (!cJSON_GetObjectItemCaseSensitive(copy, "apiVersion"))
     cJSON_AddStringToObject(copy, "apiVersion", "argoproj.io/v1alpha1");
   if (!cJSON_GetObjectItemCaseSensitive(copy, "kind"))
@@ -453,18 +510,18 @@ static void do_create_template(glue_argo *a, kb_httpd_req *req, const char *ns) 
   kb_k8s_error err = {0};
   int rc = kb_k8s_create(a->st, a->templates, ns, copy, 0, &out, &err);
   cJSON_Delete(copy);
-  if (rc < 0) send_k8s_error(req, &err);
-  else send_json(req, 200, out);
+  if (rc < 0) argo_send_k8s_error(req, &err);
+  else argo_send_json(req, 200, out);
 }
 
 static void route_templates(glue_argo *a, kb_httpd_req *req, const char *m, int n, char seg[][256]) {
   const char *ns = n > 1 ? seg[1] : NULL;
   if (n == 2 && !strcmp(m, "POST")) do_create_template(a, req, ns);
-  else if (n <= 2 && !strcmp(m, "GET")) do_list(a, a->templates, req, ns);
-  else if (n == 3 && !strcmp(m, "GET")) do_get(a, a->templates, req, ns, seg[2]);
-  else if (n == 3 && !strcmp(m, "DELETE")) do_delete(a, a->templates, req, ns, seg[2]);
-  else if (n == 3 && !strcmp(m, "PUT")) send_grpc_error(req, 501, "not supported by the simulator");
-  else send_grpc_error(req, 404, "Not Found");
+  else if (n <= 2 && !strcmp(m, "GET")) argo_list(&a->env, a->templates, req, ns);
+  else if (n == 3 && !strcmp(m, "GET")) argo_get(&a->env, a->templates, req, ns, seg[2]);
+  else if (n == 3 && !strcmp(m, "DELETE")) argo_delete(&a->env, a->templates, req, ns, seg[2]);
+  else if (n == 3 && !strcmp(m, "PUT")) argo_send_error(req, 501, "not supported by the simulator");
+  else argo_send_error(req, 404, "Not Found");
 }
 
 /* ---- logs ---- */
@@ -476,17 +533,17 @@ static int pod_log(glue_argo *a, kb_buf *out, const char *ns, const char *pod,
 static void do_logs(glue_argo *a, kb_httpd_req *req, const char *ns, const char *name) {
   const char *q = kb_httpd_req_query(req);
   char pod[256], container[128], grep[256], tail[32], ts[16];
-  qget(q, "podName", pod, sizeof pod);
-  if (!qget(q, "logOptions.container", container, sizeof container) || !*container)
+  argo_query(q, "podName", pod, sizeof pod);
+  if (!argo_query(q, "logOptions.container", container, sizeof container) || !*container)
     snprintf(container, sizeof container, "main");
-  qget(q, "grep", grep, sizeof grep);
-  int has_tail = qget(q, "logOptions.tailLines", tail, sizeof tail) && *tail;
-  qget(q, "logOptions.timestamps", ts, sizeof ts);
+  argo_query(q, "grep", grep, sizeof grep);
+  int has_tail = argo_query(q, "logOptions.tailLines", tail, sizeof tail) && *tail;
+  argo_query(q, "logOptions.timestamps", ts, sizeof ts);
   kb_k8s_error err = {0};
   if (!kb_k8s_peek(a->st, a->res, ns, name)) {
     char msg[512];
     snprintf(msg, sizeof msg, "workflows.argoproj.io \"%.200s\" not found", name);
-    send_grpc_error(req, 404, msg);
+    argo_send_error(req, 404, msg);
     return;
   }
   char labels[400], fields[300];
@@ -495,7 +552,7 @@ static void do_logs(glue_argo *a, kb_httpd_req *req, const char *ns, const char 
   kb_k8s_list_opts lo = {.ns = ns, .label_selector = labels, .field_selector = fields};
   cJSON *pods = NULL;
   if (kb_k8s_list(a->st, a->pods, &lo, &pods, &err) < 0) {
-    send_k8s_error(req, &err);
+    argo_send_k8s_error(req, &err);
     return;
   }
   kb_k8s_log_opts o = {.container = container, .tail_lines = has_tail ? atol(tail) : -1,
@@ -512,7 +569,7 @@ static void do_logs(glue_argo *a, kb_httpd_req *req, const char *ns, const char 
   cJSON_Delete(pods);
   if (err.code) {
     kb_buf_free(&out);
-    send_k8s_error(req, &err);
+    argo_send_k8s_error(req, &err);
     return;
   }
   kb_httpd_header h[] = {{"Content-Type", sse ? "text/event-stream" : "application/json"}};
@@ -556,7 +613,7 @@ static void do_version(kb_httpd_req *req) {
   cJSON_AddStringToObject(v, "goVersion", "go1.21.10");
   cJSON_AddStringToObject(v, "compiler", "gc");
   cJSON_AddStringToObject(v, "platform", "linux/amd64");
-  send_json(req, 200, v);
+  argo_send_json(req, 200, v);
 }
 
 /* Splits "/workflows/{ns}/{name}/..." into up to 5 segments; returns how
@@ -578,15 +635,17 @@ static int segments(const char *path, char seg[5][256]) {
 static void route_workflows(glue_argo *a, kb_httpd_req *req, const char *m, int n, char seg[][256]) {
   const char *ns = n > 1 ? seg[1] : NULL;
   if (n == 2 && !strcmp(m, "POST")) do_create(a, req, ns);
-  else if (n <= 2 && !strcmp(m, "GET")) do_list(a, a->res, req, ns);
+  else if (n <= 2 && !strcmp(m, "GET")) argo_list(&a->env, a->res, req, ns);
   else if (n == 3 && !strcmp(m, "POST") && !strcmp(seg[2], "submit")) do_submit(a, req, ns);
-  else if (n == 3 && !strcmp(m, "GET")) do_get(a, a->res, req, ns, seg[2]);
-  else if (n == 3 && !strcmp(m, "DELETE")) do_delete(a, a->res, req, ns, seg[2]);
+  else if (n == 3 && !strcmp(m, "POST") && !strcmp(seg[2], "lint")) do_lint(req, ns);
+  else if (n == 4 && !strcmp(m, "PUT")) argo_workflow_action(&a->env, req, ns, seg[2], seg[3]);
+  else if (n == 3 && !strcmp(m, "GET")) argo_get(&a->env, a->res, req, ns, seg[2]);
+  else if (n == 3 && !strcmp(m, "DELETE")) argo_delete(&a->env, a->res, req, ns, seg[2]);
   else if (n == 4 && !strcmp(m, "GET") && !strcmp(seg[3], "log")) do_logs(a, req, ns, seg[2]);
   else if (n >= 3 && n <= 5)
-    send_grpc_error(req, n >= 4 ? 501 : 404, n >= 4 ? "not supported by the simulator" : "Not Found");
-  else if (n > 5) send_grpc_error(req, 404, "Not Found");
-  else send_grpc_error(req, 405, "Method Not Allowed");
+    argo_send_error(req, n >= 4 ? 501 : 404, n >= 4 ? "not supported by the simulator" : "Not Found");
+  else if (n > 5) argo_send_error(req, 404, "Not Found");
+  else argo_send_error(req, 405, "Method Not Allowed");
 }
 
 int glue_argo_handle(glue_argo *a, kb_httpd_req *req) {
@@ -597,7 +656,7 @@ int glue_argo_handle(glue_argo *a, kb_httpd_req *req) {
     return 1;
   }
   if (!strcmp(path, "/api/v1/info") || !strcmp(path, "/api/v1/userinfo")) {
-    send_json(req, 200, cJSON_CreateObject());
+    argo_send_json(req, 200, cJSON_CreateObject());
     return 1;
   }
   char seg[5][256] = {{0}};
@@ -606,7 +665,9 @@ int glue_argo_handle(glue_argo *a, kb_httpd_req *req) {
     do_watch(a, req, n > 1 ? seg[1] : NULL);
   else if (!strcmp(seg[0], "workflows")) route_workflows(a, req, m, n, seg);
   else if (!strcmp(seg[0], "workflow-templates") && n <= 5) route_templates(a, req, m, n, seg);
-  else send_grpc_error(req, 404, "Not Found");
+  else if (!strcmp(seg[0], "cron-workflows") && n >= 2 && n <= 4) argo_cron_route(&a->env, req, m, n, seg);
+  else if (!strcmp(seg[0], "archived-workflows") && n <= 3) argo_archive_route(a->archive, req, m, n, seg);
+  else argo_send_error(req, 404, "Not Found");
   return 1;
 }
 
@@ -618,10 +679,13 @@ glue_argo *glue_argo_new(kb_k8s_store *st, uv_loop_t *loop) {
   a->res = kb_k8s_store_lookup(st, "argoproj.io", "v1alpha1", "workflows");
   a->templates = kb_k8s_store_lookup(st, "argoproj.io", "v1alpha1", "workflowtemplates");
   a->pods = kb_k8s_store_lookup(st, "", "v1", "pods");
-  if (!a->res || !a->templates || !a->pods) {
+  const kb_k8s_res *crons = kb_k8s_store_lookup(st, "argoproj.io", "v1alpha1", "cronworkflows");
+  if (!a->res || !a->templates || !a->pods || !crons) {
     free(a);
     return NULL;
   }
+  a->env = (argo_env){st, a->res, a->templates, a->pods, crons};
+  a->archive = argo_archive_new(&a->env); /* NULL: the archive answers 500 */
   return a;
 }
 
@@ -630,5 +694,6 @@ void glue_argo_set_clock(glue_argo *a, kb_vclock *clock) { a->clock = clock; }
 void glue_argo_free(glue_argo *a) {
   if (!a) return;
   while (a->streams) stream_end(a->streams);
+  argo_archive_free(a->archive);
   free(a);
 }

@@ -88,6 +88,7 @@ double kb_sim_next_event_time(const kb_sim *sim) {
 static uint32_t subject_gen(const kb_sim *sim, uint32_t kind, uint32_t a) {
   switch (kind) {
   case EV_RUN_START:
+  case EV_SUSPEND_END:
   case EV_RUN_REPORT: return sim->runs[a].gen;
   case EV_POD_CREATE:
   case EV_POD_START:

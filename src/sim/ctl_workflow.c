@@ -6,6 +6,9 @@
  * model cannot run (unknown template type, bad DAG) ends in phase Error
  * with the loader's message, as Argo reports invalid specs. Deleting the
  * Workflow stops the run; its pods go with it (ownerReferences).
+ * Updates act as Argo's controller does: spec.suspend holds the workflow
+ * (no new step starts), spec.shutdown Terminate or Stop ends it, a status
+ * set back to Running by argo-server's retry re-runs its failed steps.
  *
  * Annotation sim.kbrun.io/fail: "true" makes every step fail. */
 #include <stdio.h>
@@ -19,6 +22,7 @@ typedef struct wf_rec {
   struct ctl_wf *ctl;
   char *ns, *name, *uid;
   int run;
+  int suspended, shutdown; /* spec.suspend, spec.shutdown as last acted on */
   char phase[16]; /* the last one reported in an Event */
   struct wf_rec *next;
 } wf_rec;
@@ -57,6 +61,21 @@ static void wf_changed(void *ud, int run) {
 
 static const glue_owner_ops wf_ops = {NULL, wf_changed, NULL};
 
+/* spec.shutdown (Terminate, Stop) once; spec.suspend on each change. */
+static void wf_spec_changed(wf_rec *w, const cJSON *obj) {
+  kb_sim *sim = glue_sim(w->ctl->g);
+  const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
+  const char *shutdown = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "shutdown"));
+  int suspend = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "suspend"));
+  if (shutdown && *shutdown && !w->shutdown) {
+    w->shutdown = 1;
+    if (!strcmp(shutdown, "Stop")) kb_sim_run_stop(sim, w->run, NULL);
+    else kb_sim_run_terminate(sim, w->run, NULL);
+  }
+  if (suspend != w->suspended && kb_sim_run_suspend(sim, w->run, suspend, NULL) == 0)
+    w->suspended = suspend;
+}
+
 static void wf_error(ctl_wf *c, const char *ns, const char *name, const char *msg) {
   char ts[32];
   glue_time(c->g, kb_sim_now(glue_sim(c->g)), ts);
@@ -70,10 +89,17 @@ static void wf_error(ctl_wf *c, const char *ns, const char *name, const char *ms
   cJSON_Delete(st);
 }
 
+static void wf_start(ctl_wf *c, const cJSON *obj);
+
 static void wf_added(ctl_wf *c, const cJSON *obj) {
   if (glue_annotation(obj, GLUE_MIRRORED)) return;
   const cJSON *phase = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "status"), "phase");
   if (cJSON_GetStringValue(phase) && phase->valuestring[0]) return; /* already ran elsewhere */
+  wf_start(c, obj);
+}
+
+/* Loads the Workflow into the model and starts its run (or ends it in Error). */
+static void wf_start(ctl_wf *c, const cJSON *obj) {
   const char *ns = k8s_meta_str(obj, "namespace"), *name = k8s_meta_str(obj, "name");
   kb_sim *sim = glue_sim(c->g);
   kb_sim_error err = {0};
@@ -101,7 +127,65 @@ static void wf_added(ctl_wf *c, const cJSON *obj) {
   w->next = c->wfs;
   c->wfs = w;
   glue_own_run(c->g, run, &wf_ops, w);
+  wf_spec_changed(w, obj);
   glue_workflow_status(c->g, run, ns, name);
+}
+
+/* Suspend nodes argo-server ended (resume, set, stop by node): the model's
+ * suspend steps of the same node name end with that phase. */
+static void wf_suspend_nodes(wf_rec *w, const cJSON *status) {
+  kb_sim *sim = glue_sim(w->ctl->g);
+  kb_sim_run_info ri;
+  if (kb_sim_run_get(sim, w->run, &ri) < 0) return;
+  const cJSON *node;
+  cJSON_ArrayForEach(node, cJSON_GetObjectItemCaseSensitive(status, "nodes")) {
+    const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(node, "type"));
+    const char *phase = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(node, "phase"));
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(node, "name"));
+    if (!type || strcmp(type, "Suspend") || !phase || !strcmp(phase, "Running") || !name) continue;
+    size_t n = kb_sim_pipeline_steps(sim, ri.pipeline), wlen = strlen(w->name);
+    for (size_t i = 0; i < n; i++) {
+      kb_sim_step_info si;
+      if (kb_sim_pipeline_step(sim, ri.pipeline, i, &si) < 0 || si.kind != KB_SIM_STEP_SUSPEND) continue;
+      if (!strncmp(name, w->name, wlen) && !strcmp(name + wlen, si.node_suffix))
+        kb_sim_run_node_resume(sim, w->run, i, !strcmp(phase, "Succeeded"), NULL);
+    }
+  }
+}
+
+static wf_rec *wf_find(ctl_wf *c, const cJSON *obj) {
+  const char *uid = k8s_meta_str(obj, "uid");
+  for (wf_rec *w = c->wfs; w; w = w->next)
+    if (w->run >= 0 && uid && !strcmp(w->uid, uid)) return w;
+  return NULL;
+}
+
+/* An update through the API (argo-server's actions patch the Workflow as
+ * the real one does): spec.suspend, spec.shutdown, or a status put back to
+ * Running by a retry reach the model. */
+static void wf_modified(ctl_wf *c, const cJSON *obj) {
+  wf_rec *w = wf_find(c, obj);
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
+  const char *phase = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(st, "phase"));
+  int running = phase && !strcmp(phase, "Running");
+  if (!w) { /* never ran (Error at load, so no nodes): a retry loads it again */
+    if (running && !cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(st, "nodes")) &&
+        !glue_annotation(obj, GLUE_MIRRORED))
+      wf_start(c, obj);
+    return;
+  }
+  kb_sim_run_info ri;
+  /* a retry: the status put back to Running after the failure was published */
+  int published = !strcmp(w->phase, "Failed") || !strcmp(w->phase, "Error");
+  if (running && published && kb_sim_run_get(glue_sim(c->g), w->run, &ri) == 0 &&
+      ri.wf_finished_at >= 0 && kb_sim_run_retry(glue_sim(c->g), w->run, NULL) == 0) {
+    w->shutdown = 0;
+    w->phase[0] = 0;
+  }
+  wf_spec_changed(w, obj);
+  wf_suspend_nodes(w, st);
+  glue_workflow_status(c->g, w->run, w->ns, w->name);
+  wf_events(w);
 }
 
 static void wf_deleted(ctl_wf *c, const cJSON *obj) {
@@ -118,6 +202,7 @@ static void on_wf(void *ud, kb_k8s_event_type type, const cJSON *obj) {
   ctl_wf *c = ud;
   if (glue_writing(c->g)) return;
   if (type == KB_K8S_ADDED) wf_added(c, obj);
+  else if (type == KB_K8S_MODIFIED) wf_modified(c, obj);
   else if (type == KB_K8S_DELETED) wf_deleted(c, obj);
 }
 

@@ -42,6 +42,8 @@ static const kb_k8s_resdef builtins[] = {
      workflow_cols, 3},
     {"argoproj.io", "v1alpha1", "workflowtemplates", "WorkflowTemplate", "workflowtemplate",
      "wftmpl", NULL, 1, 0, 1, NULL, NULL, 0},
+    {"argoproj.io", "v1alpha1", "cronworkflows", "CronWorkflow", "cronworkflow", "cwf,cronwf", NULL,
+     1, 0, 1, NULL, NULL, 0},
     {"kubeflow.org", "v1", "tfjobs", "TFJob", "tfjob", NULL, NULL, 1, 1, 1, NULL, trainjob_cols, 2},
     {"kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "pytorchjob", NULL, NULL, 1, 1, 1, NULL,
      trainjob_cols, 2},

@@ -63,7 +63,7 @@ struct sim_glue {
   char **ev_keys; /* "ns/name" of Event objects, a ring */
   size_t ev_head, ev_count;
   uint64_t rng;
-  glue_ctl *ctl[3];
+  glue_ctl *ctl[4];
   const kb_k8s_res *r_pods, *r_nodes, *r_events, *r_workflows, *r_namespaces;
 };
 
@@ -346,6 +346,21 @@ static int pod_bind(sim_glue *g, glue_pod *gp, const char *node) {
   return rc;
 }
 
+/* Argo's controller labels a pod it has seen finish completed=true (its
+ * pod informer then leaves it alone); other pods have no such label. */
+static void pod_completed(sim_glue *g, glue_pod *gp) {
+  const cJSON *cur = kb_k8s_peek(g->st, g->r_pods, gp->ns, gp->name);
+  const cJSON *labels = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cur, "metadata"), "labels");
+  const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(labels, "workflows.argoproj.io/completed"));
+  if (!v || strcmp(v, "false")) return;
+  cJSON *o = cJSON_Duplicate(cur, 1);
+  glue_set_meta(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "labels", "workflows.argoproj.io/completed", "true");
+  glue_write_begin(g);
+  kb_k8s_update(g->st, g->r_pods, gp->ns, gp->name, o, 0, NULL, NULL);
+  glue_write_end(g);
+  cJSON_Delete(o);
+}
+
 static void mirror_pod(sim_glue *g, int id) {
   glue_pod *gp = pod_rec(g, id);
   if (!gp) return;
@@ -400,6 +415,7 @@ static void mirror_pod(sim_glue *g, int id) {
       g, &pi, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cur, "spec"), "containers"));
   glue_put_status(g, g->r_pods, gp->ns, gp->name, status);
   cJSON_Delete(status);
+  if (pi.phase == KB_SIM_POD_SUCCEEDED || pi.phase == KB_SIM_POD_FAILED) pod_completed(g, gp);
   if (owned(r)) dirty_add(&g->d_runs, (uint32_t)pi.run);
 }
 
@@ -718,15 +734,16 @@ int glue_start(sim_glue *g) {
   g->ctl[0] = glue_job_start(g);
   g->ctl[1] = glue_workflow_start(g);
   g->ctl[2] = glue_training_start(g);
+  g->ctl[3] = glue_cron_start(g);
   kb_sim_set_observer(g->sim, observer, g);
-  return g->ctl[0] && g->ctl[1] && g->ctl[2] ? 0 : -1;
+  return g->ctl[0] && g->ctl[1] && g->ctl[2] && g->ctl[3] ? 0 : -1;
 }
 
 void glue_stop(sim_glue *g) {
   if (!g || g->stopped) return;
   g->stopped = 1;
   kb_sim_set_observer(g->sim, NULL, NULL);
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 4; i++) {
     glue_ctl_free(g->ctl[i]);
     g->ctl[i] = NULL;
   }

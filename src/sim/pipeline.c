@@ -1,9 +1,11 @@
 /* Expansion of a compiled pipeline into steps (pods) and Argo nodes.
  *
  * KFP v1 / Argo: from spec.entrypoint, container and script templates are
- * pods; dag templates nest tasks (dependencies, or the task names in a
- * `depends` expression); steps templates are sequential groups of parallel
- * steps. spec.onExit runs after the rest. A task that depends on a group
+ * pods, suspend templates steps without a pod (KB_SIM_STEP_SUSPEND: they
+ * wait for suspend.duration or to be resumed); dag templates nest tasks
+ * (dependencies, or the task names in a `depends` expression); steps
+ * templates are sequential groups of parallel steps. spec.onExit runs
+ * after the rest. A task that depends on a group
  * waits for every step below that group. `when` and loops are not
  * evaluated: each task runs once.
  *
@@ -431,6 +433,38 @@ static int container_step_v1(builder *b, const cJSON *t, int g, const char *tmpl
   return 0;
 }
 
+/* Argo's suspend.duration: seconds ("20") or a Go duration ("30s", "5m",
+ * "1h30m"). -1 for none or an expression the model cannot read. */
+static double suspend_seconds(const char *d) {
+  if (!d || !*d) return -1;
+  char *end;
+  double v = strtod(d, &end), total = 0;
+  if (!*end) return v >= 0 ? v : -1;
+  for (const char *p = d; *p;) {
+    v = strtod(p, &end);
+    if (end == p) return -1;
+    double unit = *end == 'h' ? 3600 : *end == 's' ? 1 : *end == 'm' && end[1] != 's' ? 60 : -1;
+    if (unit < 0) return -1;
+    total += v * unit;
+    p = end + 1;
+  }
+  return total;
+}
+
+/* A suspend template: a step without a pod, its duration the suspend's. */
+static int suspend_step_v1(builder *b, const cJSON *t, int g, const char *tmpl_name,
+                           const char *task_name) {
+  int si = step_add(b, g, task_name, tmpl_name, NULL, KB_SIM_STEP_SUSPEND);
+  if (si < 0) return -1;
+  const cJSON *d = get(get(t, "suspend"), "duration");
+  char num[32];
+  if (cJSON_IsNumber(d)) snprintf(num, sizeof num, "%g", d->valuedouble);
+  double secs = suspend_seconds(cJSON_IsNumber(d) ? num : getstr(get(t, "suspend"), "duration"));
+  b->p->steps[si].info.duration = (kb_sim_dist){KB_SIM_FIXED, secs, 0};
+  b->p->n_suspend++;
+  return 0;
+}
+
 static int expand_v1(builder *b, const char *tmpl_name, char *suffix, const char *display,
                      const char *task_name, int parent, int depth) {
   if (!suffix) return oom(b);
@@ -447,11 +481,12 @@ static int expand_v1(builder *b, const char *tmpl_name, char *suffix, const char
   sim_gnode_type type = get(t, "dag")     ? GN_DAG
                         : get(t, "steps") ? GN_STEPS
                         : (get(t, "container") || get(t, "script")) ? GN_POD
+                        : get(t, "suspend")                         ? GN_SUSPEND
                                                                     : (sim_gnode_type)-1;
   if ((int)type < 0) {
     free(suffix);
     return sim_fail(b->err, KB_SIM_EPARSE,
-                    "template %s: unsupported template type (container, script, dag and steps are modelled)",
+                    "template %s: unsupported template type (container, script, suspend, dag and steps are modelled)",
                     tmpl_name);
   }
   char *sfx_copy = sim_strdup(suffix);
@@ -462,6 +497,7 @@ static int expand_v1(builder *b, const char *tmpl_name, char *suffix, const char
   }
   int first = (int)b->p->n_steps, rc;
   if (type == GN_POD) rc = container_step_v1(b, t, g, tmpl_name, task_name);
+  else if (type == GN_SUSPEND) rc = suspend_step_v1(b, t, g, tmpl_name, task_name);
   else if (type == GN_DAG) rc = expand_dag_v1(b, get(t, "dag"), g, sfx_copy, depth, tmpl_name);
   else rc = expand_steps_v1(b, get(t, "steps"), g, sfx_copy, depth, tmpl_name);
   free(sfx_copy);

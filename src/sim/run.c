@@ -97,12 +97,25 @@ static double step_fail_prob(const kb_sim *sim, const sim_run *r, const sim_step
  * have Argo create its pod. */
 static void step_ready(kb_sim *sim, uint32_t ri, size_t si) {
   sim_run *r = &sim->runs[ri];
+  if (r->suspended) return; /* stays ready (ST_WAIT, no deps left) until resumed */
   const sim_step *st = &pipe_of(sim, r)->steps[si];
+  if (st->info.kind == KB_SIM_STEP_SUSPEND) { /* no pod: it waits */
+    sim_stepstate *ss = &r->steps[si];
+    ss->state = ST_CREATED;
+    ss->started = sim->now;
+    r->inflight++;
+    if (st->info.duration.a >= 0)
+      sim_schedule(sim, sim->now + st->info.duration.a, EV_SUSPEND_END, ri,
+                   (uint32_t)si | (r->retries & 0xffff) << 16);
+    sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
+    return;
+  }
   uint32_t pi = sim_pod_new(sim);
   r = &sim->runs[ri];
   if (pi == SIM_NONE) return; /* out of memory: the step never starts */
   kb_sim_rng rng;
-  kb_sim_rng_seed(&rng, kb_sim_seed_mix(sim->seed, r->serial, si + 1));
+  /* a retried step draws afresh; the first attempt's stream is unchanged */
+  kb_sim_rng_seed(&rng, kb_sim_seed_mix(sim->seed, r->serial, si + 1 + ((uint64_t)r->retries << 32)));
   const kb_sim_config *c = sim->cfg;
   sim_pod *p = &sim->pods[pi];
   p->run = ri;
@@ -144,7 +157,7 @@ static void run_finish(kb_sim *sim, uint32_t ri) {
 
 static void run_check_done(kb_sim *sim, uint32_t ri) {
   sim_run *r = &sim->runs[ri];
-  if (r->inflight || r->wf_finished >= 0) return;
+  if (r->inflight || r->wf_finished >= 0 || r->suspended) return;
   sim_pipeline *pl = pipe_of(sim, r);
   if (!r->exit_started && pl->n_steps > pl->n_main) {
     r->exit_started = 1;
@@ -228,22 +241,16 @@ static void on_pod_exit(kb_sim *sim, uint32_t pi) {
   sim_schedule(sim, sim->now + p->detect_delay, EV_STEP_DETECT, pi, 0);
 }
 
-static void on_step_detect(kb_sim *sim, uint32_t pi) {
-  sim_pod *p = &sim->pods[pi];
-  sim_run *r = &sim->runs[p->run];
-  sim_stepstate *ss = &r->steps[p->step];
-  if (r->terminated || r->deleted || ss->state != ST_CREATED) return;
-  uint32_t ri = p->run;
-  const sim_step *st = sim_pod_step(sim, pi);
-  int ok = p->phase == KB_SIM_POD_SUCCEEDED;
-  p->detected = sim->now;
+/* Step si of the run ended (its pod seen done, or a suspend step ended). */
+static void step_done(kb_sim *sim, uint32_t ri, size_t si, int ok, const char *why) {
+  sim_run *r = &sim->runs[ri];
+  sim_stepstate *ss = &r->steps[si];
+  const sim_step *st = &pipe_of(sim, r)->steps[si];
   ss->state = ok ? ST_OK : ST_FAIL;
   r->inflight--;
-  r->done_pods++;
   if (!ok && !r->failed) {
     r->failed = 1;
-    r->error = sim_printf("step %s failed: %s", st->name,
-                          p->message ? p->message : p->reason ? p->reason : "Error");
+    r->error = sim_printf("step %s failed: %s", st->name, why);
   }
   sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
   /* failFast: once a step failed no new step of the main DAG starts;
@@ -260,6 +267,33 @@ static void on_step_detect(kb_sim *sim, uint32_t pi) {
   run_check_done(sim, ri);
 }
 
+static void on_step_detect(kb_sim *sim, uint32_t pi) {
+  sim_pod *p = &sim->pods[pi];
+  sim_run *r = &sim->runs[p->run];
+  sim_stepstate *ss = &r->steps[p->step];
+  if (r->terminated || r->deleted || ss->state != ST_CREATED) return;
+  p->detected = sim->now;
+  r->done_pods++;
+  step_done(sim, p->run, p->step, p->phase == KB_SIM_POD_SUCCEEDED,
+            p->message ? p->message : p->reason ? p->reason : "Error");
+}
+
+/* A suspend step ends (its duration, a resume, argo's set or stop). */
+static void suspend_end(kb_sim *sim, uint32_t ri, size_t si, int ok) {
+  sim_stepstate *ss = &sim->runs[ri].steps[si];
+  ss->finished = sim->now;
+  step_done(sim, ri, si, ok, "Stopped");
+}
+
+static void on_suspend_end(kb_sim *sim, uint32_t ri, uint32_t b) {
+  sim_run *r = &sim->runs[ri];
+  size_t si = b & 0xffff;
+  if (r->terminated || r->deleted || (b >> 16) != (r->retries & 0xffff) ||
+      si >= pipe_of(sim, r)->n_steps || r->steps[si].state != ST_CREATED)
+    return; /* ended otherwise meanwhile */
+  suspend_end(sim, ri, si, 1);
+}
+
 void sim_run_event(kb_sim *sim, const sim_event *ev) {
   switch (ev->kind) {
   case EV_RUN_START: on_run_start(sim, ev->a); break;
@@ -268,6 +302,7 @@ void sim_run_event(kb_sim *sim, const sim_event *ev) {
   case EV_POD_EXIT: on_pod_exit(sim, ev->a); break;
   case EV_STEP_DETECT: on_step_detect(sim, ev->a); break;
   case EV_RUN_REPORT: deliver_report(sim, ev->a, (kb_sim_run_state)ev->b); break;
+  case EV_SUSPEND_END: on_suspend_end(sim, ev->a, ev->b); break;
   default: break;
   }
 }
@@ -362,7 +397,7 @@ int kb_sim_run_create(kb_sim *sim, int pipeline, const kb_sim_run_opts *opts, kb
     return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
   }
   for (size_t i = 0; i < pl->n_steps; i++)
-    r->steps[i] = (sim_stepstate){SIM_NONE, (uint16_t)pl->steps[i].info.n_deps, ST_WAIT};
+    r->steps[i] = (sim_stepstate){SIM_NONE, (uint16_t)pl->steps[i].info.n_deps, ST_WAIT, -1, -1};
   r->in_use = 1;
   sim->runs_created++;
   sim_pipeline_hold(sim, pipeline);
@@ -379,7 +414,7 @@ int kb_sim_run_create(kb_sim *sim, int pipeline, const kb_sim_run_opts *opts, kb
   return (int)ri;
 }
 
-static sim_run *run_at(const kb_sim *sim, int run) {
+sim_run *sim_run_at(const kb_sim *sim, int run) {
   return run >= 0 && (size_t)run < sim->n_runs && sim->runs[run].in_use ? &sim->runs[run] : NULL;
 }
 
@@ -388,6 +423,11 @@ static void stop_run(kb_sim *sim, uint32_t ri, const char *reason, const char *m
   sim_pipeline *pl = pipe_of(sim, &sim->runs[ri]);
   for (size_t i = 0; i < pl->n_steps; i++) {
     sim_stepstate *ss = &sim->runs[ri].steps[i];
+    if (ss->pod == SIM_NONE && ss->state == ST_CREATED) { /* a waiting suspend step */
+      ss->state = ST_FAIL;
+      ss->finished = sim->now;
+      sim->runs[ri].inflight--;
+    }
     if (ss->pod == SIM_NONE) continue;
     sim_pod_kill(sim, ss->pod, reason, msg);
     if (ss->state == ST_CREATED) {
@@ -399,7 +439,7 @@ static void stop_run(kb_sim *sim, uint32_t ri, const char *reason, const char *m
 
 int kb_sim_run_terminate(kb_sim *sim, int run, kb_sim_error *err) {
   kb_sim_sync(sim);
-  sim_run *r = run_at(sim, run);
+  sim_run *r = sim_run_at(sim, run);
   if (!r || r->deleted) return sim_fail(err, KB_SIM_ENOENT, "run %d not found", run);
   if (r->wf_finished >= 0 || r->terminated)
     return sim_fail(err, KB_SIM_ESTATE, "run %s has already finished", r->name);
@@ -421,6 +461,123 @@ int kb_sim_run_terminate(kb_sim *sim, int run, kb_sim_error *err) {
   return 0;
 }
 
+int kb_sim_run_suspend(kb_sim *sim, int run, int suspend, kb_sim_error *err) {
+  kb_sim_sync(sim);
+  sim_run *r = sim_run_at(sim, run);
+  if (!r || r->deleted) return sim_fail(err, KB_SIM_ENOENT, "run %d not found", run);
+  if (r->wf_finished >= 0) return sim_fail(err, KB_SIM_ESTATE, "run %s has already finished", r->name);
+  if (r->suspended == !!suspend) return 0;
+  r->suspended = !!suspend;
+  uint32_t ri = (uint32_t)run;
+  sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
+  if (suspend || r->wf_started < 0) return 0; /* not started: the start releases the roots */
+  if (!r->failed) release_ready(sim, ri, 0);
+  if (sim->runs[ri].exit_started) release_ready(sim, ri, 1);
+  run_check_done(sim, ri);
+  return 0;
+}
+
+int kb_sim_run_stop(kb_sim *sim, int run, kb_sim_error *err) {
+  static const char msg[] = "Stopped with strategy 'Stop'";
+  kb_sim_sync(sim);
+  sim_run *r = sim_run_at(sim, run);
+  if (!r || r->deleted) return sim_fail(err, KB_SIM_ENOENT, "run %d not found", run);
+  if (r->wf_finished >= 0 || r->terminated)
+    return sim_fail(err, KB_SIM_ESTATE, "run %s has already finished", r->name);
+  if (r->wf_started < 0) { /* nothing ran: nothing to hand to an exit handler */
+    int rc = kb_sim_run_terminate(sim, run, err);
+    sim->runs[run].wf_message = msg;
+    return rc;
+  }
+  uint32_t ri = (uint32_t)run;
+  if (!r->failed) {
+    r->failed = 1;
+    free(r->error);
+    r->error = sim_strdup(msg);
+  }
+  r->wf_message = msg;
+  r->suspended = 0; /* a stopped workflow is not held */
+  sim_pipeline *pl = pipe_of(sim, r);
+  for (size_t i = 0; i < pl->n_steps; i++) {
+    sim_stepstate *ss = &sim->runs[ri].steps[i];
+    if (ss->state != ST_CREATED || pl->steps[i].info.exit_handler) continue;
+    if (ss->pod == SIM_NONE) {
+      ss->state = ST_FAIL; /* a waiting suspend step: failed now, nothing follows it */
+      ss->finished = sim->now;
+      sim->runs[ri].inflight--;
+    } else {
+      sim_pod_kill(sim, ss->pod, "Error", "workflow shutdown with strategy:  Stop");
+    }
+  }
+  sim_touch(sim, KB_SIM_KIND_RUN, ri, &sim->runs[ri].rv);
+  run_check_done(sim, ri);
+  return 0;
+}
+
+/* Removes a step's pod from the model (retry): its object goes too. */
+static void step_forget_pod(kb_sim *sim, sim_run *r, sim_stepstate *ss) {
+  sim_pod *p = &sim->pods[ss->pod];
+  if (p->detected >= 0 && r->done_pods) r->done_pods--;
+  if (p->exists) {
+    p->exists = 0;
+    sim_touch(sim, KB_SIM_KIND_POD, ss->pod, &p->rv);
+  }
+  sim_pod_free(sim, ss->pod);
+  ss->pod = SIM_NONE;
+}
+
+int kb_sim_run_retry(kb_sim *sim, int run, kb_sim_error *err) {
+  kb_sim_sync(sim);
+  sim_run *r = sim_run_at(sim, run);
+  if (!r || r->deleted) return sim_fail(err, KB_SIM_ENOENT, "run %d not found", run);
+  if (r->wf_finished < 0 || (strcmp(r->wf_phase, "Failed") && strcmp(r->wf_phase, "Error")))
+    return sim_fail(err, KB_SIM_ESTATE, "Cannot retry a workflow in phase %s",
+                    r->wf_finished < 0 ? "Running" : r->wf_phase);
+  uint32_t ri = (uint32_t)run;
+  sim_pipeline *pl = pipe_of(sim, r);
+  for (size_t i = 0; i < pl->n_steps; i++) {
+    sim_stepstate *ss = &r->steps[i];
+    if (ss->state == ST_OK && !pl->steps[i].info.exit_handler) continue;
+    if (ss->pod != SIM_NONE) step_forget_pod(sim, r, ss);
+    ss->state = ST_WAIT;
+    ss->started = ss->finished = -1;
+  }
+  for (size_t i = 0; i < pl->n_steps; i++) {
+    sim_stepstate *ss = &r->steps[i];
+    if (ss->state == ST_OK) continue;
+    ss->deps_left = 0;
+    for (size_t d = 0; d < pl->steps[i].info.n_deps; d++)
+      ss->deps_left += r->steps[pl->steps[i].info.deps[d]].state != ST_OK;
+  }
+  r->failed = r->terminated = r->exit_started = 0;
+  free(r->error);
+  r->error = NULL;
+  r->wf_message = NULL;
+  r->wf_finished = r->finished_reported = -1;
+  r->wf_phase = "Running";
+  r->true_state = KB_SIM_RUN_RUNNING;
+  r->retries++;
+  if (sim->wf_finished) sim->wf_finished--;
+  sim->wf_active++;
+  sim_touch(sim, KB_SIM_KIND_RUN, ri, &r->rv);
+  report(sim, ri, KB_SIM_RUN_RUNNING);
+  release_ready(sim, ri, 0);
+  run_check_done(sim, ri);
+  return 0;
+}
+
+int kb_sim_run_node_resume(kb_sim *sim, int run, size_t step, int ok, kb_sim_error *err) {
+  kb_sim_sync(sim);
+  sim_run *r = sim_run_at(sim, run);
+  if (!r || r->deleted) return sim_fail(err, KB_SIM_ENOENT, "run %d not found", run);
+  const sim_pipeline *pl = pipe_of(sim, r);
+  if (step >= pl->n_steps || pl->steps[step].info.kind != KB_SIM_STEP_SUSPEND ||
+      r->steps[step].state != ST_CREATED || r->terminated)
+    return sim_fail(err, KB_SIM_ESTATE, "step %zu of run %s is not a waiting suspend step", step, r->name);
+  suspend_end(sim, (uint32_t)run, step, ok);
+  return 0;
+}
+
 /* The run's pods are freed already; observers see a freed id as gone. */
 static void run_free(kb_sim *sim, uint32_t ri) {
   sim_run *r = &sim->runs[ri];
@@ -437,7 +594,7 @@ static void run_free(kb_sim *sim, uint32_t ri) {
 
 int kb_sim_run_delete(kb_sim *sim, int run, kb_sim_error *err) {
   kb_sim_sync(sim);
-  sim_run *r = run_at(sim, run);
+  sim_run *r = sim_run_at(sim, run);
   if (!r || r->deleted) return sim_fail(err, KB_SIM_ENOENT, "run %d not found", run);
   uint32_t ri = (uint32_t)run;
   int active = r->wf_started >= 0 && r->wf_finished < 0;
@@ -465,7 +622,7 @@ int kb_sim_run_delete(kb_sim *sim, int run, kb_sim_error *err) {
 size_t kb_sim_run_count(const kb_sim *sim) { return sim->n_runs; }
 
 int kb_sim_run_get(const kb_sim *sim, int run, kb_sim_run_info *o) {
-  const sim_run *r = run_at(sim, run);
+  const sim_run *r = sim_run_at(sim, run);
   if (!r) return KB_SIM_ENOENT;
   memset(o, 0, sizeof *o);
   o->id = run;
@@ -485,7 +642,7 @@ int kb_sim_run_get(const kb_sim *sim, int run, kb_sim_run_info *o) {
   o->wf_message = r->wf_message;
   o->wf_started_at = r->wf_started;
   o->wf_finished_at = r->wf_finished;
-  o->pods_total = (int)pipe_of(sim, r)->n_steps;
+  o->pods_total = (int)(pipe_of(sim, r)->n_steps - pipe_of(sim, r)->n_suspend);
   o->pods_done = r->done_pods;
   return 0;
 }
@@ -538,140 +695,4 @@ void sim_runs_free(kb_sim *sim) {
   free(sim->runs);
   sim->runs = NULL;
   sim->n_runs = 0;
-}
-
-/* ---- Argo workflow status ---- */
-
-static void add_time(cJSON *o, const char *key, const kb_sim *sim, double t) {
-  if (t < 0) {
-    cJSON_AddNullToObject(o, key);
-    return;
-  }
-  time_t s = (time_t)floor(sim->epoch + t);
-  struct tm tm;
-  gmtime_r(&s, &tm);
-  char buf[32];
-  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  cJSON_AddStringToObject(o, key, buf);
-}
-
-static const char *gtype_name(sim_gnode_type t) {
-  switch (t) {
-  case GN_POD: return "Pod";
-  case GN_DAG: return "DAG";
-  case GN_STEPS: return "Steps";
-  default: return "StepGroup";
-  }
-}
-
-static void node_id(const sim_run *r, const sim_gnode *g, char *out, size_t n) {
-  char name[512];
-  if (!*g->suffix) {
-    snprintf(out, n, "%s", r->workflow);
-    return;
-  }
-  snprintf(name, sizeof name, "%s%s", r->workflow, g->suffix);
-  snprintf(out, n, "%s-%u", r->workflow, sim_fnv32a(name));
-}
-
-static cJSON *gnode_json(const kb_sim *sim, const sim_run *r, const sim_pipeline *pl, int gi) {
-  const sim_gnode *g = &pl->gnodes[gi];
-  int ok = 0, fail = 0, live = 0, seen = 0;
-  double start = INFINITY, end = -1;
-  for (int s = g->first; s < g->end; s++) {
-    const sim_stepstate *ss = &r->steps[s];
-    if (ss->pod == SIM_NONE) continue;
-    const sim_pod *p = &sim->pods[ss->pod];
-    if (!p->exists && !r->deleted && p->phase == KB_SIM_POD_PENDING) continue; /* not created yet */
-    seen++;
-    if (p->created < start) start = p->created;
-    ok += ss->state == ST_OK;
-    fail += ss->state == ST_FAIL;
-    live += ss->state == ST_CREATED;
-    double e = p->detected >= 0 ? p->detected : p->finished;
-    if (e > end) end = e;
-  }
-  if (!seen && *g->suffix) return NULL;
-  int total = g->end - g->first;
-  const char *phase;
-  if (ok == total) phase = "Succeeded";
-  else if (live) phase = g->type == GN_POD && seen && sim->pods[r->steps[g->step].pod].phase == KB_SIM_POD_PENDING ? "Pending" : "Running";
-  else if (r->wf_finished >= 0 || fail) phase = fail || r->wf_finished >= 0 ? "Failed" : "Running";
-  else phase = "Running";
-  if (!*g->suffix && r->wf_finished < 0 && strcmp(phase, "Succeeded")) phase = "Running";
-  cJSON *o = cJSON_CreateObject();
-  char id[192], name[512], buf[64];
-  node_id(r, g, id, sizeof id);
-  snprintf(name, sizeof name, "%s%s", r->workflow, g->suffix);
-  cJSON_AddStringToObject(o, "id", id);
-  cJSON_AddStringToObject(o, "name", name);
-  cJSON_AddStringToObject(o, "displayName", *g->suffix ? g->display : r->workflow);
-  cJSON_AddStringToObject(o, "type", gtype_name(g->type));
-  cJSON_AddStringToObject(o, "templateName", g->template_name);
-  cJSON_AddStringToObject(o, "phase", phase);
-  for (int b = g->parent; b >= 0; b = pl->gnodes[b].parent)
-    if (pl->gnodes[b].type == GN_DAG || pl->gnodes[b].type == GN_STEPS) {
-      node_id(r, &pl->gnodes[b], buf, sizeof buf);
-      cJSON_AddStringToObject(o, "boundaryID", buf);
-      break;
-    }
-  cJSON *children = cJSON_AddArrayToObject(o, "children");
-  for (size_t c = 0; c < pl->n_gnodes; c++)
-    if (pl->gnodes[c].parent == gi) {
-      node_id(r, &pl->gnodes[c], buf, sizeof buf);
-      cJSON_AddItemToArray(children, cJSON_CreateString(buf));
-    }
-  add_time(o, "startedAt", sim, start < INFINITY ? start : r->wf_started);
-  int terminal = !strcmp(phase, "Succeeded") || !strcmp(phase, "Failed");
-  add_time(o, "finishedAt", sim, terminal ? (end >= 0 ? end : r->wf_finished) : -1);
-  snprintf(buf, sizeof buf, "%d/%d", ok + fail, total);
-  cJSON_AddStringToObject(o, "progress", buf);
-  if (g->type == GN_POD && r->steps[g->step].pod != SIM_NONE) {
-    const sim_pod *p = &sim->pods[r->steps[g->step].pod];
-    if (p->node != SIM_NONE) cJSON_AddStringToObject(o, "hostNodeName", sim->nodes[p->node].name);
-    if (p->phase == KB_SIM_POD_FAILED) {
-      cJSON_AddStringToObject(o, "message", p->message ? p->message : "Error (exit code 1)");
-      cJSON *out = cJSON_AddObjectToObject(o, "outputs");
-      cJSON_AddStringToObject(out, "exitCode", p->exit_code == 137 ? "137" : "1");
-    } else if (p->phase == KB_SIM_POD_SUCCEEDED) {
-      cJSON *out = cJSON_AddObjectToObject(o, "outputs");
-      cJSON_AddStringToObject(out, "exitCode", "0");
-    }
-  }
-  return o;
-}
-
-uint64_t kb_sim_run_version(const kb_sim *sim, int run) {
-  const sim_run *r = run_at(sim, run);
-  if (!r) return 0;
-  uint64_t v = r->rv;
-  const sim_pipeline *pl = pipe_of(sim, r);
-  for (size_t s = 0; s < pl->n_steps; s++) {
-    uint32_t pi = r->steps[s].pod;
-    if (pi != SIM_NONE && sim->pods[pi].rv > v) v = sim->pods[pi].rv;
-  }
-  return v;
-}
-
-cJSON *kb_sim_run_workflow_status(const kb_sim *sim, int run) {
-  const sim_run *r = run_at(sim, run);
-  if (!r || r->deleted) return NULL;
-  const sim_pipeline *pl = pipe_of(sim, r);
-  cJSON *st = cJSON_CreateObject();
-  if (!st) return NULL;
-  cJSON_AddStringToObject(st, "phase", r->wf_phase);
-  add_time(st, "startedAt", sim, r->wf_started);
-  add_time(st, "finishedAt", sim, r->wf_finished >= 0 && r->wf_started >= 0 ? r->wf_finished : -1);
-  char buf[64];
-  snprintf(buf, sizeof buf, "%d/%zu", r->done_pods, pl->n_steps);
-  cJSON_AddStringToObject(st, "progress", buf);
-  if (r->wf_message) cJSON_AddStringToObject(st, "message", r->wf_message);
-  else if (r->failed && r->wf_finished >= 0) cJSON_AddStringToObject(st, "message", r->error);
-  cJSON *nodes = cJSON_AddObjectToObject(st, "nodes");
-  if (r->wf_started >= 0)
-    for (size_t g = 0; g < pl->n_gnodes; g++) {
-      cJSON *n = gnode_json(sim, r, pl, (int)g);
-      if (n) cJSON_AddItemToObject(nodes, cJSON_GetObjectItemCaseSensitive(n, "id")->valuestring, n);
-    }
-  return st;
 }

@@ -98,6 +98,7 @@ struct glue_ctl { /* the first member of each controller */
 glue_ctl *glue_job_start(sim_glue *g);
 glue_ctl *glue_workflow_start(sim_glue *g);
 glue_ctl *glue_training_start(sim_glue *g);
+glue_ctl *glue_cron_start(sim_glue *g); /* Argo CronWorkflows (ctl_cron.c) */
 void glue_ctl_free(glue_ctl *c);
 
 /* The Argo Workflow objects the mirror keeps for runs nobody owns (KFP
@@ -114,10 +115,13 @@ void glue_logs_ended(sim_glue *g, const kb_sim_pod_info *pi, const char *ns, con
                      const char *container);
 
 /* ---- argo-server's REST API (argo_server.c) ---- */
-/* /api/v1/workflows/{ns}[/{name}] (create, list, get, delete),
- * /api/v1/workflows/{ns}/submit (from a WorkflowTemplate),
- * /api/v1/workflows/{ns}/{name}/log, /api/v1/workflow-templates/{ns}[/{name}]
- * (create, list, get, delete), /api/v1/workflow-events/{ns}
+/* /api/v1/workflows/{ns}[/{name}] (create and lint, validated as argo
+ * does; list, get with fields=; delete), /api/v1/workflows/{ns}/submit
+ * (from a WorkflowTemplate), .../{name}/log, .../{name}/{suspend|resume|
+ * stop|terminate|retry|resubmit|set} (argo_actions.c),
+ * /api/v1/workflow-templates/{ns}[/{name}] (create, list, get, delete),
+ * /api/v1/cron-workflows/... (argo_cron.c), /api/v1/archived-workflows/...
+ * (argo_archive.c), /api/v1/workflow-events/{ns}
  * (newline-delimited {"result":...} or SSE with Accept: text/event-stream,
  * ended after listOptions.timeoutSeconds), /api/v1/version, /info,
  * /userinfo, over the store's objects; errors in grpc-gateway's shape. */

@@ -47,6 +47,7 @@ typedef enum sim_ev_kind {
   EV_POD_EXIT,     /* a = pod: wait container exits, pod terminal */
   EV_STEP_DETECT,  /* a = pod: controller sees the pod is done */
   EV_RUN_REPORT,   /* a = run, b = report index: persistence agent */
+  EV_SUSPEND_END,  /* a = run, b = step | retries << 16: a suspend step's duration is up */
 } sim_ev_kind;
 
 /* Runs and pods are recycled (slot reuse keeps a long simulation's memory
@@ -70,7 +71,7 @@ const sim_event *sim_heap_peek(const sim_heap *h);
 void sim_heap_free(sim_heap *h);
 
 /* ---- pipelines (pipeline.c) ---- */
-typedef enum sim_gnode_type { GN_POD, GN_DAG, GN_STEPS, GN_STEPGROUP } sim_gnode_type;
+typedef enum sim_gnode_type { GN_POD, GN_DAG, GN_STEPS, GN_STEPGROUP, GN_SUSPEND } sim_gnode_type;
 
 /* An Argo node of the expanded workflow: groups (DAG, Steps) and pods. */
 typedef struct sim_gnode {
@@ -104,6 +105,7 @@ typedef struct sim_pipeline {
   sim_gnode *gnodes;
   size_t n_gnodes;
   size_t n_main; /* steps not in the exit handler */
+  size_t n_suspend; /* suspend steps: no pod, not in the progress */
   int holds;     /* loaders' holds + runs using it; freed at 0 */
 } sim_pipeline;
 
@@ -170,6 +172,7 @@ typedef struct sim_stepstate {
   uint32_t pod;
   uint16_t deps_left;
   uint8_t state;
+  double started, finished; /* a suspend step's times (it has no pod); -1: not yet */
 } sim_stepstate;
 
 /* A run's slot is freed when the run is deleted (its pods with it) and
@@ -186,6 +189,8 @@ typedef struct sim_run {
   double created, wf_started, wf_finished;
   const char *wf_phase, *wf_message; /* literals */
   int inflight, done_pods, failed, terminated, exit_started, deleted;
+  int suspended;    /* Argo spec.suspend: no new step starts */
+  uint32_t retries; /* Argo retries so far: a retried step draws afresh */
   kb_sim_run_state true_state;
   kb_sim_run_state state; /* reported */
   double finished_reported;
@@ -286,6 +291,8 @@ int sim_pipeline_expand(kb_sim *sim, const cJSON *doc, const cJSON *params,
                         sim_pipeline **out, kb_sim_error *err);
 
 /* run.c */
+/* The run in slot `run`, or NULL when the slot is free. */
+sim_run *sim_run_at(const kb_sim *sim, int run);
 const sim_step *sim_pod_step(const kb_sim *sim, uint32_t pod);
 void sim_run_event(kb_sim *sim, const sim_event *ev);
 void sim_pod_bound(kb_sim *sim, uint32_t pod);

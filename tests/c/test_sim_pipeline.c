@@ -325,8 +325,8 @@ static void test_pipeline_errors(void) {
              "  - {name: m, dag: {tasks: [{name: a, template: m}]}}\n",
              "templates nest deeper than 32 (recursive template m?)");
   load_error("apiVersion: argoproj.io/v1alpha1\nkind: Workflow\nspec:\n  entrypoint: m\n  templates:\n"
-             "  - {name: m, suspend: {}}\n",
-             "template m: unsupported template type (container, script, dag and steps are modelled)");
+             "  - {name: m, resource: {action: create}}\n",
+             "template m: unsupported template type (container, script, suspend, dag and steps are modelled)");
   load_error("apiVersion: argoproj.io/v1alpha1\nkind: Workflow\nspec:\n  entrypoint: m\n  templates:\n"
              "  - name: m\n    metadata: {annotations: {sim.kbrun.io/duration: \"slow\"}}\n"
              "    container: {image: x}\n",

@@ -709,6 +709,67 @@ T.case("Argo Server: workflows, the event stream and server info per the swagger
   rec.argo:assert_clean()
 end)
 
+T.case("Argo Server: lint and the workflow actions per the swagger", function()
+  local a = api.argo
+  local W = "/api/v1/workflows/default"
+  local function wf(name, secs, fail)
+    return { metadata = { name = name, labels = { suite = "fid-actions" } }, spec = {
+      entrypoint = "main", templates = {
+        { name = "main", dag = { tasks = { { name = "one", template = "w" } } } },
+        { name = "w", metadata = { annotations = { ["sim.kbrun.io/duration"] = "fixed:" .. secs,
+          ["sim.kbrun.io/fail-probability"] = fail or "0" } }, container = { image = "busybox" } } } } }
+  end
+  local linted = a:call("POST", W .. "/lint", { expect = 200, json = { namespace = "default", workflow = wf("fid-lint", 5) } })
+  T.eq(linted.metadata.name, "fid-lint")
+  local cyc = wf("fid-cyc", 5)
+  cyc.spec.templates[1].dag.tasks[1].dependencies = { "one" }
+  rpc_error(a:call("POST", W .. "/lint", { expect = 400, json = { workflow = cyc } }), 3,
+    "templates.main sorting failed: graph with cycle")
+  rpc_error(a:call("POST", W, { expect = 400, json = { workflow = cyc } }), 3, "graph with cycle")
+
+  a:call("POST", W, { expect = 200, json = { workflow = wf("fid-act", 3600) } })
+  T.eq(a:call("PUT", W .. "/fid-act/suspend", { expect = 200, json = { name = "fid-act", namespace = "default" } })
+    .spec.suspend, true)
+  T.eq(a:call("PUT", W .. "/fid-act/resume", { expect = 200, json = { name = "fid-act" } }).spec.suspend, nil)
+  local stopped = a:call("PUT", W .. "/fid-act/stop", { expect = 200, json = { name = "fid-act" } })
+  T.eq(stopped.spec.shutdown, "Stop")
+  rpc_error(a:call("PUT", W .. "/fid-act/suspend", { expect = 400, json = {} }), 3)
+  a:call("POST", W, { expect = 200, json = { workflow = wf("fid-term", 3600) } })
+  local term = a:call("PUT", W .. "/fid-term/terminate", { expect = 200, json = { name = "fid-term" } })
+  T.eq(term.status.phase, "Failed")
+  rpc_error(a:call("PUT", W .. "/fid-term/terminate", { expect = 500, json = {} }), 13,
+    "cannot shutdown a completed workflow")
+  local re = a:call("PUT", W .. "/fid-term/retry", { expect = 200, json = { name = "fid-term" } })
+  T.eq(re.status.phase, "Running")
+  local sub = a:call("PUT", W .. "/fid-term/resubmit", { expect = 200, json = { name = "fid-term", memoized = false } })
+  T.eq(sub.metadata.labels["workflows.argoproj.io/resubmitted-from-workflow"], "fid-term")
+  rpc_error(a:call("PUT", W .. "/fid-term/set", { expect = 400, json = { phase = "Bogus" } }), 3,
+    "Bogus is an invalid phase to set to")
+  rpc_error(a:call("PUT", W .. "/fid-none/suspend", { expect = 404, json = {} }), 5, "not found")
+  for _, n in ipairs({ "fid-act", "fid-term", sub.metadata.name }) do a:call("DELETE", W .. "/" .. n, { expect = 200 }) end
+  -- the archive kept the finished ones
+  local arch = a:call("GET", "/api/v1/archived-workflows", { expect = 200, query = { namePrefix = "fid-term" } })
+  T.eq(#arch.items, 1)
+  T.eq(a:call("GET", "/api/v1/archived-workflows/" .. arch.items[1].metadata.uid, { expect = 200 }).metadata.name, "fid-term")
+  a:call("DELETE", "/api/v1/archived-workflows/" .. arch.items[1].metadata.uid, { expect = 200 })
+  rpc_error(a:call("GET", "/api/v1/archived-workflows/" .. arch.items[1].metadata.uid, { expect = 404 }), 5, "not found")
+
+  local C = "/api/v1/cron-workflows/default"
+  local spec = wf("x", 5).spec
+  local cron = a:call("POST", C, { expect = 200, json = { namespace = "default", cronWorkflow = {
+    metadata = { name = "fid-cron" }, spec = { schedules = { "*/5 * * * *" }, workflowSpec = spec } } } })
+  T.eq(cron.kind, "CronWorkflow")
+  rpc_error(a:call("POST", C .. "/lint", { expect = 400, json = { cronWorkflow = {
+    metadata = { name = "fid-bad" }, spec = { schedules = { "@never" }, workflowSpec = spec } } } }), 3, "is malformed")
+  T.eq(#a:call("GET", C, { expect = 200 }).items, 1)
+  T.eq(a:call("PUT", C .. "/fid-cron/suspend", { expect = 200, json = { name = "fid-cron" } }).spec.suspend, true)
+  T.eq(a:call("PUT", C .. "/fid-cron/resume", { expect = 200, json = { name = "fid-cron" } }).spec.suspend, false)
+  T.eq(a:call("GET", C .. "/fid-cron", { expect = 200 }).metadata.uid, cron.metadata.uid)
+  a:call("DELETE", C .. "/fid-cron", { expect = 200 })
+  rpc_error(a:call("GET", C .. "/fid-cron", { expect = 404 }), 5, "not found")
+  rec.argo:assert_clean()
+end)
+
 T.case("Kubernetes objects of the mirror (pods, nodes, jobs, events) per the 1.32 swagger", function()
   local a = api.k8s
   local kfp = api.v2beta1
@@ -817,6 +878,11 @@ T.case("coverage: the Argo Server operations the simulator routes were checked",
     "GET /api/v1/workflow-templates/{namespace}/{name}",
     "DELETE /api/v1/workflow-templates/{namespace}/{name}",
     "GET /api/v1/version", "GET /api/v1/info", "GET /api/v1/userinfo",
+    "POST /api/v1/workflows/{namespace}/lint",
+    "PUT /api/v1/workflows/{namespace}/{name}/suspend", "PUT /api/v1/workflows/{namespace}/{name}/resume",
+    "PUT /api/v1/workflows/{namespace}/{name}/stop", "PUT /api/v1/workflows/{namespace}/{name}/terminate",
+    "PUT /api/v1/workflows/{namespace}/{name}/retry", "PUT /api/v1/workflows/{namespace}/{name}/resubmit",
+    "PUT /api/v1/workflows/{namespace}/{name}/set",
   }
   rec.argo:assert_covered(routed)
   -- The other WorkflowService operations answer an error, never a body
