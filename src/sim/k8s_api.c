@@ -15,6 +15,7 @@
 
 #include "k8s_table.h"
 #include "kb/k8s_api.h"
+#include "kb/k8s_proto.h"
 #include "kb/vclock.h"
 #include "kb/log.h"
 #include "kb/yaml.h"
@@ -503,21 +504,37 @@ static void do_log(kb_k8s_api *api, kb_httpd_req *req, const route *r, const cha
 
 /* ---- objects ---------------------------------------------------------------- */
 
-static cJSON *parse_body(kb_httpd_req *req, kb_k8s_error *err) {
+/* A request body as JSON, by its Content-Type as the apiserver negotiates
+ * it: none is JSON; JSON, YAML and (for built-in kinds, and for
+ * DeleteOptions on any resource) Kubernetes protobuf are read; any other
+ * type (CBOR, text/plain, ...) is 415 with the apiserver's wording. */
+static cJSON *parse_body(kb_httpd_req *req, int protobuf_ok, kb_k8s_error *err) {
   size_t len;
   const char *body = kb_httpd_req_body(req, &len);
   const char *ct = kb_httpd_req_header(req, "Content-Type");
+  size_t tl = ct ? strcspn(ct, ";") : 0;
+  while (tl && (ct[tl - 1] == ' ' || ct[tl - 1] == '\t')) tl--;
   cJSON *doc;
-  if (ct && strstr(ct, "yaml")) {
+  if (ct && tl && kb_k8s_proto_media(ct) && protobuf_ok) {
+    char msg[KB_K8S_PROTO_ERRLEN];
+    doc = kb_k8s_proto_decode(body, len, msg, sizeof msg);
+    if (!doc) kb_k8s_error_set(err, 400, "BadRequest", "%s", msg);
+  } else if (ct && tl && memmem(ct, tl, "yaml", 4)) {
     kb_yaml_error ye;
     doc = kb_yaml_parse(body, len, &ye);
     if (!doc) kb_k8s_error_set(err, 400, "BadRequest", "invalid YAML: %s", ye.message);
-  } else {
+  } else if (!ct || !tl || (tl == 16 && !strncasecmp(ct, "application/json", 16))) {
     doc = cJSON_ParseWithLength(body, len);
     if (!doc)
       kb_k8s_error_set(err, 400, "BadRequest",
                        "the request body is not valid JSON near offset %zu",
                        (size_t)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - body : 0));
+  } else {
+    kb_k8s_error_set(err, 415, "UnsupportedMediaType",
+                     "the body of the request was in an unknown format - accepted media types "
+                     "include: application/json, application/yaml%s",
+                     protobuf_ok ? ", " KB_K8S_PROTO_MEDIA : "");
+    doc = NULL;
   }
   return doc;
 }
@@ -634,7 +651,7 @@ static void do_delete(kb_k8s_api *api, kb_httpd_req *req, const route *r, const 
   kb_httpd_req_body(req, &blen);
   cJSON *opts = NULL;
   kb_k8s_error err;
-  if (blen && !(opts = parse_body(req, &err))) {
+  if (blen && !(opts = parse_body(req, 1, &err))) {
     send_error(req, &err, r->res);
     return;
   }
@@ -721,7 +738,7 @@ static void do_object(kb_k8s_api *api, kb_httpd_req *req, const route *r, const 
     return;
   }
   if (!strcmp(m, "POST") && !r->name[0]) {
-    cJSON *body = parse_body(req, &err);
+    cJSON *body = parse_body(req, !res->custom, &err);
     if (!body) {
       send_error(req, &err, res);
       return;
@@ -738,7 +755,7 @@ static void do_object(kb_k8s_api *api, kb_httpd_req *req, const route *r, const 
     return;
   }
   if (!strcmp(m, "PUT") && r->name[0]) {
-    cJSON *body = parse_body(req, &err);
+    cJSON *body = parse_body(req, !res->custom, &err);
     if (!body) {
       send_error(req, &err, res);
       return;

@@ -8,6 +8,10 @@
 set -u
 SERVER=${K8S_TEST_SERVER:-$(dirname "${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}")/tests/support/k8s_test_server}
 if ! command -v kubectl >/dev/null 2>&1; then
+  if [ -n "${KBRUN_REQUIRE_KUBECTL:-}" ]; then
+    echo "FAIL: kubectl is not installed and KBRUN_REQUIRE_KUBECTL is set" >&2
+    exit 1
+  fi
   echo "SKIP: kubectl is not installed"
   exit 0
 fi

@@ -7,6 +7,10 @@
 set -u
 : "${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}"
 if ! command -v kubectl >/dev/null 2>&1; then
+  if [ -n "${KBRUN_REQUIRE_KUBECTL:-}" ]; then
+    echo "FAIL: kubectl is not installed and KBRUN_REQUIRE_KUBECTL is set" >&2
+    exit 1
+  fi
   echo "SKIP: kubectl is not installed"
   exit 0
 fi

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# The real kubectl's protobuf writes against `kbrun sim`: kubectl 1.32 sends
+# application/vnd.kubernetes.protobuf for its typed creates (namespace,
+# configmap, secret generic, serviceaccount, job), their --dry-run=server,
+# and the pod deletes of `kubectl drain` (DeleteOptions). Each object is
+# read back and compared with what was given; media types the simulated
+# apiserver does not read are 415, a broken protobuf body a 400. Loopback
+# only; every kubectl call runs under `timeout 30`.
+set -u
+: "${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}"
+if ! command -v kubectl >/dev/null 2>&1; then
+  if [ -n "${KBRUN_REQUIRE_KUBECTL:-}" ]; then
+    echo "FAIL: kubectl is not installed and KBRUN_REQUIRE_KUBECTL is set" >&2
+    exit 1
+  fi
+  echo "SKIP: kubectl is not installed"
+  exit 0
+fi
+WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/kubectl_proto.XXXXXX")
+SIM_PID=
+cleanup() {
+  if [ -n "$SIM_PID" ]; then
+    kill -INT "$SIM_PID" 2>/dev/null
+    for _ in $(seq 1 50); do kill -0 "$SIM_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$SIM_PID" 2>/dev/null
+    wait "$SIM_PID" 2>/dev/null
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+passed=0 failed=0
+
+fail() { echo "FAIL $CASE: $*" >&2; failed=$((failed + 1)); CASE_FAILED=1; }
+begin() { CASE=$1; CASE_FAILED=0; }
+end() { [ "$CASE_FAILED" = 0 ] && passed=$((passed + 1)); }
+expect_code() { [ "$1" = "$2" ] || { fail "exit code $1, expected $2:"; sed 's/^/    /' "$WORK/out" >&2; }; }
+expect_in() { grep -qE -- "$2" "$1" || { fail "'$2' not in $(basename "$1"):"; sed 's/^/    /' "$1" >&2; }; }
+k() { # k ARGS... : kubectl with output in $WORK/out (stdout+stderr), code in CODE
+  timeout 30 kubectl "$@" >"$WORK/out" 2>&1
+  CODE=$?
+}
+
+# ---- start the simulator ------------------------------------------------------
+mkdir -p "$WORK/home"
+export HOME="$WORK/home" KUBECONFIG="$WORK/kubeconfig"
+"$KBRUN_BIN" sim --listen 127.0.0.1:0 --profile fast --kubeconfig-out "$WORK/kubeconfig" \
+  >"$WORK/sim.out" 2>"$WORK/sim.err" &
+SIM_PID=$!
+URL=
+for _ in $(seq 1 100); do
+  URL=$(head -n 1 "$WORK/sim.out" 2>/dev/null)
+  [ -n "$URL" ] && [ -s "$WORK/kubeconfig" ] && break
+  sleep 0.1
+done
+case "$URL" in
+http://127.0.0.1:*) ;;
+*)
+  echo "FAIL: kbrun sim did not start (first line: '$URL')" >&2
+  cat "$WORK/sim.err" >&2
+  exit 1
+  ;;
+esac
+
+expect_eq() { [ "$1" = "$2" ] || fail "got '$1', expected '$2'"; }
+get() { # get JSONPATH ARGS... : the value kubectl get -o jsonpath prints
+  local path=$1
+  shift
+  timeout 30 kubectl get "$@" -o "jsonpath=$path" 2>"$WORK/get.err"
+}
+
+# ---- typed creates, sent as protobuf ---------------------------------------------
+begin "create namespace (a protobuf body)"
+k create namespace protons -v=8
+expect_code "$CODE" 0
+expect_in "$WORK/out" "Content-Type: application/vnd.kubernetes.protobuf"
+expect_in "$WORK/out" "namespace/protons created"
+expect_eq "$(get '{.metadata.name} {.status.phase}' namespace protons)" "protons Active"
+end
+
+begin "create configmap --from-literal"
+k create configmap settings -n protons --from-literal=greeting='hello world' --from-literal=count=42
+expect_code "$CODE" 0
+expect_eq "$(get '{.data.greeting}|{.data.count}|{.metadata.namespace}' configmap settings -n protons)" \
+  "hello world|42|protons"
+end
+
+begin "create secret generic: data is the literal, base64"
+k create secret generic creds -n protons --from-literal=password='s3cr3t!ü' --from-literal=user=admin
+expect_code "$CODE" 0
+timeout 30 kubectl get secret creds -n protons -o json >"$WORK/secret.json" 2>&1
+expect_in "$WORK/secret.json" "\"password\": \"$(printf '%s' 's3cr3t!ü' | base64)\""
+expect_in "$WORK/secret.json" "\"user\": \"$(printf admin | base64)\""
+expect_eq "$(get '{.data.password}' secret creds -n protons | base64 -d)" 's3cr3t!ü'
+expect_eq "$(get '{.type}' secret creds -n protons)" "Opaque"
+end
+
+begin "create serviceaccount"
+k create serviceaccount builder -n protons
+expect_code "$CODE" 0
+expect_eq "$(get '{.kind} {.metadata.name} {.metadata.namespace}' serviceaccount builder -n protons)" \
+  "ServiceAccount builder protons"
+end
+
+begin "create job --image, run to completion"
+k create job hello -n protons --image=busybox:1.36 -- echo hi there
+expect_code "$CODE" 0
+expect_eq "$(get '{.spec.template.spec.containers[0].image}|{.spec.template.spec.containers[0].command}|{.spec.template.spec.restartPolicy}' job hello -n protons)" \
+  'busybox:1.36|["echo","hi","there"]|Never'
+k wait --for=condition=complete job/hello -n protons --timeout=60s
+expect_code "$CODE" 0
+expect_eq "$(get '{.status.succeeded}' job hello -n protons)" "1"
+end
+
+begin "--dry-run=server stores nothing"
+k create configmap ghost -n protons --from-literal=a=b --dry-run=server -o jsonpath='{.metadata.name}={.data.a}'
+expect_code "$CODE" 0
+expect_in "$WORK/out" "^ghost=b$"
+k get configmap ghost -n protons
+expect_in "$WORK/out" 'configmaps "ghost" not found'
+k create secret generic ghost -n protons --from-literal=a=b --dry-run=server
+expect_code "$CODE" 0
+k get secret ghost -n protons
+expect_in "$WORK/out" 'secrets "ghost" not found'
+end
+
+begin "a duplicate create is the apiserver's AlreadyExists"
+k create configmap settings -n protons --from-literal=x=y
+[ "$CODE" != 0 ] || fail "a second create succeeded"
+expect_in "$WORK/out" 'configmaps "settings" already exists'
+expect_eq "$(get '{.data.greeting}' configmap settings -n protons)" "hello world"
+end
+
+# ---- drain: the pod deletes carry protobuf DeleteOptions ---------------------------
+begin "drain --disable-eviction deletes the job's pod"
+POD=$(get '{.items[0].metadata.name}' pods -n protons -l job-name=hello)
+NODE=$(get '{.spec.nodeName}' pod "$POD" -n protons)
+[ -n "$POD" ] && [ -n "$NODE" ] || fail "no pod/node for job hello"
+k drain "$NODE" --force --disable-eviction --ignore-daemonsets --grace-period=5 --timeout=30s -v=8
+expect_code "$CODE" 0
+expect_in "$WORK/out" "DELETE .*/namespaces/protons/pods/$POD"
+expect_in "$WORK/out" "Content-Type: application/vnd.kubernetes.protobuf"
+expect_in "$WORK/out" "pod/$POD deleted"
+k get pod "$POD" -n protons
+expect_in "$WORK/out" "pods \"$POD\" not found"
+k uncordon "$NODE"
+expect_code "$CODE" 0
+end
+
+# ---- what is not read ----------------------------------------------------------------
+begin "CBOR and text/plain are 415, a broken protobuf body 400"
+post() { # post CONTENT-TYPE BODY-FILE : status line and body in $WORK/out
+  curl -s -o "$WORK/out" -w '%{http_code}' -X POST -H "Content-Type: $1" \
+    --data-binary "@$2" "$URL/api/v1/namespaces/protons/configmaps"
+}
+printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cbor"}}' >"$WORK/cm.json"
+expect_eq "$(post application/cbor "$WORK/cm.json")" 415
+expect_in "$WORK/out" '"reason":"UnsupportedMediaType"'
+expect_in "$WORK/out" 'the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf'
+expect_eq "$(post text/plain "$WORK/cm.json")" 415
+printf 'k8s\0\n\002v1\022\011ConfigMap\022\377' >"$WORK/bad.pb"
+expect_eq "$(post application/vnd.kubernetes.protobuf "$WORK/bad.pb")" 400
+expect_in "$WORK/out" '"message":"protobuf: '
+expect_eq "$(post application/json "$WORK/cm.json")" 201
+expect_eq "$(get '{.metadata.name}' configmap cbor -n protons)" "cbor"
+end
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
