@@ -13,6 +13,15 @@
 
 static const uint8_t MAGIC[4] = {'k', '8', 's', 0};
 
+/* s for an error message: printable ASCII, the rest as '?' (a name cut at
+ * 64 bytes, or not UTF-8, must not make the Status invalid JSON text). */
+static const char *printable(const char *s, char out[65]) {
+  size_t i = 0;
+  for (; s[i] && i < 64; i++) out[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+  out[i] = '\0';
+  return out;
+}
+
 static const ProtobufCMessageDescriptor *find_full(const char *full) {
   for (size_t i = 0; i < kb_k8s_pb_n_messages; i++)
     if (!strcmp(kb_k8s_pb_messages[i]->name, full)) return kb_k8s_pb_messages[i];
@@ -24,6 +33,8 @@ static const ProtobufCMessageDescriptor *find_full(const char *full) {
  * else meta/v1's (DeleteOptions, ListOptions, Status: every group version
  * carries them, as the apiserver's scheme registers them). */
 static const ProtobufCMessageDescriptor *find_kind(const char *api_version, const char *kind) {
+  for (const char *p = api_version; *p; p++)
+    if (*p < 0x21 || *p > 0x7e) return NULL; /* API versions are ASCII names */
   const char *slash = strchr(api_version, '/');
   char group[64], version[32], full[256];
   if (slash) {
@@ -104,18 +115,19 @@ cJSON *kb_pb_body_json(pb_ctx *c, const uint8_t *body, size_t len, int depth) {
   const char *av = u->typemeta && u->typemeta->apiversion ? u->typemeta->apiversion : "";
   const char *kind = u->typemeta && u->typemeta->kind ? u->typemeta->kind : "";
   const ProtobufCMessageDescriptor *d = NULL;
+  char p1[65], p2[65];
   if (u->contentencoding && *u->contentencoding) {
-    snprintf(c->err, sizeof c->err, "content encoding \"%.64s\" is not supported",
-             u->contentencoding);
+    snprintf(c->err, sizeof c->err, "content encoding \"%s\" is not supported",
+             printable(u->contentencoding, p1));
   } else if (u->contenttype && *u->contenttype && !kb_k8s_proto_media(u->contenttype)) {
-    snprintf(c->err, sizeof c->err, "an envelope of content type \"%.64s\" is not supported",
-             u->contenttype);
+    snprintf(c->err, sizeof c->err, "an envelope of content type \"%s\" is not supported",
+             printable(u->contenttype, p1));
   } else if (!*kind) {
     snprintf(c->err, sizeof c->err, "Object 'Kind' is missing in the protobuf envelope");
   } else if (!(d = find_kind(av, kind))) {
     /* the apiserver's scheme error */
-    snprintf(c->err, sizeof c->err, "no kind \"%.64s\" is registered for version \"%.64s\" in "
-             "scheme \"pkg/api/legacyscheme/scheme.go:30\"", kind, av);
+    snprintf(c->err, sizeof c->err, "no kind \"%s\" is registered for version \"%s\" in "
+             "scheme \"pkg/api/legacyscheme/scheme.go:30\"", printable(kind, p1), printable(av, p2));
   } else {
     o = typed_json(c, d, u->has_raw ? u->raw.data : NULL, u->has_raw ? u->raw.len : 0, depth);
     if (o && cJSON_IsObject(o)) o = with_type(c, o, av, kind);

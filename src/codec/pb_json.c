@@ -175,12 +175,17 @@ static cJSON *time_json(pb_ctx *c, const ProtobufCMessage *m, int micro) {
   int hs, hn;
   int64_t s = int_field(m, "seconds", &hs), ns = int_field(m, "nanos", &hn);
   if (!hs && !hn) return cJSON_CreateNull();
-  s += ns / 1000000000;
-  ns %= 1000000000;
-  if (ns < 0) ns += 1000000000, s--;
+  /* years 0001-9999, as Go's RFC 3339 formatting; checked before the
+   * nanoseconds (|ns| < 2.2 s) carry into s, so nothing overflows */
+  int in_range = s >= -62135596800LL - 3 && s <= 253402300799LL + 3;
+  if (in_range) {
+    s += ns / 1000000000;
+    ns %= 1000000000;
+    if (ns < 0) ns += 1000000000, s--;
+  }
   time_t t = (time_t)s;
   struct tm tm;
-  if (s < -62135596800LL || s > 253402300799LL || !gmtime_r(&t, &tm)) {
+  if (!in_range || s < -62135596800LL || s > 253402300799LL || !gmtime_r(&t, &tm)) {
     pb_fail(c, "%s seconds %" PRId64 " is outside years 0001-9999", m->descriptor->short_name, s);
     return NULL;
   }

@@ -19,7 +19,10 @@ if [ ! -x "$SERVER" ]; then
   echo "FAIL: $SERVER not built (tests/CMakeLists.txt needs add_subdirectory(support))" >&2
   exit 1
 fi
-WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/kubectl.XXXXXX")
+# KBRUN_TEST_OUT may not exist yet: without it WORK was empty, and the
+# test wrote to / (and shared those files with the kubectl tests beside it)
+mkdir -p "${KBRUN_TEST_OUT:-/tmp}"
+WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/kubectl.XXXXXX") && [ -d "$WORK" ] || { echo "FAIL: cannot make a work folder" >&2; exit 1; }
 SERVER_PID=
 cleanup() {
   [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
