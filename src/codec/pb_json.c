@@ -135,19 +135,27 @@ static size_t elem_size(ProtobufCType t) {
 
 /* ---- the messages with a JSON form of their own -------------------------------- */
 
-static const ProtobufCFieldDescriptor *field(const ProtobufCMessage *m, const char *name,
-                                             const void **val) {
-  const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field_by_name(
-      m->descriptor, name);
-  if (!fd) return NULL;
+/* fd of m when present (proto2 presence), its value's address in *val. */
+static const ProtobufCFieldDescriptor *present(const ProtobufCMessage *m,
+                                               const ProtobufCFieldDescriptor *fd,
+                                               const void **val) {
   const char *base = (const char *)m;
   *val = base + fd->offset;
+  if (fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) /* none in Kubernetes' protos, but generic */
+    return *(const uint32_t *)(base + fd->quantifier_offset) == fd->id ? fd : NULL;
   if (fd->label == PROTOBUF_C_LABEL_OPTIONAL) {
     if (fd->type == PROTOBUF_C_TYPE_STRING || fd->type == PROTOBUF_C_TYPE_MESSAGE)
       return *(void *const *)*val ? fd : NULL;
     return *(const protobuf_c_boolean *)(base + fd->quantifier_offset) ? fd : NULL;
   }
   return fd;
+}
+
+static const ProtobufCFieldDescriptor *field(const ProtobufCMessage *m, const char *name,
+                                             const void **val) {
+  const ProtobufCFieldDescriptor *fd =
+      protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
+  return fd ? present(m, fd, val) : NULL;
 }
 
 static int64_t int_field(const ProtobufCMessage *m, const char *name, int *present) {
@@ -378,7 +386,7 @@ cJSON *kb_pb_message_json(pb_ctx *c, const ProtobufCMessage *m, int depth) {
       v = repeated_json(c, md, fd, base, depth);
     } else {
       const void *p;
-      if (!field(m, fd->name, &p)) continue; /* absent: proto2 presence */
+      if (!present(m, fd, &p)) continue; /* absent: proto2 presence */
       v = value_json(c, fd, p, depth, &zero);
       if (v && zero && in_table(kb_k8s_pb_omitempty, kb_k8s_pb_n_omitempty, md->name, fd->name)) {
         cJSON_Delete(v); /* a zero Go's JSON omits */
