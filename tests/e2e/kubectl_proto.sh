@@ -149,6 +149,46 @@ k uncordon "$NODE"
 expect_code "$CODE" 0
 end
 
+# ---- DeleteOptions in protobuf, as client-go sends them ----------------------------
+# "k8s\0" + Unknown{typeMeta{v1, DeleteOptions}, raw, "", ""}; raw is a
+# DeleteOptions: field 4 propagationPolicy, field 5 dryRun
+delete_pb() { # delete_pb PATH RAW (printf escapes) : HTTP status, body in $WORK/out
+  local raw
+  raw=$(printf "$2" | od -An -v -tx1 | tr -d ' \n')
+  { printf 'k8s\0\n\023\n\002v1\022\015DeleteOptions\022'
+    printf "\\$(printf %o $((${#raw} / 2)))"
+    printf "$2"
+    printf '\032\000\042\000'; } >"$WORK/del.pb"
+  curl -s -o "$WORK/out" -w '%{http_code}' -X DELETE \
+    -H "Content-Type: application/vnd.kubernetes.protobuf" --data-binary "@$WORK/del.pb" "$URL$1"
+}
+owned() { # owned NAME OWNER OWNER-UID : a configmap owned by another
+  printf '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"%s","namespace":"protons","ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"%s","uid":"%s"}]}}' \
+    "$1" "$2" "$3" >"$WORK/owned.json"
+  k create -f "$WORK/owned.json"
+  expect_code "$CODE" 0
+}
+begin "protobuf DeleteOptions: dryRun keeps the owner, Orphan its dependent, Background not"
+k create configmap owner1 -n protons --from-literal=a=1
+UID1=$(get '{.metadata.uid}' configmap owner1 -n protons)
+owned child1 owner1 "$UID1"
+k create configmap owner2 -n protons --from-literal=a=2
+owned child2 owner2 "$(get '{.metadata.uid}' configmap owner2 -n protons)"
+expect_eq "$(delete_pb /api/v1/namespaces/protons/configmaps/owner1 '\052\003All')" 200
+expect_eq "$(get '{.metadata.uid}' configmap owner1 -n protons)" "$UID1"
+expect_eq "$(delete_pb /api/v1/namespaces/protons/configmaps/owner1 '\042\006Orphan')" 200
+k get configmap owner1 -n protons
+expect_in "$WORK/out" 'configmaps "owner1" not found'
+expect_eq "$(get '{.metadata.name}' configmap child1 -n protons)" "child1"
+expect_eq "$(delete_pb /api/v1/namespaces/protons/configmaps/owner2 '\042\012Background')" 200
+gone=0
+for _ in $(seq 1 50); do # the collector may run after the answer
+  timeout 30 kubectl get configmap child2 -n protons >/dev/null 2>&1 || { gone=1; break; }
+  sleep 0.1
+done
+[ "$gone" = 1 ] || fail "child2 outlived its owner's Background delete"
+end
+
 # ---- what is not read ----------------------------------------------------------------
 begin "CBOR and text/plain are 415, a broken protobuf body 400"
 post() { # post CONTENT-TYPE BODY-FILE : status line and body in $WORK/out
