@@ -158,10 +158,10 @@ static const ProtobufCFieldDescriptor *field(const ProtobufCMessage *m, const ch
   return fd ? present(m, fd, val) : NULL;
 }
 
-static int64_t int_field(const ProtobufCMessage *m, const char *name, int *present) {
+static int64_t int_field(const ProtobufCMessage *m, const char *name, int *has) {
   const void *v;
   const ProtobufCFieldDescriptor *fd = field(m, name, &v);
-  if (present) *present = fd != NULL;
+  if (has) *has = fd != NULL;
   if (!fd) return 0;
   return fd->type == PROTOBUF_C_TYPE_INT32 ? *(const int32_t *)v : *(const int64_t *)v;
 }
@@ -171,9 +171,11 @@ static const char *str_field(const ProtobufCMessage *m, const char *name) {
   return field(m, name, &v) ? *(char *const *)v : NULL;
 }
 
-static const ProtobufCBinaryData *bytes_field(const ProtobufCMessage *m, const char *name) {
+/* by number: FieldsV1 names its bytes "Raw", RawExtension "raw" (both 1) */
+static const ProtobufCBinaryData *bytes_field(const ProtobufCMessage *m, unsigned id) {
+  const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(m->descriptor, id);
   const void *v;
-  return field(m, name, &v) ? v : NULL;
+  return fd && fd->type == PROTOBUF_C_TYPE_BYTES && present(m, fd, &v) ? v : NULL;
 }
 
 /* meta/v1 Time and MicroTime: RFC 3339 in UTC, as metav1 marshals them
@@ -255,12 +257,12 @@ static cJSON *intstr_json(pb_ctx *c, const ProtobufCMessage *m) {
 /* RawExtension and FieldsV1 hold JSON (a RawExtension may hold a whole
  * protobuf body instead); empty is null, as Go marshals it. */
 static cJSON *raw_json(pb_ctx *c, const ProtobufCMessage *m, int allow_pb, int depth) {
-  const ProtobufCBinaryData *raw = bytes_field(m, "raw");
+  const ProtobufCBinaryData *raw = bytes_field(m, 1);
   if (!raw || !raw->len) return cJSON_CreateNull();
   if (allow_pb && raw->len >= 4 && !memcmp(raw->data, "k8s\0", 4))
     return kb_pb_body_json(c, raw->data, raw->len, depth + 1);
   cJSON *doc = cJSON_ParseWithLength((const char *)raw->data, raw->len);
-  if (!doc) pb_fail(c, "%s.raw is not JSON", m->descriptor->short_name);
+  if (!doc) pb_fail(c, "%s.%s is not JSON", m->descriptor->short_name, m->descriptor->fields[0].name);
   return doc;
 }
 

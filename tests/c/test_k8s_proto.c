@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "k8s.io/api/apps/v1/generated.pb-c.h"
 #include "k8s.io/api/authorization/v1/generated.pb-c.h"
 #include "k8s.io/api/batch/v1/generated.pb-c.h"
 #include "k8s.io/api/coordination/v1/generated.pb-c.h"
@@ -328,6 +329,58 @@ static void test_kubectl_bodies(void) {
   cJSON_Delete(o);
 }
 
+/* RawExtension holds JSON, or a whole protobuf body; FieldsV1 its JSON. */
+static void test_raw_and_fields(void) {
+  static const char fields[] = "{\"f:data\":{\"f:pw\":{}}}";
+  K8s__Io__Apimachinery__Pkg__Apis__Meta__V1__FieldsV1 f = K8S__IO__APIMACHINERY__PKG__APIS__META__V1__FIELDS_V1__INIT;
+  f.has_raw = 1;
+  f.raw.data = (uint8_t *)fields;
+  f.raw.len = sizeof fields - 1;
+  K8s__Io__Apimachinery__Pkg__Apis__Meta__V1__ManagedFieldsEntry mf = K8S__IO__APIMACHINERY__PKG__APIS__META__V1__MANAGED_FIELDS_ENTRY__INIT;
+  mf.manager = "kubectl-create";
+  mf.operation = "Update";
+  mf.fieldstype = "FieldsV1";
+  mf.fieldsv1 = &f;
+  K8s__Io__Apimachinery__Pkg__Apis__Meta__V1__ManagedFieldsEntry *mfs[] = {&mf};
+  K8s__Io__Apimachinery__Pkg__Apis__Meta__V1__ObjectMeta meta = K8S__IO__APIMACHINERY__PKG__APIS__META__V1__OBJECT_META__INIT;
+  meta.name = "rev-1";
+  meta.n_managedfields = 1;
+  meta.managedfields = mfs;
+  static const char data[] = "{\"spec\":{\"replicas\":3}}";
+  K8s__Io__Apimachinery__Pkg__Runtime__RawExtension re = K8S__IO__APIMACHINERY__PKG__RUNTIME__RAW_EXTENSION__INIT;
+  re.has_raw = 1;
+  re.raw.data = (uint8_t *)data;
+  re.raw.len = sizeof data - 1;
+  K8s__Io__Api__Apps__V1__ControllerRevision cr = K8S__IO__API__APPS__V1__CONTROLLER_REVISION__INIT;
+  cr.metadata = &meta;
+  cr.data = &re;
+  cr.has_revision = 1;
+  cr.revision = 7;
+  cJSON *o = decode_msg("apps/v1", "ControllerRevision", &cr.base);
+  KB_CHECK(cJSON_GetNumberValue(at(o, "data.spec.replicas")) == 3);
+  KB_CHECK(cJSON_GetNumberValue(at(o, "revision")) == 7);
+  KB_CHECK(cJSON_IsObject(at(o, "metadata.managedFields[0].fieldsV1.f:data.f:pw")));
+  KB_CHECK_STR(str_at(o, "metadata.managedFields[0].manager"), "kubectl-create");
+  cJSON_Delete(o);
+
+  /* the RawExtension holding kubectl's Secret body, protobuf in protobuf */
+  re.raw.data = (uint8_t *)KUBECTL_SECRET;
+  re.raw.len = sizeof KUBECTL_SECRET;
+  o = decode_msg("apps/v1", "ControllerRevision", &cr.base);
+  KB_CHECK_STR(str_at(o, "data.kind"), "Secret");
+  KB_CHECK_STR(str_at(o, "data.data.pw"), "aHVudGVyMg==");
+  cJSON_Delete(o);
+
+  /* neither JSON nor a body */
+  re.raw.data = (uint8_t *)"not json";
+  re.raw.len = 8;
+  size_t len;
+  uint8_t *b = envelope("apps/v1", "ControllerRevision", &cr.base, &len);
+  KB_CHECK(kb_k8s_proto_decode(b, len, err, sizeof err) == NULL);
+  KB_CHECK(strstr(err, "RawExtension.raw is not JSON") != NULL);
+  free(b);
+}
+
 /* ---- refusals ------------------------------------------------------------------ */
 
 static void expect_fail(const void *body, size_t len, const char *msg) {
@@ -388,6 +441,7 @@ int main(void) {
   KB_RUN(test_lease_and_job);
   KB_RUN(test_slice_and_duration);
   KB_RUN(test_kubectl_bodies);
+  KB_RUN(test_raw_and_fields);
   KB_RUN(test_refusals);
   return kb_test_report();
 }
