@@ -1,5 +1,6 @@
 /* Kubernetes protobuf bodies (application/vnd.kubernetes.protobuf) as the
- * apiserver reads them, converted to the JSON the same object has. No Lua,
+ * apiserver reads them, converted to the JSON the same object has, and
+ * back (kb_k8s_proto_encode, for answers). No Lua,
  * no libuv: the codec layer, over protobuf-c and the descriptors protoc-c
  * generates from the vendored .proto files (specs/k8s/proto).
  *
@@ -23,6 +24,7 @@
 #define KB_K8S_PROTO_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cjson/cJSON.h>
 
@@ -40,11 +42,18 @@ cJSON *kb_k8s_proto_decode(const void *body, size_t len, char *err, size_t errle
 cJSON *kb_k8s_proto_decode_message(const char *full_name, const void *data, size_t len,
                                    char *err, size_t errlen);
 
+/* The reverse: obj (with apiVersion and kind) as a whole protobuf body in
+ * *out (malloc'd, *len bytes). -1 with a message when no message exists
+ * for its kind or a value does not fit the schema (answer JSON then).
+ * Members the schema does not know are dropped, as the apiserver's typed
+ * encoding drops them. */
+int kb_k8s_proto_encode(const cJSON *obj, uint8_t **out, size_t *len, char *err, size_t errlen);
+
 /* 1 when a message exists for apiVersion + kind ("batch/v1", "Job"). */
 int kb_k8s_proto_knows(const char *api_version, const char *kind);
 
-/* 1 when the media type (a Content-Type value, parameters allowed) is
- * application/vnd.kubernetes.protobuf. */
+/* 1 when the media type (a Content-Type value, or the first of an Accept
+ * list; parameters allowed) is application/vnd.kubernetes.protobuf. */
 int kb_k8s_proto_media(const char *content_type);
 
 #endif

@@ -19,4 +19,9 @@ cJSON *kb_pb_message_json(pb_ctx *c, const ProtobufCMessage *m, int depth);
 /* A whole "k8s\0" body (also inside a RawExtension). */
 cJSON *kb_pb_body_json(pb_ctx *c, const uint8_t *body, size_t len, int depth);
 
+/* v as a new message of type d (free with protobuf_c_message_free_unpacked);
+ * NULL with c->err set when the schema cannot hold v. */
+ProtobufCMessage *kb_pb_message_from_json(pb_ctx *c, const ProtobufCMessageDescriptor *d,
+                                          const cJSON *v);
+
 #endif

@@ -3,6 +3,7 @@
  * kind name, found among every message protoc-c generated from the
  * vendored .proto files; pb_json.c turns the message into JSON. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -64,7 +65,7 @@ int kb_k8s_proto_media(const char *ct) {
   while (*ct == ' ' || *ct == '\t') ct++;
   size_t n = strlen(KB_K8S_PROTO_MEDIA);
   return !strncasecmp(ct, KB_K8S_PROTO_MEDIA, n) &&
-         (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ' || ct[n] == '\t');
+         (ct[n] == '\0' || ct[n] == ';' || ct[n] == ',' || ct[n] == ' ' || ct[n] == '\t');
 }
 
 static cJSON *typed_json(pb_ctx *c, const ProtobufCMessageDescriptor *d, const uint8_t *data,
@@ -156,4 +157,46 @@ cJSON *kb_k8s_proto_decode_message(const char *full_name, const void *data, size
   else o = typed_json(&c, d, data, len, 0);
   if (!o) copy_err(&c, err, errlen);
   return o;
+}
+
+int kb_k8s_proto_encode(const cJSON *obj, uint8_t **out, size_t *len, char *err, size_t errlen) {
+  pb_ctx c = {{0}};
+  *out = NULL;
+  *len = 0;
+  const char *av = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, "apiVersion"));
+  const char *kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, "kind"));
+  const ProtobufCMessageDescriptor *d = av && kind ? find_kind(av, kind) : NULL;
+  ProtobufCMessage *m = d ? kb_pb_message_from_json(&c, d, obj) : NULL;
+  if (!d) snprintf(c.err, sizeof c.err, "no message for this apiVersion and kind");
+  uint8_t *raw = NULL, *body = NULL;
+  if (m) {
+    size_t rn = protobuf_c_message_get_packed_size(m);
+    raw = malloc(rn ? rn : 1);
+    K8s__Io__Apimachinery__Pkg__Runtime__TypeMeta tm = K8S__IO__APIMACHINERY__PKG__RUNTIME__TYPE_META__INIT;
+    tm.apiversion = (char *)av;
+    tm.kind = (char *)kind;
+    K8s__Io__Apimachinery__Pkg__Runtime__Unknown u = K8S__IO__APIMACHINERY__PKG__RUNTIME__UNKNOWN__INIT;
+    u.typemeta = &tm;
+    u.has_raw = 1;
+    u.raw.len = raw ? protobuf_c_message_pack(m, raw) : 0;
+    u.raw.data = raw;
+    u.contentencoding = "";
+    u.contenttype = "";
+    size_t un = k8s__io__apimachinery__pkg__runtime__unknown__get_packed_size(&u);
+    body = raw ? malloc(sizeof MAGIC + un) : NULL;
+    if (body) {
+      memcpy(body, MAGIC, sizeof MAGIC);
+      *len = sizeof MAGIC + k8s__io__apimachinery__pkg__runtime__unknown__pack(&u, body + sizeof MAGIC);
+    } else {
+      snprintf(c.err, sizeof c.err, "out of memory");
+    }
+    free(raw);
+    protobuf_c_message_free_unpacked(m, NULL);
+  }
+  if (!body) {
+    copy_err(&c, err, errlen);
+    return -1;
+  }
+  *out = body;
+  return 0;
 }

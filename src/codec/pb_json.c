@@ -303,6 +303,18 @@ static cJSON *value_json(pb_ctx *c, const ProtobufCFieldDescriptor *fd, const vo
   return kb_pb_message_json(c, *(ProtobufCMessage *const *)p, depth + 1);
 }
 
+static cJSON *empty_json(pb_ctx *c, const ProtobufCMessageDescriptor *d, int depth) {
+  ProtobufCMessage *m = malloc(d->sizeof_message);
+  if (!m) {
+    pb_fail(c, "out of memory");
+    return NULL;
+  }
+  protobuf_c_message_init(d, m);
+  cJSON *v = kb_pb_message_json(c, m, depth + 1);
+  free(m); /* init allocates nothing */
+  return v;
+}
+
 static cJSON *map_json(pb_ctx *c, const ProtobufCFieldDescriptor *fd, ProtobufCMessage *const *e,
                        size_t n, int depth) {
   cJSON *o = cJSON_CreateObject();
@@ -315,7 +327,7 @@ static cJSON *map_json(pb_ctx *c, const ProtobufCFieldDescriptor *fd, ProtobufCM
     cJSON *v = NULL;
     const ProtobufCFieldDescriptor *vf = &d->fields[1];
     if (vf->type == PROTOBUF_C_TYPE_MESSAGE && !*(ProtobufCMessage *const *)(base + vf->offset))
-      v = cJSON_CreateNull(); /* an entry without its value */
+      v = empty_json(c, vf->descriptor, depth); /* an entry without its value: Go's zero */
     else
       v = value_json(c, vf, base + vf->offset, depth, &zero);
     const char *key = cJSON_IsString(k) ? k->valuestring : NULL;

@@ -116,7 +116,32 @@ static int qbool(const char *query, const char *key) {
   return qget(query, key, v, sizeof v) && (!strcmp(v, "true") || !strcmp(v, "1") || !*v);
 }
 
+/* protobuf when the client lists it first (kubectl's and client-go's typed
+ * calls: "application/vnd.kubernetes.protobuf,application/json") and the
+ * object's kind has a message; JSON, the fallback they list next, for the
+ * rest (custom resources, Tables, discovery, a value the schema cannot
+ * hold). 1 when answered, kb_httpd_respond's result in *rc. */
+static int send_protobuf(kb_httpd_req *req, int status, const cJSON *body, const char *warning,
+                         int *rc) {
+  const char *a = kb_httpd_req_header(req, "Accept");
+  uint8_t *pb;
+  size_t n;
+  if (!body || !a || !kb_k8s_proto_media(a) || kb_k8s_proto_encode(body, &pb, &n, NULL, 0))
+    return 0;
+  kb_httpd_header h[3] = {{"Content-Type", KB_K8S_PROTO_MEDIA},
+                          {"Cache-Control", "no-cache, private"},
+                          {"Warning", warning}};
+  *rc = kb_httpd_respond(req, status, h, warning ? 3 : 2, (const char *)pb, n);
+  free(pb);
+  return 1;
+}
+
 static int send_json(kb_httpd_req *req, int status, cJSON *body, const char *warning) {
+  int rc;
+  if (send_protobuf(req, status, body, warning, &rc)) {
+    cJSON_Delete(body);
+    return rc;
+  }
   char *text = body ? cJSON_PrintUnformatted(body) : NULL;
   cJSON_Delete(body);
   kb_httpd_header h[3] = {{"Content-Type", "application/json"},
@@ -127,7 +152,7 @@ static int send_json(kb_httpd_req *req, int status, cJSON *body, const char *war
                                    "\"Failure\",\"message\":\"out of memory\",\"code\":500}";
     return kb_httpd_respond(req, 500, h, 2, oom_body, sizeof oom_body - 1);
   }
-  int rc = kb_httpd_respond(req, status, h, warning ? 3 : 2, text, strlen(text));
+  rc = kb_httpd_respond(req, status, h, warning ? 3 : 2, text, strlen(text));
   free(text);
   return rc;
 }

@@ -43,11 +43,36 @@ static uint8_t *envelope(const char *api_version, const char *kind, const Protob
   return body;
 }
 
+/* o encoded back to protobuf (the answer to an Accept of protobuf) decodes
+ * to the same JSON. */
+static void check_round_trip(const cJSON *o) {
+  uint8_t *b;
+  size_t n;
+  char e[KB_K8S_PROTO_ERRLEN];
+  if (kb_k8s_proto_encode(o, &b, &n, e, sizeof e)) {
+    fprintf(stderr, "  encode: %s\n", e);
+    KB_CHECK(!"encode");
+    return;
+  }
+  KB_CHECK(n > 4 && !memcmp(b, "k8s\0", 4));
+  cJSON *back = kb_k8s_proto_decode(b, n, e, sizeof e);
+  free(b);
+  if (!back || !cJSON_Compare(o, back, 1)) {
+    char *x = cJSON_PrintUnformatted(o), *y = back ? cJSON_PrintUnformatted(back) : NULL;
+    fprintf(stderr, "  round trip:\n    %s\n    %s\n", x, y ? y : e);
+    free(x);
+    free(y);
+    KB_CHECK(!"round trip");
+  }
+  cJSON_Delete(back);
+}
+
 static cJSON *decode_msg(const char *av, const char *kind, const ProtobufCMessage *m) {
   size_t len;
   uint8_t *body = envelope(av, kind, m, &len);
   cJSON *o = kb_k8s_proto_decode(body, len, err, sizeof err);
   if (!o) fprintf(stderr, "  decode: %s\n", err);
+  else check_round_trip(o);
   free(body);
   return o;
 }
@@ -307,6 +332,7 @@ static void test_kubectl_bodies(void) {
   KB_CHECK(at(o, "metadata.namespace") == NULL && at(o, "metadata.uid") == NULL);
   KB_CHECK(cJSON_IsNull(at(o, "metadata.creationTimestamp")));
   KB_CHECK(at(o, "type") == NULL);
+  check_round_trip(o);
   cJSON_Delete(o);
 
   o = kb_k8s_proto_decode(KUBECTL_JOB, sizeof KUBECTL_JOB, err, sizeof err);
@@ -321,11 +347,13 @@ static void test_kubectl_bodies(void) {
   KB_CHECK(cJSON_GetObjectItemCaseSensitive(at(o, "spec.template.spec.containers[0]"), "resources"));
   KB_CHECK(at(o, "spec.template.spec.dnsPolicy") == NULL); /* "" on the wire */
   KB_CHECK(at(o, "spec.template.spec.containers[0].tty") == NULL);
+  check_round_trip(o);
   cJSON_Delete(o);
 
   o = kb_k8s_proto_decode(KUBECTL_DELETE, sizeof KUBECTL_DELETE, err, sizeof err);
   KB_CHECK_STR(str_at(o, "kind"), "DeleteOptions");
   KB_CHECK(cJSON_GetNumberValue(at(o, "gracePeriodSeconds")) == 7);
+  check_round_trip(o);
   cJSON_Delete(o);
 }
 
@@ -431,6 +459,9 @@ static void test_refusals(void) {
   KB_CHECK(kb_k8s_proto_media("application/vnd.kubernetes.protobuf"));
   KB_CHECK(kb_k8s_proto_media("application/vnd.kubernetes.protobuf; charset=x"));
   KB_CHECK(kb_k8s_proto_media("application/vnd.kubernetes.protobuf;stream=watch"));
+  KB_CHECK(kb_k8s_proto_media("application/vnd.kubernetes.protobuf,application/json"));
+  KB_CHECK(!kb_k8s_proto_media("application/json,application/vnd.kubernetes.protobuf"));
+  KB_CHECK(!kb_k8s_proto_media("application/vnd.kubernetes.protobufx"));
   KB_CHECK(!kb_k8s_proto_media("application/json"));
   KB_CHECK(!kb_k8s_proto_media(NULL));
 }

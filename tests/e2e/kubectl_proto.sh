@@ -76,6 +76,10 @@ begin "create namespace (a protobuf body)"
 k create namespace protons -v=8
 expect_code "$CODE" 0
 expect_in "$WORK/out" "Content-Type: application/vnd.kubernetes.protobuf"
+# and the answer too: kubectl lists protobuf first in its Accept
+expect_in "$WORK/out" "Response Headers:"
+[ "$(grep -c 'Content-Type: application/vnd.kubernetes.protobuf' "$WORK/out")" -ge 2 ] ||
+  fail "the answer was not protobuf"
 expect_in "$WORK/out" "namespace/protons created"
 expect_eq "$(get '{.metadata.name} {.status.phase}' namespace protons)" "protons Active"
 end
@@ -112,6 +116,21 @@ expect_eq "$(get '{.spec.template.spec.containers[0].image}|{.spec.template.spec
 k wait --for=condition=complete job/hello -n protons --timeout=60s
 expect_code "$CODE" 0
 expect_eq "$(get '{.status.succeeded}' job hello -n protons)" "1"
+end
+
+begin "protobuf answers: kubectl reads back what the JSON answer says"
+k create secret generic answer -n protons --from-literal=k=v \
+  -o jsonpath='{.metadata.uid} {.metadata.resourceVersion} {.metadata.creationTimestamp} {.data.k} {.type}'
+expect_code "$CODE" 0
+expect_eq "$(cat "$WORK/out")" \
+  "$(get '{.metadata.uid} {.metadata.resourceVersion} {.metadata.creationTimestamp} {.data.k} {.type}' secret answer -n protons)"
+expect_in "$WORK/out" " dg== Opaque$"
+k create job answer -n protons --image=busybox:1.36 \
+  -o jsonpath='{.metadata.uid} {.spec.completions} {.spec.backoffLimit} {.spec.template.spec.containers[0].terminationMessagePath} {.spec.selector.matchLabels}' -- true
+expect_code "$CODE" 0
+expect_eq "$(cat "$WORK/out")" \
+  "$(get '{.metadata.uid} {.spec.completions} {.spec.backoffLimit} {.spec.template.spec.containers[0].terminationMessagePath} {.spec.selector.matchLabels}' job answer -n protons)"
+expect_in "$WORK/out" " 1 6 /dev/termination-log \\{"
 end
 
 begin "--dry-run=server stores nothing"
