@@ -15,6 +15,7 @@
 
 #include "k8s_table.h"
 #include "kb/k8s_api.h"
+#include "kb/k8s_proto.h"
 #include "kb/vclock.h"
 #include "kb/log.h"
 #include "kb/yaml.h"
@@ -116,7 +117,32 @@ static int qbool(const char *query, const char *key) {
   return qget(query, key, v, sizeof v) && (!strcmp(v, "true") || !strcmp(v, "1") || !*v);
 }
 
+/* protobuf when the client lists it first (kubectl's and client-go's typed
+ * calls: "application/vnd.kubernetes.protobuf,application/json") and the
+ * object's kind has a message; JSON, the fallback they list next, for the
+ * rest (custom resources, Tables, discovery, a value the schema cannot
+ * hold). 1 when answered, kb_httpd_respond's result in *rc. */
+static int send_protobuf(kb_httpd_req *req, int status, const cJSON *body, const char *warning,
+                         int *rc) {
+  const char *a = kb_httpd_req_header(req, "Accept");
+  uint8_t *pb;
+  size_t n;
+  if (!body || !a || !kb_k8s_proto_media(a) || kb_k8s_proto_encode(body, &pb, &n, NULL, 0))
+    return 0;
+  kb_httpd_header h[3] = {{"Content-Type", KB_K8S_PROTO_MEDIA},
+                          {"Cache-Control", "no-cache, private"},
+                          {"Warning", warning}};
+  *rc = kb_httpd_respond(req, status, h, warning ? 3 : 2, (const char *)pb, n);
+  free(pb);
+  return 1;
+}
+
 static int send_json(kb_httpd_req *req, int status, cJSON *body, const char *warning) {
+  int rc;
+  if (send_protobuf(req, status, body, warning, &rc)) {
+    cJSON_Delete(body);
+    return rc;
+  }
   char *text = body ? cJSON_PrintUnformatted(body) : NULL;
   cJSON_Delete(body);
   kb_httpd_header h[3] = {{"Content-Type", "application/json"},
@@ -127,7 +153,7 @@ static int send_json(kb_httpd_req *req, int status, cJSON *body, const char *war
                                    "\"Failure\",\"message\":\"out of memory\",\"code\":500}";
     return kb_httpd_respond(req, 500, h, 2, oom_body, sizeof oom_body - 1);
   }
-  int rc = kb_httpd_respond(req, status, h, warning ? 3 : 2, text, strlen(text));
+  rc = kb_httpd_respond(req, status, h, warning ? 3 : 2, text, strlen(text));
   free(text);
   return rc;
 }
@@ -504,21 +530,37 @@ static void do_log(kb_k8s_api *api, kb_httpd_req *req, const route *r, const cha
 
 /* ---- objects ---------------------------------------------------------------- */
 
-static cJSON *parse_body(kb_httpd_req *req, kb_k8s_error *err) {
+/* A request body as JSON, by its Content-Type as the apiserver negotiates
+ * it: none is JSON; JSON, YAML and (for built-in kinds, and for
+ * DeleteOptions on any resource) Kubernetes protobuf are read; any other
+ * type (CBOR, text/plain, ...) is 415 with the apiserver's wording. */
+static cJSON *parse_body(kb_httpd_req *req, int protobuf_ok, kb_k8s_error *err) {
   size_t len;
   const char *body = kb_httpd_req_body(req, &len);
   const char *ct = kb_httpd_req_header(req, "Content-Type");
+  size_t tl = ct ? strcspn(ct, ";") : 0;
+  while (tl && (ct[tl - 1] == ' ' || ct[tl - 1] == '\t')) tl--;
   cJSON *doc;
-  if (ct && strstr(ct, "yaml")) {
+  if (ct && tl && kb_k8s_proto_media(ct) && protobuf_ok) {
+    char msg[KB_K8S_PROTO_ERRLEN];
+    doc = kb_k8s_proto_decode(body, len, msg, sizeof msg);
+    if (!doc) kb_k8s_error_set(err, 400, "BadRequest", "%s", msg);
+  } else if (ct && tl && memmem(ct, tl, "yaml", 4)) {
     kb_yaml_error ye;
     doc = kb_yaml_parse(body, len, &ye);
     if (!doc) kb_k8s_error_set(err, 400, "BadRequest", "invalid YAML: %s", ye.message);
-  } else {
+  } else if (!ct || !tl || (tl == 16 && !strncasecmp(ct, "application/json", 16))) {
     doc = cJSON_ParseWithLength(body, len);
     if (!doc)
       kb_k8s_error_set(err, 400, "BadRequest",
                        "the request body is not valid JSON near offset %zu",
                        (size_t)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - body : 0));
+  } else {
+    kb_k8s_error_set(err, 415, "UnsupportedMediaType",
+                     "the body of the request was in an unknown format - accepted media types "
+                     "include: application/json, application/yaml%s",
+                     protobuf_ok ? ", " KB_K8S_PROTO_MEDIA : "");
+    doc = NULL;
   }
   return doc;
 }
@@ -624,7 +666,7 @@ static void do_delete(kb_k8s_api *api, kb_httpd_req *req, const route *r, const 
   kb_httpd_req_body(req, &blen);
   cJSON *opts = NULL;
   kb_k8s_error err;
-  if (blen && !(opts = parse_body(req, &err))) {
+  if (blen && !(opts = parse_body(req, 1, &err))) {
     send_error(req, &err, r->res);
     return;
   }
@@ -724,7 +766,7 @@ static void do_write(kb_k8s_api *api, kb_httpd_req *req, const route *r, const c
   kb_k8s_error err;
   char warning[400] = "";
   if (!strcmp(m, "POST") && !r->name[0]) {
-    cJSON *body = parse_body(req, &err);
+    cJSON *body = parse_body(req, !res->custom, &err);
     if (!body) {
       send_error(req, &err, res);
       return;
@@ -741,7 +783,7 @@ static void do_write(kb_k8s_api *api, kb_httpd_req *req, const route *r, const c
     return;
   }
   if (!strcmp(m, "PUT") && r->name[0]) {
-    cJSON *body = parse_body(req, &err);
+    cJSON *body = parse_body(req, !res->custom, &err);
     if (!body) {
       send_error(req, &err, res);
       return;

@@ -17,6 +17,7 @@
 #include "kb/http_server.h"
 #include "kb/json.h"
 #include "kb/k8s_api.h"
+#include "kb/k8s_proto.h"
 #include "kb/k8s_store.h"
 #include "kb/log.h"
 #include "kb/sim_kfp.h"
@@ -187,6 +188,8 @@ static void respond_fault(kb_sim_server *s, kb_httpd_req *req, int api, int stat
 
 static int refuse_body(kb_httpd_req *req, int api) {
   if (api != API_KFP && api != API_K8S && api != API_ARGO) return 0;
+  /* binary: the protobuf decoder checks each string it finds */
+  if (api == API_K8S && kb_k8s_proto_media(kb_httpd_req_header(req, "Content-Type"))) return 0;
   size_t len;
   const unsigned char *b = (const unsigned char *)kb_httpd_req_body(req, &len);
   /* the apiserver's limit on a request body, answered as a Status (its

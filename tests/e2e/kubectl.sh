@@ -8,6 +8,10 @@
 set -u
 SERVER=${K8S_TEST_SERVER:-$(dirname "${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}")/tests/support/k8s_test_server}
 if ! command -v kubectl >/dev/null 2>&1; then
+  if [ -n "${KBRUN_REQUIRE_KUBECTL:-}" ]; then
+    echo "FAIL: kubectl is not installed and KBRUN_REQUIRE_KUBECTL is set" >&2
+    exit 1
+  fi
   echo "SKIP: kubectl is not installed"
   exit 0
 fi
@@ -15,7 +19,10 @@ if [ ! -x "$SERVER" ]; then
   echo "FAIL: $SERVER not built (tests/CMakeLists.txt needs add_subdirectory(support))" >&2
   exit 1
 fi
-WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/kubectl.XXXXXX")
+# KBRUN_TEST_OUT may not exist yet: without it WORK was empty, and the
+# test wrote to / (and shared those files with the kubectl tests beside it)
+mkdir -p "${KBRUN_TEST_OUT:-/tmp}"
+WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/kubectl.XXXXXX") && [ -d "$WORK" ] || { echo "FAIL: cannot make a work folder" >&2; exit 1; }
 SERVER_PID=
 cleanup() {
   [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null

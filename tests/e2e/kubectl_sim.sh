@@ -7,10 +7,17 @@
 set -u
 : "${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}"
 if ! command -v kubectl >/dev/null 2>&1; then
+  if [ -n "${KBRUN_REQUIRE_KUBECTL:-}" ]; then
+    echo "FAIL: kubectl is not installed and KBRUN_REQUIRE_KUBECTL is set" >&2
+    exit 1
+  fi
   echo "SKIP: kubectl is not installed"
   exit 0
 fi
-WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/kubectl_sim.XXXXXX")
+# KBRUN_TEST_OUT may not exist yet: without it WORK was empty, and the
+# test wrote to / (and shared those files with the kubectl tests beside it)
+mkdir -p "${KBRUN_TEST_OUT:-/tmp}"
+WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/kubectl_sim.XXXXXX") && [ -d "$WORK" ] || { echo "FAIL: cannot make a work folder" >&2; exit 1; }
 SIM_PID=
 cleanup() {
   if [ -n "$SIM_PID" ]; then

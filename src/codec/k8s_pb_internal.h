@@ -1,0 +1,27 @@
+/* Shared by the two halves of the Kubernetes protobuf decoder: the body
+ * (k8s_proto.c: magic, envelope, kind lookup) and the message converter
+ * (pb_json.c). */
+#ifndef KB_K8S_PB_INTERNAL_H
+#define KB_K8S_PB_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+#include <protobuf-c/protobuf-c.h>
+
+typedef struct pb_ctx {
+  char err[256]; /* the first failure */
+} pb_ctx;
+
+/* m as JSON; NULL with c->err set. depth counts nested messages. */
+cJSON *kb_pb_message_json(pb_ctx *c, const ProtobufCMessage *m, int depth);
+/* A whole "k8s\0" body (also inside a RawExtension). */
+cJSON *kb_pb_body_json(pb_ctx *c, const uint8_t *body, size_t len, int depth);
+
+/* v as a new message of type d (free with protobuf_c_message_free_unpacked);
+ * NULL with c->err set when the schema cannot hold v. */
+ProtobufCMessage *kb_pb_message_from_json(pb_ctx *c, const ProtobufCMessageDescriptor *d,
+                                          const cJSON *v);
+
+#endif
