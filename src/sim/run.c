@@ -206,6 +206,7 @@ static void on_pod_start(kb_sim *sim, uint32_t pi) {
   p->reason = NULL;
   p->started = sim->now;
   sim_touch(sim, KB_SIM_KIND_POD, pi, &p->rv);
+  sim_event_emit(sim, "Normal", "Created", KB_SIM_KIND_POD, pi, "Created container main");
   sim_event_emit(sim, "Normal", "Started", KB_SIM_KIND_POD, pi, "Started container main");
   sim_node_add_running(sim, p->node, pi);
 }
@@ -291,6 +292,19 @@ void sim_pod_kill(kb_sim *sim, uint32_t pi, const char *reason, const char *msg)
 }
 
 /* ---- public ---- */
+
+int kb_sim_pod_kill(kb_sim *sim, int pod, const char *reason, const char *message,
+                    kb_sim_error *err) {
+  if (pod < 0 || (size_t)pod >= sim->n_pods || sim->pods[pod].run == SIM_NONE)
+    return sim_fail(err, KB_SIM_ENOENT, "no such pod");
+  kb_sim_sync(sim);
+  /* Reasons and messages must outlive the call (pods keep pointers). */
+  const char *r = sim_arena_strdup(&sim->arena, reason ? reason : "Killed");
+  const char *m = message && *message ? sim_arena_strdup(&sim->arena, message) : NULL;
+  if (!r) return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
+  sim_pod_kill(sim, (uint32_t)pod, r, m);
+  return 0;
+}
 
 static const char name_chars[] = "bcdfghjklmnpqrstvwxz2456789";
 

@@ -137,6 +137,7 @@ void kb_sim_free(kb_sim *sim) {
   for (size_t i = 0; i < sim->n_nodes; i++) {
     free(sim->nodes[i].images);
     free(sim->nodes[i].labels);
+    free(sim->nodes[i].taints);
   }
   free(sim->nodes);
   for (size_t i = 0; i < sim->n_pods; i++) free(sim->pods[i].name);

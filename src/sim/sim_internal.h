@@ -83,6 +83,16 @@ typedef struct sim_gnode {
   int first, end;      /* steps [first, end) below this node */
 } sim_gnode;
 
+/* One matchExpression of a nodeSelectorTerm (term: its index). */
+enum { NS_IN, NS_NOTIN, NS_EXISTS, NS_NOTEXIST, NS_GT, NS_LT };
+typedef struct sim_nsexpr {
+  size_t term;
+  int op;
+  char *key;
+  char **values;
+  size_t n_values;
+} sim_nsexpr;
+
 typedef struct sim_step {
   kb_sim_step_info info; /* pointers below own the storage */
   char *name, *template_name, *image;
@@ -90,6 +100,9 @@ typedef struct sim_step {
   kb_sim_kv *selector;
   kb_sim_taint *tolerations; /* key, value, effect; value "" + effect "" ok */
   char **tol_ops;            /* "Exists" | "Equal" per toleration */
+  /* Required node affinity: nodeSelectorTerms ORed, their expressions ANDed. */
+  struct sim_nsexpr *affinity;
+  size_t n_affinity, n_terms;
   uint16_t *deps;
   uint16_t *rdeps;           /* dependents */
   size_t n_rdeps;
@@ -123,8 +136,14 @@ typedef struct sim_node {
   int gpu, max_pods;
   int64_t req_cpu, req_mem, score_cpu;
   int req_gpu, npods;
+  /* Labels and taints start from the pool's config; clients' writes to the
+   * Node replace them (kb_sim_node_set_spec). Arrays owned, strings in the
+   * arena (never freed, so info pointers stay valid). */
   kb_sim_kv *labels;
   size_t n_labels;
+  kb_sim_taint *taints;
+  size_t n_taints;
+  int unschedulable; /* spec.unschedulable (cordon) */
   double demand, vclock, vclock_t, rate;
   uint32_t run_head; /* running pods (intrusive list) */
   uint32_t gen;
