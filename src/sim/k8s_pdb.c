@@ -121,8 +121,9 @@ static void count(kb_k8s_store *st, const cJSON *pdb, pdb_counts *pc) {
     if (!k8s_meta_str(pod, "deletionTimestamp") && pod_ready(pod)) pc->healthy++;
   }
   int by_scale = max || (min && !cJSON_IsNumber(min));
-  if (by_scale && uncontrolled) {
+  if (by_scale && uncontrolled) { /* fail safe: nothing counted, nothing allowed */
     pc->fail = pc->fail_msg;
+    pc->healthy = 0;
     return;
   }
   pc->expected = n;
