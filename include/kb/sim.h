@@ -382,7 +382,7 @@ typedef struct kb_sim_node_info {
   int pods;                /* bound, not terminated */
   double cpu_demand;       /* cores wanted by running pods */
   double progress_rate;    /* min(1, cpu / demand) */
-  const kb_sim_kv *labels; /* pool label, hostname, pool labels */
+  const kb_sim_kv *labels; /* pool label, hostname, os, arch, pool labels */
   size_t n_labels;
   const kb_sim_taint *taints; /* the node's own (config, then clients' writes) */
   size_t n_taints;

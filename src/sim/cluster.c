@@ -39,8 +39,12 @@ int sim_cluster_build(kb_sim *sim, kb_sim_error *err) {
       n->name = sim_arena_printf(&sim->arena, "%s%s-%d", c->node_name_prefix, pc->name, i);
       if (!n->name) return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
       sim->n_nodes++;
+      /* The labels a kubelet sets (nodeSelector kubernetes.io/os: linux is
+       * common in charts), then the pool's. */
       if (node_add_label(n, c->pool_label, pc->name) ||
-          node_add_label(n, "kubernetes.io/hostname", n->name))
+          node_add_label(n, "kubernetes.io/hostname", n->name) ||
+          node_add_label(n, "kubernetes.io/os", "linux") ||
+          node_add_label(n, "kubernetes.io/arch", "amd64"))
         return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
       for (size_t l = 0; l < pc->n_labels; l++)
         if (node_add_label(n, pc->labels[l].key, pc->labels[l].value))

@@ -159,6 +159,7 @@ static void test_affinity(void) {
            "{matchExpressions: [{key: zone, operator: In, values: [z0]}]}"), 0},
       {AFF("{matchExpressions: [{key: zone, operator: In, values: [nowhere]}]}"), -1},
       {"    nodeSelector: {zone: z1}\n", 1},
+      {"    nodeSelector: {kubernetes.io/os: linux, zone: z2}\n", 2}, /* the kubelet's labels */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int r = st_run(sim, load_pod(sim, "10m", cases[i].extra));
