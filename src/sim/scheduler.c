@@ -200,15 +200,11 @@ static const char *intern_msg(kb_sim *sim, const char *msg) {
   return s;
 }
 
-/* Nodes refused per reason; untolerated taints counted per taint, as
- * kube-scheduler words them ("2 node(s) had untolerated taint {k: v}"). */
-#define MAX_TAINT_KINDS 8
-typedef struct refusals {
-  unsigned counts[R_COUNT];
-  char taint[MAX_TAINT_KINDS][160];
-  unsigned taint_n[MAX_TAINT_KINDS];
-  int n_taint;
-} refusals;
+/* Untolerated taints are counted per taint, as kube-scheduler words them
+ * ("2 node(s) had untolerated taint {k: v}"). */
+#define MAX_TAINT_KINDS SIM_TAINT_KINDS
+typedef sim_refusals refusals;
+_Static_assert(R_COUNT == SIM_REFUSAL_REASONS, "one count per reason");
 
 static void count_taint(refusals *rf, const kb_sim_taint *t) {
   char s[160];
@@ -227,7 +223,9 @@ static void count_taint(refusals *rf, const kb_sim_taint *t) {
   rf->taint_n[i] = 1;
 }
 
-static void unschedulable(kb_sim *sim, uint32_t pi, const refusals *rf) {
+/* kube-scheduler's FailedScheduling message for the refusals, interned. */
+static const char *refusal_message(kb_sim *sim, const refusals *rf) {
+  if (sim->last_msg && !memcmp(&sim->last_rf, rf, sizeof *rf)) return sim->last_msg;
   char parts[R_COUNT + MAX_TAINT_KINDS][200];
   const char *sorted[R_COUNT + MAX_TAINT_KINDS];
   int n = 0;
@@ -261,18 +259,43 @@ static void unschedulable(kb_sim *sim, uint32_t pi, const refusals *rf) {
   for (int i = 0; i < n && len < (int)sizeof msg; i++)
     len += snprintf(msg + len, sizeof msg - (size_t)len, "%s%s", i ? ", " : ": ", sorted[i]);
   if (len < (int)sizeof msg) snprintf(msg + len, sizeof msg - (size_t)len, ".");
-  sim_pod *p = &sim->pods[pi];
   const char *m = intern_msg(sim, msg);
-  if (m != p->unsched_msg) {
+  if (m) {
+    sim->last_rf = *rf;
+    sim->last_msg = m;
+  }
+  return m;
+}
+
+static void refused(kb_sim *sim, uint32_t pi, const char *m) {
+  sim_pod *p = &sim->pods[pi];
+  if (m && m != p->unsched_msg) {
     p->unsched_msg = m;
-    sim_event_emit(sim, "Warning", "FailedScheduling", KB_SIM_KIND_POD, pi, "%s", msg);
+    sim_event_emit(sim, "Warning", "FailedScheduling", KB_SIM_KIND_POD, pi, "%s", m);
     sim_touch(sim, KB_SIM_KIND_POD, pi, &p->rv);
   }
   push_back(sim, 2, pi);
 }
 
+static int plain(const sim_step *st) {
+  return !st->info.n_node_selector && !st->info.n_tolerations && !st->n_terms;
+}
+
+/* A pass after capacity freed retries every waiting pod; thousands of
+ * alike pods (a storm of bare pods) would each scan every node only to be
+ * refused as the one before. */
+static int refused_as_before(kb_sim *sim, uint32_t pi, const sim_step *st) {
+  if (!plain(st) || !sim->plain_refused.valid || sim->plain_refused.epoch != sim->node_epoch ||
+      sim->plain_refused.cpu_m != st->info.cpu_m || sim->plain_refused.memory != st->info.memory ||
+      sim->plain_refused.gpu != st->info.gpu)
+    return 0;
+  refused(sim, pi, sim->plain_refused.msg);
+  return 1;
+}
+
 static void place(kb_sim *sim, uint32_t pi) {
   const sim_step *st = sim_pod_step(sim, pi);
+  if (refused_as_before(sim, pi, st)) return;
   refusals rf;
   memset(&rf, 0, sizeof rf);
   uint32_t best = SIM_NONE;
@@ -296,7 +319,16 @@ static void place(kb_sim *sim, uint32_t pi) {
     }
   }
   if (best == SIM_NONE) {
-    unschedulable(sim, pi, &rf);
+    const char *m = refusal_message(sim, &rf);
+    if (plain(st) && m) {
+      sim->plain_refused.epoch = sim->node_epoch;
+      sim->plain_refused.cpu_m = st->info.cpu_m;
+      sim->plain_refused.memory = st->info.memory;
+      sim->plain_refused.gpu = st->info.gpu;
+      sim->plain_refused.msg = m;
+      sim->plain_refused.valid = 1;
+    }
+    refused(sim, pi, m);
     return;
   }
   sim_node *n = &sim->nodes[best];

@@ -169,6 +169,7 @@ uint64_t kb_sim_resource_version(const kb_sim *sim) { return sim->rv; }
 
 void sim_touch(kb_sim *sim, kb_sim_kind kind, uint32_t idx, uint64_t *rv) {
   *rv = ++sim->rv;
+  if (kind == KB_SIM_KIND_NODE) sim->node_epoch++;
   if (sim->observer) sim->observer(sim->observer_ud, kind, idx, *rv);
 }
 

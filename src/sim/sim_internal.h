@@ -214,6 +214,17 @@ typedef struct sim_run {
   uint64_t rv;
 } sim_run;
 
+/* Nodes a pod was refused by, per reason (scheduler.c); untolerated taints
+ * per taint ("key: value"). */
+#define SIM_REFUSAL_REASONS 8
+#define SIM_TAINT_KINDS 8
+typedef struct sim_refusals {
+  unsigned counts[SIM_REFUSAL_REASONS];
+  char taint[SIM_TAINT_KINDS][160];
+  unsigned taint_n[SIM_TAINT_KINDS];
+  int n_taint;
+} sim_refusals;
+
 /* ---- the simulator ---- */
 struct kb_sim {
   kb_sim_config *cfg;
@@ -256,6 +267,20 @@ struct kb_sim {
   double tokens, tokens_t;
   int pass_scheduled;
   const char *msgs[64]; /* interned FailedScheduling messages */
+  /* The last refusal and its message: a pass over thousands of waiting
+   * pods mostly refuses them for the same reasons. */
+  sim_refusals last_rf;
+  const char *last_msg;
+  /* Bumped by every change of a node (sim_touch): a plain pod (no selector,
+   * affinity or toleration) refused while it stands still is refused for
+   * the same reasons as the last one with the same requests. */
+  uint64_t node_epoch;
+  struct {
+    uint64_t epoch;
+    int64_t cpu_m, memory;
+    int gpu, valid;
+    const char *msg;
+  } plain_refused;
   size_t n_msgs;
 
   /* events ring */

@@ -191,6 +191,22 @@ static void test_requests_fill(void) {
   kb_sim_stats_get(sim, &s);
   KB_CHECK(s.cpu_requested_m == 9 * 600);
   KB_CHECK(s.pods_running == 9 && s.pods_pending == 11 && s.pods_unschedulable == 11);
+  /* 200m is left on each node: a smaller pod fits where the alike 600m ones
+   * were refused (refusals are only reused for the same requests). */
+  int small = st_run(sim, load_pod(sim, "200m", NULL));
+  settle(sim);
+  KB_CHECK(node_of(sim, small) == 0);
+  int small2 = st_run(sim, load_pod(sim, "200m", NULL));
+  int big = st_run(sim, load_pod(sim, "300m", NULL));
+  settle(sim);
+  KB_CHECK(node_of(sim, small2) == 1);
+  KB_CHECK(node_of(sim, big) == -1);
+  KB_CHECK_STR(unsched_msg(sim, big), "0/3 nodes are available: 3 Insufficient cpu.");
+  kb_sim_pod_kill(sim, st_pod(sim, small, "main"), NULL, NULL, NULL);
+  kb_sim_pod_kill(sim, st_pod(sim, small2, "main"), NULL, NULL, NULL);
+  kb_sim_pod_kill(sim, st_pod(sim, big, "main"), NULL, NULL, NULL);
+  settle(sim);
+  kb_sim_stats_get(sim, &s);
   /* Killing a pod (its object deleted) gives its 600m back; one waiting pod takes it. */
   int victim = st_pod(sim, r[0], "main");
   int node = node_of(sim, r[0]);
@@ -202,7 +218,7 @@ static void test_requests_fill(void) {
   kb_sim_node_get(sim, node, &ni);
   KB_CHECK(ni.cpu_requested_m == 1800 && ni.pods == 3);
   kb_sim_stats_get(sim, &s);
-  KB_CHECK(s.pods_running == 9 && s.pods_unschedulable == 10 && s.pods_failed == 1);
+  KB_CHECK(s.pods_running == 9 && s.pods_unschedulable == 10 && s.pods_failed == 4);
   kb_sim_pod_info pi;
   kb_sim_pod_get(sim, victim, &pi);
   KB_CHECK(pi.phase == KB_SIM_POD_FAILED && pi.exit_code == 137 && !strcmp(pi.reason, "Deleted"));
