@@ -298,10 +298,15 @@ int kb_sim_pod_kill(kb_sim *sim, int pod, const char *reason, const char *messag
   if (pod < 0 || (size_t)pod >= sim->n_pods || sim->pods[pod].run == SIM_NONE)
     return sim_fail(err, KB_SIM_ENOENT, "no such pod");
   kb_sim_sync(sim);
-  /* Reasons and messages must outlive the call (pods keep pointers). */
-  const char *r = sim_arena_strdup(&sim->arena, reason ? reason : "Killed");
-  const char *m = message && *message ? sim_arena_strdup(&sim->arena, message) : NULL;
-  if (!r) return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
+  /* Pods keep pointers to their reason and message: copies in the arena,
+   * the last ones reused (evictions repeat the same words). */
+  const char *want_r = reason ? reason : "Killed", *want_m = message && *message ? message : NULL;
+  if (!sim->kill_reason || strcmp(sim->kill_reason, want_r))
+    sim->kill_reason = sim_arena_strdup(&sim->arena, want_r);
+  if (want_m && (!sim->kill_message || strcmp(sim->kill_message, want_m)))
+    sim->kill_message = sim_arena_strdup(&sim->arena, want_m);
+  const char *r = sim->kill_reason, *m = want_m ? sim->kill_message : NULL;
+  if (!r || (want_m && !m)) return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
   sim_pod_kill(sim, (uint32_t)pod, r, m);
   return 0;
 }

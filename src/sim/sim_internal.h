@@ -275,6 +275,7 @@ struct kb_sim {
    * affinity or toleration) refused while it stands still is refused for
    * the same reasons as the last one with the same requests. */
   uint64_t node_epoch;
+  const char *kill_reason, *kill_message; /* kb_sim_pod_kill's last words (arena) */
   struct {
     uint64_t epoch;
     int64_t cpu_m, memory;
