@@ -395,9 +395,9 @@ size_t kb_sim_node_count(const kb_sim *sim);
 int kb_sim_node_get(const kb_sim *sim, int node, kb_sim_node_info *out);
 int kb_sim_node_find(const kb_sim *sim, const char *name); /* id or -1 */
 /* What clients write to a Node (spec.unschedulable, labels, spec.taints)
- * replaces the node's: the scheduler honours it from now on (running pods
- * stay; NoExecute evictions are not modelled), and pods that waited for a
- * node are retried. The arrays are copied; labels/taints pointers from an
+ * replaces the node's: the scheduler honours it from now on, and pods that
+ * waited for a node are retried. Running pods stay (the Kubernetes view
+ * deletes those a NoExecute taint does not let stay). The arrays are copied; labels/taints pointers from an
  * earlier kb_sim_node_get stay valid but stale. */
 int kb_sim_node_set_spec(kb_sim *sim, int node, int unschedulable, const kb_sim_kv *labels,
                          size_t n_labels, const kb_sim_taint *taints, size_t n_taints,

@@ -5,7 +5,8 @@
  * node.kubernetes.io/unschedulable (cordoned). Everything else in the
  * object is the clients': labels, annotations, taints, spec.unschedulable
  * persist, and a hook hands them to the model (kb_sim_node_set_spec), whose
- * scheduler honours them from then on. Nodes a client creates are stored
+ * scheduler honours them from then on, and a NoExecute taint evicts the
+ * pods there that do not tolerate it. Nodes a client creates are stored
  * but not modelled. */
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,64 @@ typedef struct ctl_nodes {
   kb_k8s_watch *w;
 } ctl_nodes;
 
+static const char *jstr(const cJSON *o, const char *k) {
+  return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, k));
+}
+
+/* A toleration matches a taint as the scheduler matches them (scheduler.c);
+ * tolerationSeconds is not counted down: such a pod stays. */
+static int tolerated(const cJSON *tols, const cJSON *taint) {
+  const char *key = jstr(taint, "key"), *value = jstr(taint, "value"), *effect = jstr(taint, "effect");
+  const cJSON *t;
+  cJSON_ArrayForEach(t, tols) {
+    const char *k = jstr(t, "key"), *op = jstr(t, "operator"), *v = jstr(t, "value"), *e = jstr(t, "effect");
+    int exists = op ? !strcmp(op, "Exists") : !v;
+    if (e && *e && strcmp(e, effect)) continue;
+    if ((!k || !*k) && exists) return 1;
+    if (!k || strcmp(k, key)) continue;
+    if (exists || !strcmp(v ? v : "", value ? value : "")) return 1;
+  }
+  return 0;
+}
+
+/* The taint eviction controller: a NoExecute taint a client put on the
+ * node deletes the pods there that do not tolerate it (their controllers,
+ * if any, make new ones elsewhere). */
+static void evict_untolerating(ctl_nodes *c, const char *node, const cJSON *taints) {
+  int any = 0;
+  const cJSON *t;
+  cJSON_ArrayForEach(t, taints) {
+    const char *e = jstr(t, "effect");
+    any |= e && !strcmp(e, "NoExecute") && jstr(t, "key") && !model_taint(jstr(t, "key"));
+  }
+  if (!any) return;
+  kb_k8s_store *st = glue_store(c->g);
+  const kb_k8s_res *pods = glue_res(c->g, "", "pods");
+  char fs[320];
+  snprintf(fs, sizeof fs, "spec.nodeName=%s", node);
+  kb_k8s_list_opts lo = {.field_selector = fs};
+  cJSON *list = NULL;
+  if (kb_k8s_list(st, pods, &lo, &list, NULL)) return;
+  const cJSON *pod;
+  cJSON_ArrayForEach(pod, cJSON_GetObjectItemCaseSensitive(list, "items")) {
+    const char *phase = cJSON_GetStringValue(k8s_path(pod, "status.phase"));
+    if (phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed"))) continue;
+    const cJSON *tols = k8s_path(pod, "spec.tolerations");
+    int evict = 0;
+    cJSON_ArrayForEach(t, taints) {
+      const char *e = jstr(t, "effect");
+      if (e && !strcmp(e, "NoExecute") && jstr(t, "key") && !model_taint(jstr(t, "key")) && !tolerated(tols, t))
+        evict = 1;
+    }
+    if (!evict) continue;
+    const char *ns = k8s_meta_str(pod, "namespace"), *name = k8s_meta_str(pod, "name");
+    glue_event(c->g, pod, "Normal", "TaintManagerEviction", "taint-eviction-controller",
+               "Marking for deletion Pod %s/%s", ns, name);
+    kb_k8s_delete(st, pods, ns, name, NULL, NULL, NULL);
+  }
+  cJSON_Delete(list);
+}
+
 static void node_written(ctl_nodes *c, const cJSON *obj) {
   kb_sim *sim = glue_sim(c->g);
   const char *name = k8s_meta_str(obj, "name");
@@ -130,6 +189,7 @@ static void node_written(ctl_nodes *c, const cJSON *obj) {
   if (kb_sim_node_set_spec(sim, id, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "unschedulable")),
                            kv, n_kv, tv, n_tv, &err) < 0)
     kb_log(KB_LOG_WARN, "simulator: node %s: %s", name, err.message);
+  evict_untolerating(c, name, taints);
 out:
   free(kv);
   free(tv);

@@ -356,6 +356,27 @@ static void test_node_writes(void) {
   KB_CHECK_STR(jstr(n0.json, "metadata.labels.team"), "x");
   resp_free(&n0);
   KB_CHECK(patch_node(1, "{\"spec\":{\"taints\":null}}") == 200);
+  /* A NoExecute taint evicts the pods there that do not tolerate it. */
+  KB_CHECK(make_pod("nx-1", "100m", "{\"t\":\"nw\"}", NULL, NULL,
+                    "\"nodeSelector\":{\"kubernetes.io/hostname\":\"n-a-2\"}") == 201);
+  KB_CHECK(make_pod("nx-2", "100m", "{\"t\":\"nw\"}", NULL, NULL,
+                    "\"nodeSelector\":{\"kubernetes.io/hostname\":\"n-a-2\"},\"tolerations\":"
+                    "[{\"key\":\"maint\",\"operator\":\"Exists\",\"effect\":\"NoExecute\"}]") == 201);
+  KB_CHECK(wait_counts("t%3Dnw", 4, 0).running == 4);
+  double cpu = sim_status("cluster.cpu_requested_m");
+  KB_CHECK(patch_node(2, "{\"spec\":{\"taints\":[{\"key\":\"maint\",\"effect\":\"NoExecute\"}]}}") == 200);
+  resp gone = req("GET", NS "/pods/nx-1", NULL);
+  KB_CHECK(gone.status == 404);
+  resp_free(&gone);
+  resp kept = req("GET", NS "/pods/nx-2", NULL);
+  KB_CHECK(kept.status == 200 && str_is(jstr(kept.json, "status.phase"), "Running"));
+  resp_free(&kept);
+  KB_CHECK(sim_status("cluster.cpu_requested_m") == cpu - 100);
+  resp ev = req("GET", NS "/events?fieldSelector=reason%3DTaintManagerEviction", NULL);
+  KB_CHECK_STR(jstr(ev.json, "items.0.message"), "Marking for deletion Pod default/nx-1");
+  KB_CHECK_STR(jstr(ev.json, "items.0.involvedObject.name"), "nx-1");
+  resp_free(&ev);
+  KB_CHECK(patch_node(2, "{\"spec\":{\"taints\":null}}") == 200);
   delete_all("t%3Dnw");
 }
 
