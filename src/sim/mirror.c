@@ -121,19 +121,6 @@ int glue_put_status(sim_glue *g, const kb_k8s_res *res, const char *ns, const ch
   return rc;
 }
 
-void glue_log(sim_glue *g, const char *ns, const char *pod, const char *container,
-              const char *fmt, ...) {
-  char line[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(line, sizeof line - 1, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
-  line[n++] = '\n';
-  kb_k8s_log_append(g->st, ns, pod, container, line, (size_t)n);
-}
-
 static int grow(void **arr, size_t *n, size_t need, size_t elem) {
   if (need <= *n) return 0;
   size_t cap = *n ? *n : 64;
@@ -318,6 +305,18 @@ static const char *wf_uid(sim_glue *g, const char *ns, const char *wf) {
   return o ? k8s_meta_str(o, "uid") : NULL;
 }
 
+/* Lists the pod among the run's (out of memory: it is just not listed). */
+static void run_add_pod(glue_run *r, int pod) {
+  if (r->n_pods == r->cap_pods) {
+    size_t cap = r->cap_pods ? r->cap_pods * 2 : 4;
+    int *p = realloc(r->pods, cap * sizeof *p);
+    if (!p) return;
+    r->pods = p;
+    r->cap_pods = cap;
+  }
+  r->pods[r->n_pods++] = pod;
+}
+
 /* The pod a client made for the run: the record names it, nothing is
  * created. -1 when it is gone already. */
 static int pod_adopt(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue_run *r,
@@ -329,14 +328,7 @@ static int pod_adopt(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue_
   gp->container = strdup(ctr ? ctr : "main");
   if (!gp->ns || !gp->name || !gp->container || !kb_k8s_peek(g->st, g->r_pods, ns, name)) return -1;
   gp->bound = 0;
-  if (r->n_pods == r->cap_pods) {
-    size_t cap = r->cap_pods ? r->cap_pods * 2 : 4;
-    int *p = realloc(r->pods, cap * sizeof *p);
-    if (!p) return 0;
-    r->pods = p;
-    r->cap_pods = cap;
-  }
-  r->pods[r->n_pods++] = pi->id;
+  run_add_pod(r, pi->id);
   return 0;
 }
 
@@ -367,14 +359,7 @@ static int pod_create(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue
     kb_log(KB_LOG_WARN, "simulator: cannot mirror pod %s/%s: %s", gp->ns, gp->name, e.message);
     return -1;
   }
-  if (r && r->n_pods == r->cap_pods) {
-    size_t cap = r->cap_pods ? r->cap_pods * 2 : 4;
-    int *p = realloc(r->pods, cap * sizeof *p);
-    if (!p) return 0;
-    r->pods = p;
-    r->cap_pods = cap;
-  }
-  if (r) r->pods[r->n_pods++] = pi->id;
+  if (r) run_add_pod(r, pi->id);
   return 0;
 }
 
