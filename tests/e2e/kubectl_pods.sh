@@ -7,7 +7,8 @@
 # a PodDisruptionBudget with evictions through the pods/eviction
 # subresource (201, 429); `kubectl drain` evicts a node's pods, of which
 # only the Job's is run again elsewhere, and a drain the budget forbids
-# stops with the budget's message. Loopback only; every kubectl call runs
+# stops with the budget's message; a NoExecute taint evicts what does not
+# tolerate it. Loopback only; every kubectl call runs
 # under `timeout 30`.
 set -u
 : "${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}"
@@ -255,6 +256,18 @@ expect_in "$WORK/out" "Cannot evict pod as it would violate the pod's disruption
 k get pod web
 expect_in "$WORK/out" "web +1/1 +Running"
 k uncordon "$N"
+end
+
+begin "a NoExecute taint evicts the pods that do not tolerate it"
+N=$(node_of web)
+k taint nodes "$N" maint=now:NoExecute
+expect_code "$CODE" 0
+k get pod web
+expect_in "$WORK/out" 'pods "web" not found'
+k get events --field-selector reason=TaintManagerEviction
+expect_in "$WORK/out" "TaintManagerEviction +pod/web +Marking for deletion Pod default/web"
+k taint nodes "$N" maint=now:NoExecute-
+expect_code "$CODE" 0
 end
 
 echo "$passed passed, $failed failed"
