@@ -405,10 +405,11 @@ typedef struct kb_sim_node_info {
   int pods;                /* bound, not terminated */
   double cpu_demand;       /* cores wanted by running pods */
   double progress_rate;    /* min(1, cpu / demand) */
-  const kb_sim_kv *labels; /* pool label, hostname, pool labels */
+  const kb_sim_kv *labels; /* pool label, hostname, os, arch, pool labels */
   size_t n_labels;
-  const kb_sim_taint *taints;
+  const kb_sim_taint *taints; /* the node's own (config, then clients' writes) */
   size_t n_taints;
+  int unschedulable;       /* cordoned */
   double created_at;
   uint64_t resource_version;
 } kb_sim_node_info;
@@ -416,6 +417,19 @@ typedef struct kb_sim_node_info {
 size_t kb_sim_node_count(const kb_sim *sim);
 int kb_sim_node_get(const kb_sim *sim, int node, kb_sim_node_info *out);
 int kb_sim_node_find(const kb_sim *sim, const char *name); /* id or -1 */
+/* What clients write to a Node (spec.unschedulable, labels, spec.taints)
+ * replaces the node's: the scheduler honours it from now on, and pods that
+ * waited for a node are retried. Running pods stay (the Kubernetes view
+ * deletes those a NoExecute taint does not let stay). The arrays are copied; labels/taints pointers from an
+ * earlier kb_sim_node_get stay valid but stale. */
+int kb_sim_node_set_spec(kb_sim *sim, int node, int unschedulable, const kb_sim_kv *labels,
+                         size_t n_labels, const kb_sim_taint *taints, size_t n_taints,
+                         kb_sim_error *err);
+/* The pod's object was deleted (an eviction, `kubectl delete pod`): its
+ * container is killed now (exit 137), its node's resources freed, and its
+ * step fails as with a lost node. A no-op for a terminal pod. */
+int kb_sim_pod_kill(kb_sim *sim, int pod, const char *reason, const char *message,
+                    kb_sim_error *err);
 
 typedef struct kb_sim_event_info {
   uint64_t seq;

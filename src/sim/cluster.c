@@ -39,12 +39,22 @@ int sim_cluster_build(kb_sim *sim, kb_sim_error *err) {
       n->name = sim_arena_printf(&sim->arena, "%s%s-%d", c->node_name_prefix, pc->name, i);
       if (!n->name) return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
       sim->n_nodes++;
+      /* The labels a kubelet sets (nodeSelector kubernetes.io/os: linux is
+       * common in charts), then the pool's. */
       if (node_add_label(n, c->pool_label, pc->name) ||
-          node_add_label(n, "kubernetes.io/hostname", n->name))
+          node_add_label(n, "kubernetes.io/hostname", n->name) ||
+          node_add_label(n, "kubernetes.io/os", "linux") ||
+          node_add_label(n, "kubernetes.io/arch", "amd64"))
         return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
       for (size_t l = 0; l < pc->n_labels; l++)
         if (node_add_label(n, pc->labels[l].key, pc->labels[l].value))
           return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
+      if (pc->n_taints) {
+        n->taints = malloc(pc->n_taints * sizeof *n->taints);
+        if (!n->taints) return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
+        memcpy(n->taints, pc->taints, pc->n_taints * sizeof *n->taints); /* strings: the config's */
+        n->n_taints = pc->n_taints;
+      }
       for (size_t m = 0; m < pc->n_images; m++) {
         int img = sim_image_intern(sim, pc->images[m]);
         if (img < 0 || sim_reserve((void **)&n->images, &n->cap_images, n->n_images + 1,
@@ -278,9 +288,47 @@ int kb_sim_node_get(const kb_sim *sim, int node, kb_sim_node_info *o) {
                           .max_pods = n->max_pods, .cpu_requested_m = n->req_cpu,
                           .memory_requested = n->req_mem, .gpu_requested = n->req_gpu,
                           .pods = n->npods, .cpu_demand = n->demand, .labels = n->labels,
-                          .n_labels = n->n_labels, .taints = pc->taints, .n_taints = pc->n_taints,
-                          .created_at = n->created_at, .resource_version = n->rv};
+                          .n_labels = n->n_labels, .taints = n->taints, .n_taints = n->n_taints,
+                          .unschedulable = n->unschedulable, .created_at = n->created_at, .resource_version = n->rv};
   double cpu = n->cpu_m / 1000.0;
   o->progress_rate = n->demand > cpu && n->demand > 0 ? cpu / n->demand : 1;
   return 0;
+}
+
+/* Strings of clients' writes go to the arena: a node's labels change
+ * rarely (kubectl label, cordon), and old info pointers stay valid. */
+static char *arena_dup(kb_sim *sim, const char *s) {
+  return (char *)sim_arena_strdup(&sim->arena, s ? s : "");
+}
+
+int kb_sim_node_set_spec(kb_sim *sim, int node, int unschedulable, const kb_sim_kv *labels,
+                         size_t n_labels, const kb_sim_taint *taints, size_t n_taints,
+                         kb_sim_error *err) {
+  if (node < 0 || (size_t)node >= sim->n_nodes) return sim_fail(err, KB_SIM_ENOENT, "no such node");
+  kb_sim_sync(sim);
+  sim_node *n = &sim->nodes[node];
+  kb_sim_kv *nl = n_labels ? calloc(n_labels, sizeof *nl) : NULL;
+  kb_sim_taint *nt = n_taints ? calloc(n_taints, sizeof *nt) : NULL;
+  if ((n_labels && !nl) || (n_taints && !nt)) goto oom;
+  for (size_t i = 0; i < n_labels; i++)
+    if (!(nl[i].key = arena_dup(sim, labels[i].key)) || !(nl[i].value = arena_dup(sim, labels[i].value)))
+      goto oom;
+  for (size_t i = 0; i < n_taints; i++)
+    if (!(nt[i].key = arena_dup(sim, taints[i].key)) || !(nt[i].value = arena_dup(sim, taints[i].value)) ||
+        !(nt[i].effect = arena_dup(sim, taints[i].effect)))
+      goto oom;
+  free(n->labels);
+  free(n->taints);
+  n->labels = nl;
+  n->n_labels = n_labels;
+  n->taints = nt;
+  n->n_taints = n_taints;
+  n->unschedulable = unschedulable;
+  sim_touch(sim, KB_SIM_KIND_NODE, (uint32_t)node, &n->rv);
+  sim_sched_capacity_freed(sim); /* waiting pods may fit now */
+  return 0;
+oom:
+  free(nl);
+  free(nt);
+  return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "k8s_pdb.h"
 #include "k8s_table.h"
 #include "kb/k8s_api.h"
 #include "kb/k8s_proto.h"
@@ -716,6 +717,23 @@ static void do_delete(kb_k8s_api *api, kb_httpd_req *req, const route *r, const 
   else send_json(req, rc == 1 ? 202 : 200, out, NULL);
 }
 
+/* POST pods/{name}/eviction: the budget check of k8s_pdb.c, then the
+ * pod's delete; 201 with a Success Status, or the refusal's Status. */
+static void do_evict(kb_k8s_api *api, kb_httpd_req *req, const route *r, const char *query) {
+  kb_k8s_error err;
+  cJSON *body = parse_body(req, 1, &err);
+  if (!body) {
+    send_error(req, &err, r->res);
+    return;
+  }
+  cJSON *out = NULL;
+  int rc = k8s_pod_evict(api->st, r->ns, r->name, body, dry_run(query), &out, &err);
+  cJSON_Delete(body);
+  if (rc == 0) send_json(req, 201, out, NULL);
+  else if (out) send_json(req, -rc, out, NULL);
+  else send_error(req, &err, r->res);
+}
+
 /* Server-side apply: the body (YAML or JSON) is the object as the field
  * manager wants it (kb_k8s_apply); 201 when it created the object. */
 static void do_apply(kb_k8s_api *api, kb_httpd_req *req, const route *r, const char *query,
@@ -838,8 +856,12 @@ static void do_object(kb_k8s_api *api, kb_httpd_req *req, const route *r, const 
   const kb_k8s_res *res = r->res;
   kb_k8s_error err;
   int is_get = !strcmp(m, "GET") || !strcmp(m, "HEAD");
-  if (r->sub[0] && strcmp(r->sub, "status") &&
-      !(is_get && !strcmp(r->sub, "log") && !strcmp(res->resource, "pods") && !res->group[0])) {
+  int pods = !strcmp(res->resource, "pods") && !res->group[0];
+  if (pods && !strcmp(r->sub, "eviction") && !strcmp(m, "POST")) {
+    do_evict(api, req, r, query);
+    return;
+  }
+  if (r->sub[0] && strcmp(r->sub, "status") && !(is_get && !strcmp(r->sub, "log") && pods)) {
     char msg[300];
     snprintf(msg, sizeof msg, "the server could not find the requested resource");
     fail(req, res, 404, "NotFound", msg);

@@ -36,6 +36,9 @@ static const kb_k8s_resdef builtins[] = {
      NULL, 0},
     {"", "v1", "serviceaccounts", "ServiceAccount", NULL, "sa", NULL, 1, 0, 0, NULL, NULL, 0},
     {"batch", "v1", "jobs", "Job", NULL, NULL, "all", 1, 1, 0, "status.successful", NULL, 0},
+    /* disruption budgets (k8s_pdb.c; pods/eviction is served by k8s_api.c) */
+    {"policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", NULL, "pdb", NULL, 1, 1, 0,
+     NULL, NULL, 0},
     {"apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", NULL,
      "crd,crds", "api-extensions", 0, 1, 0, NULL, NULL, 0},
     {"argoproj.io", "v1alpha1", "workflows", "Workflow", "workflow", "wf", NULL, 1, 0, 1, NULL,

@@ -131,8 +131,16 @@ cJSON *k8s_discovery_resources(const kb_k8s_store *st, const char *group, const 
     }
     cJSON_AddItemToArray(list, api_resource(r, NULL, all, 8));
     if (r->status_subresource) cJSON_AddItemToArray(list, api_resource(r, "status", status, 3));
-    if (!r->group[0] && !strcmp(r->resource, "pods"))
+    if (!r->group[0] && !strcmp(r->resource, "pods")) {
       cJSON_AddItemToArray(list, api_resource(r, "log", get, 1));
+      static const char *const create[] = {"create"};
+      cJSON *ev = api_resource(r, "eviction", create, 1); /* kubectl drain looks for it */
+      cJSON_DeleteItemFromObjectCaseSensitive(ev, "kind");
+      cJSON_AddStringToObject(ev, "group", "policy");
+      cJSON_AddStringToObject(ev, "version", "v1");
+      cJSON_AddStringToObject(ev, "kind", "Eviction");
+      cJSON_AddItemToArray(list, ev);
+    }
   }
   return d;
 }

@@ -18,6 +18,7 @@ typedef struct owner_slot {
 struct k8s_owners {
   owner_slot *slots;
   size_t cap, used; /* used: slots with a key, tombstones included */
+  int lost;         /* a reference could not be counted (out of memory) */
 };
 
 static uint64_t hash(const char *s) { return kb_fnv64(KB_FNV64_INIT, s); }
@@ -64,10 +65,17 @@ void k8s_owners_free(k8s_owners *o) {
 }
 
 static void adjust(k8s_owners *o, const char *uid, int delta) {
-  if ((o->used + 1) * 4 >= o->cap * 3 && grow(o) < 0) return;
+  if ((o->used + 1) * 4 >= o->cap * 3 && grow(o) < 0) {
+    o->lost |= delta > 0;
+    return;
+  }
   owner_slot *s = find(o, uid);
   if (!s->uid) {
-    if (delta < 0 || !(s->uid = strdup(uid))) return;
+    if (delta < 0) return;
+    if (!(s->uid = strdup(uid))) {
+      o->lost = 1;
+      return;
+    }
     o->used++;
   }
   if (delta > 0) s->count++;
@@ -87,6 +95,8 @@ void k8s_owners_track(k8s_owners *o, const cJSON *obj, int delta) {
 
 int k8s_owners_has(k8s_owners *o, const char *uid) {
   owner_slot *s = o ? find(o, uid) : NULL;
-  /* Without a table (out of memory at start), answer "maybe": scan. */
-  return !o || !o->cap || (s && s->uid && s->count > 0);
+  /* Without a table (out of memory at start) or with a reference it could
+   * not count, answer "maybe": scan. An empty table (no object has owners
+   * yet: bare pods only) is a sure "nobody". */
+  return !o || o->lost || (s && s->uid && s->count > 0);
 }

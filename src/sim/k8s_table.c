@@ -104,6 +104,14 @@ static const col crd_cols[] = {
     {"Created At", "date", "", "CreationTimestamp is a timestamp representing the server time "
                                "when this object was created.", 0},
 };
+static const col pdb_cols[] = {
+    {"Name", "string", "name", "Name must be unique within a namespace.", 0},
+    STR("Min Available", "The minimum number of pods that must be available simultaneously."),
+    STR("Max Unavailable", "The maximum number of pods that may be unavailable simultaneously."),
+    {"Allowed Disruptions", "integer", "", "Calculated number of pods that may be disrupted at this time.", 0},
+    STR("Age", "CreationTimestamp is a timestamp representing the server time when this "
+               "object was created."),
+};
 static const col generic_cols[] = {
     {"Name", "string", "name", "Name must be unique within a namespace.", 0},
     STR("Age", "CreationTimestamp is a timestamp representing the server time when this "
@@ -334,6 +342,7 @@ static const col *builtin_cols(const kb_k8s_res *r, size_t *n) {
 #define RET(a) return (*n = sizeof a / sizeof a[0], a)
   if (!strcmp(r->group, "batch") && !strcmp(r->resource, "jobs")) RET(job_cols);
   if (!strcmp(r->group, "apiextensions.k8s.io")) RET(crd_cols);
+  if (!strcmp(r->group, "policy")) RET(pdb_cols);
   if (r->group[0]) RET(generic_cols);
   if (!strcmp(r->resource, "pods")) RET(pod_cols);
   if (!strcmp(r->resource, "nodes")) RET(node_cols);
@@ -387,6 +396,16 @@ static cJSON *row_cells(const kb_k8s_res *r, const cJSON *o, double now) {
     if (!r->n_columns) add_age(cells, now, o);
   } else if (!strcmp(r->group, "batch")) {
     job_cells(cells, o, now);
+  } else if (!strcmp(r->group, "policy")) { /* PodDisruptionBudgets */
+    const char *keys[] = {"spec.minAvailable", "spec.maxUnavailable"};
+    for (int i = 0; i < 2; i++) {
+      const cJSON *v = k8s_path(o, keys[i]);
+      if (cJSON_IsNumber(v)) snprintf(buf, sizeof buf, "%d", v->valueint);
+      else snprintf(buf, sizeof buf, "%s", cJSON_IsString(v) ? v->valuestring : "N/A");
+      add_str(cells, buf);
+    }
+    cJSON_AddItemToArray(cells, cJSON_CreateNumber(nget(o, "status.disruptionsAllowed", 0)));
+    add_age(cells, now, o);
   } else if (r->group[0]) { /* CRDs */
     add_str(cells, sget(o, "metadata.creationTimestamp"));
   } else if (!strcmp(r->resource, "pods")) {

@@ -35,6 +35,7 @@ typedef struct glue_run {
   uint32_t gen;
   uint8_t wf_state;       /* the KFP run's Workflow object */
   char *wf_ns, *wf_name;  /* its name, while it is LIVE */
+  char *adopt_ns, *adopt_name; /* the client's pod object (glue_adopt_pod) */
 } glue_run;
 
 typedef struct dirty_set {
@@ -52,6 +53,7 @@ struct sim_glue {
   uv_idle_t idle;
   int idle_init, idle_on, flushing, writing, stopped;
   int demanded; /* someone uses the Kubernetes/Argo view: keep it current */
+  int creating_pod; /* pod_create is writing a model pod */
   glue_pod *pods;
   size_t n_pods;
   glue_run *runs;
@@ -63,13 +65,14 @@ struct sim_glue {
   char **ev_keys; /* "ns/name" of Event objects, a ring */
   size_t ev_head, ev_count;
   uint64_t rng;
-  glue_ctl *ctl[4];
+  glue_ctl *ctl[7];
   const kb_k8s_res *r_pods, *r_nodes, *r_events, *r_workflows, *r_namespaces;
 };
 
 /* ---- small helpers ---- */
 
 kb_sim *glue_sim(sim_glue *g) { return g->sim; }
+uv_loop_t *glue_loop(sim_glue *g) { return g->loop; }
 kb_k8s_store *glue_store(sim_glue *g) { return g->st; }
 int glue_writing(const sim_glue *g) { return g->writing; }
 void glue_write_begin(sim_glue *g) { g->writing++; }
@@ -116,19 +119,6 @@ int glue_put_status(sim_glue *g, const kb_k8s_res *res, const char *ns, const ch
   glue_write_end(g);
   cJSON_Delete(o);
   return rc;
-}
-
-void glue_log(sim_glue *g, const char *ns, const char *pod, const char *container,
-              const char *fmt, ...) {
-  char line[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(line, sizeof line - 1, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
-  line[n++] = '\n';
-  kb_k8s_log_append(g->st, ns, pod, container, line, (size_t)n);
 }
 
 static int grow(void **arr, size_t *n, size_t need, size_t elem) {
@@ -229,6 +219,7 @@ static glue_run *run_rec_gen(sim_glue *g, int run, uint32_t gen) {
   if (!r || r->gen == gen) return r;
   workflow_gone(g, r);
   free(r->pods);
+  free(r->adopt_ns), free(r->adopt_name);
   *r = (glue_run){.gen = gen};
   return r;
 }
@@ -243,9 +234,44 @@ void glue_own_run(sim_glue *g, int run, const glue_owner_ops *ops, void *ud) {
   g->demanded = 1;
 }
 
+void glue_adopt_pod(sim_glue *g, int run, const char *ns, const char *name) {
+  glue_run *r = run_rec(g, run);
+  if (!r) return;
+  free(r->adopt_ns), free(r->adopt_name);
+  r->adopt_ns = strdup(ns);
+  r->adopt_name = strdup(name);
+}
+
 void glue_disown_run(sim_glue *g, int run) {
   glue_run *r = run_rec(g, run);
   if (r) r->ud = NULL;
+}
+
+void glue_forget_run(sim_glue *g, int run) {
+  glue_run *r = run_rec(g, run);
+  for (size_t i = 0; r && i < r->n_pods; i++) {
+    glue_pod *gp = pod_rec(g, r->pods[i]);
+    if (gp && gp->state == OBJ_LIVE) gp->state = OBJ_GONE;
+  }
+}
+
+int glue_creating_pod(const sim_glue *g) { return g->creating_pod > 0; }
+
+int glue_pod_deleted(sim_glue *g, const cJSON *pod) {
+  const char *ns = k8s_meta_str(pod, "namespace"), *name = k8s_meta_str(pod, "name");
+  if (!ns || !name) return 0;
+  /* A scan: deletes of model pods through the API are rare (evictions,
+   * kubectl delete); the model's own deletes are glue writes. */
+  for (size_t i = 0; i < g->n_pods; i++) {
+    glue_pod *gp = &g->pods[i];
+    if (gp->state != OBJ_LIVE || strcmp(gp->name, name) || strcmp(gp->ns, ns)) continue;
+    kb_sim_pod_info pi;
+    gp->state = OBJ_GONE;
+    if (kb_sim_pod_get(g->sim, (int)i, &pi) == 0 && pi.gen == gp->gen)
+      kb_sim_pod_kill(g->sim, (int)i, "Deleted", "the pod was deleted", NULL);
+    return 1;
+  }
+  return 0;
 }
 
 size_t glue_run_pods(sim_glue *g, int run, const int **pods) {
@@ -255,23 +281,6 @@ size_t glue_run_pods(sim_glue *g, int run, const int **pods) {
 }
 
 static int owned(const glue_run *r) { return r && r->ops; }
-
-/* ---- nodes ---- */
-
-static void mirror_node(sim_glue *g, int id) {
-  kb_sim_node_info ni;
-  if (kb_sim_node_get(g->sim, id, &ni) < 0) return;
-  cJSON *o = glue_node_object(g, &ni);
-  glue_write_begin(g);
-  if (!kb_k8s_peek(g->st, g->r_nodes, NULL, ni.name)) {
-    kb_k8s_create(g->st, g->r_nodes, NULL, o, 0, NULL, NULL);
-  } else {
-    kb_k8s_update(g->st, g->r_nodes, NULL, ni.name, o, 0, NULL, NULL);
-    kb_k8s_update(g->st, g->r_nodes, NULL, ni.name, o, KB_K8S_STATUS, NULL, NULL);
-  }
-  glue_write_end(g);
-  cJSON_Delete(o);
-}
 
 /* ---- pods ---- */
 
@@ -296,7 +305,35 @@ static const char *wf_uid(sim_glue *g, const char *ns, const char *wf) {
   return o ? k8s_meta_str(o, "uid") : NULL;
 }
 
+/* Lists the pod among the run's (out of memory: it is just not listed). */
+static void run_add_pod(glue_run *r, int pod) {
+  if (r->n_pods == r->cap_pods) {
+    size_t cap = r->cap_pods ? r->cap_pods * 2 : 4;
+    int *p = realloc(r->pods, cap * sizeof *p);
+    if (!p) return;
+    r->pods = p;
+    r->cap_pods = cap;
+  }
+  r->pods[r->n_pods++] = pod;
+}
+
+/* The pod a client made for the run: the record names it, nothing is
+ * created. -1 when it is gone already. */
+static int pod_adopt(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue_run *r,
+                     const char *ns, const char *name) {
+  const char *ctr = r->ops && r->ud && r->ops->container ? r->ops->container(r->ud, pi->run, pi->step)
+                                                         : NULL;
+  gp->ns = strdup(ns);
+  gp->name = strdup(name);
+  gp->container = strdup(ctr ? ctr : "main");
+  if (!gp->ns || !gp->name || !gp->container || !kb_k8s_peek(g->st, g->r_pods, ns, name)) return -1;
+  gp->bound = 0;
+  run_add_pod(r, pi->id);
+  return 0;
+}
+
 static int pod_create(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue_run *r) {
+  if (r && r->adopt_name) return pod_adopt(g, gp, pi, r, r->adopt_ns, r->adopt_name);
   cJSON *o = owned(r) && r->ops->pod && r->ud ? r->ops->pod(r->ud, pi->run, pi->step) : NULL;
   if (!o) o = glue_argo_pod(g, pi, wf_uid(g, pi->namespace_, pi->workflow));
   if (!o) return -1;
@@ -313,21 +350,16 @@ static int pod_create(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue
   glue_ensure_namespace(g, gp->ns);
   kb_k8s_error e;
   glue_write_begin(g);
+  g->creating_pod++;
   int rc = kb_k8s_create(g->st, g->r_pods, gp->ns, o, 0, NULL, &e);
+  g->creating_pod--;
   glue_write_end(g);
   cJSON_Delete(o);
   if (rc < 0) {
     kb_log(KB_LOG_WARN, "simulator: cannot mirror pod %s/%s: %s", gp->ns, gp->name, e.message);
     return -1;
   }
-  if (r && r->n_pods == r->cap_pods) {
-    size_t cap = r->cap_pods ? r->cap_pods * 2 : 4;
-    int *p = realloc(r->pods, cap * sizeof *p);
-    if (!p) return 0;
-    r->pods = p;
-    r->cap_pods = cap;
-  }
-  if (r) r->pods[r->n_pods++] = pi->id;
+  if (r) run_add_pod(r, pi->id);
   return 0;
 }
 
@@ -685,7 +717,7 @@ void glue_flush(sim_glue *g) {
     for (size_t i = 0; i < n; i++) mirror_pod(g, (int)v[i]);
     free(v);
     n = dirty_take(&g->d_nodes, &v);
-    for (size_t i = 0; i < n; i++) mirror_node(g, (int)v[i]);
+    for (size_t i = 0; i < n; i++) glue_mirror_node(g, (int)v[i]);
     free(v);
     if (g->events_dirty) mirror_events(g);
     if (!g->d_runs.n && !g->d_pods.n && !g->d_nodes.n && !g->events_dirty) break;
@@ -729,21 +761,26 @@ int glue_start(sim_glue *g) {
   if (uv_idle_init(g->loop, &g->idle)) return -1;
   g->idle.data = g;
   g->idle_init = 1;
-  for (size_t i = 0; i < kb_sim_node_count(g->sim); i++) mirror_node(g, (int)i);
+  for (size_t i = 0; i < kb_sim_node_count(g->sim); i++) glue_mirror_node(g, (int)i);
   g->ev_next = kb_sim_event_end(g->sim);
   g->ctl[0] = glue_job_start(g);
   g->ctl[1] = glue_workflow_start(g);
   g->ctl[2] = glue_training_start(g);
-  g->ctl[3] = glue_cron_start(g);
+  g->ctl[3] = glue_pod_start(g);
+  g->ctl[4] = glue_pdb_start(g);
+  g->ctl[5] = glue_nodes_start(g);
+  g->ctl[6] = glue_cron_start(g);
   kb_sim_set_observer(g->sim, observer, g);
-  return g->ctl[0] && g->ctl[1] && g->ctl[2] && g->ctl[3] ? 0 : -1;
+  for (size_t i = 0; i < sizeof g->ctl / sizeof g->ctl[0]; i++)
+    if (!g->ctl[i]) return -1;
+  return 0;
 }
 
 void glue_stop(sim_glue *g) {
   if (!g || g->stopped) return;
   g->stopped = 1;
   kb_sim_set_observer(g->sim, NULL, NULL);
-  for (int i = 0; i < 4; i++) {
+  for (size_t i = 0; i < sizeof g->ctl / sizeof g->ctl[0]; i++) {
     glue_ctl_free(g->ctl[i]);
     g->ctl[i] = NULL;
   }
@@ -762,6 +799,8 @@ void glue_free(sim_glue *g) {
     free(g->runs[i].pods);
     free(g->runs[i].wf_ns);
     free(g->runs[i].wf_name);
+    free(g->runs[i].adopt_ns);
+    free(g->runs[i].adopt_name);
   }
   free(g->runs);
   dirty_set *ds[] = {&g->d_pods, &g->d_nodes, &g->d_runs};

@@ -20,6 +20,7 @@
  *
  * At most MAX_LINES step or epoch lines are written (the rest are counted
  * in one line), so a typo like --num_batches=1e9 cannot fill the memory. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,4 +204,17 @@ void glue_logs_ended(sim_glue *g, const kb_sim_pod_info *pi, const char *ns, con
     return;
   }
   glue_log(g, ns, pod, container, "step %s: done in %.1fs", what, took);
+}
+
+void glue_log(sim_glue *g, const char *ns, const char *pod, const char *container,
+              const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
+  line[n++] = '\n';
+  kb_k8s_log_append(glue_store(g), ns, pod, container, line, (size_t)n);
 }

@@ -208,6 +208,21 @@ static cJSON *container_status(sim_glue *g, const kb_sim_pod_info *pi, const cha
   return c;
 }
 
+/* "containers with unready status: [wait main]", as the kubelet words it. */
+static void unready_names(const cJSON *containers, char *out, size_t cap) {
+  size_t n = (size_t)snprintf(out, cap, "containers with unready status: [");
+  const cJSON *c;
+  int first = 1;
+  cJSON_ArrayForEach(c, containers) {
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "name"));
+    if (!name || n + strlen(name) + 3 >= cap) continue;
+    n += (size_t)snprintf(out + n, cap - n, "%s%s", first ? "" : " ", name);
+    first = 0;
+  }
+  if (first && n + 6 < cap) n += (size_t)snprintf(out + n, cap - n, "main");
+  if (n + 2 <= cap) snprintf(out + n, cap - n, "]");
+}
+
 cJSON *glue_pod_status(sim_glue *g, const kb_sim_pod_info *pi, const cJSON *containers) {
   cJSON *st = cJSON_CreateObject();
   cJSON_AddStringToObject(st, "phase", kb_sim_pod_phase_name(pi->phase));
@@ -219,7 +234,9 @@ cJSON *glue_pod_status(sim_glue *g, const kb_sim_pod_info *pi, const cJSON *cont
     double since = running ? pi->started_at : done ? (pi->finished_at >= 0 ? pi->finished_at : now)
                                                    : pi->scheduled_at;
     const char *reason = running ? NULL : done ? "PodCompleted" : "ContainersNotReady";
-    const char *msg = running || done ? NULL : "containers with unready status: [main]";
+    char unready[512];
+    unready_names(containers, unready, sizeof unready);
+    const char *msg = running || done ? NULL : unready;
     pod_condition(g, conds, "PodReadyToStartContainers", pi->started_at >= 0 && !done,
                   pi->started_at >= 0 ? pi->started_at : pi->scheduled_at, NULL, NULL);
     pod_condition(g, conds, "Initialized", 1, pi->scheduled_at, done ? "PodCompleted" : NULL, NULL);
@@ -414,8 +431,8 @@ cJSON *glue_template_from_pod(const char *name, const cJSON *pod_template,
   cJSON *c = c0 ? cJSON_Duplicate(c0, 1) : cJSON_CreateObject();
   if (!cJSON_GetObjectItemCaseSensitive(c, "image")) cJSON_AddStringToObject(c, "image", "busybox");
   cJSON_AddItemToObject(t, "container", c);
-  const char *keys[] = {"nodeSelector", "tolerations"};
-  for (int i = 0; i < 2; i++) {
+  const char *keys[] = {"nodeSelector", "tolerations", "affinity"};
+  for (int i = 0; i < 3; i++) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(spec, keys[i]);
     if (v) cJSON_AddItemToObject(t, keys[i], cJSON_Duplicate(v, 1));
   }

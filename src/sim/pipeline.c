@@ -22,6 +22,7 @@
  * `sim.kbrun.io/fail-probability` and `sim.kbrun.io/cpu` (cores used while
  * running) likewise. */
 #include <ctype.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +43,7 @@ typedef struct builder {
   sim_pipeline *p;
   size_t cap_steps, cap_gnodes;
   /* v1 */
-  const cJSON *templates, *wf_selector, *wf_tolerations;
+  const cJSON *templates, *wf_selector, *wf_tolerations, *wf_affinity;
   /* v2 */
   const cJSON *components, *executors, *platform, *root_inputs, *params;
   int exit_handler;
@@ -93,6 +94,12 @@ void sim_pipeline_free(sim_pipeline *p) {
     }
     free(s->tolerations);
     free(s->tol_ops);
+    for (size_t j = 0; j < s->n_affinity; j++) {
+      free(s->affinity[j].key);
+      for (size_t k = 0; k < s->affinity[j].n_values; k++) free(s->affinity[j].values[k]);
+      free(s->affinity[j].values);
+    }
+    free(s->affinity);
     free(s->deps);
     free(s->rdeps);
   }
@@ -198,6 +205,50 @@ static int tolerations_from(builder *b, sim_step *s, const cJSON *tols, const ch
   return 0;
 }
 
+static int ns_op(const char *op) {
+  static const char *ops[] = {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"};
+  for (int i = 0; op && i < 6; i++)
+    if (!strcmp(op, ops[i])) return i;
+  return -1;
+}
+
+static int expr_add(builder *b, sim_step *s, size_t term, const cJSON *e, const char *where) {
+  const char *key = getstr(e, "key");
+  int op = ns_op(getstr(e, "operator"));
+  const cJSON *vals = get(e, "values");
+  if (!key || op < 0)
+    return sim_fail(b->err, KB_SIM_EPARSE,
+                    "%s: a nodeSelectorTerm's matchExpressions need a key and an operator "
+                    "(In, NotIn, Exists, DoesNotExist, Gt, Lt)", where);
+  sim_nsexpr *a = realloc(s->affinity, (s->n_affinity + 1) * sizeof *a);
+  if (!a) return oom(b);
+  s->affinity = a;
+  sim_nsexpr *x = &a[s->n_affinity++];
+  *x = (sim_nsexpr){.term = term, .op = op, .key = sim_strdup(key)};
+  size_t n = cJSON_IsArray(vals) ? (size_t)cJSON_GetArraySize(vals) : 0;
+  if (n && !(x->values = calloc(n, sizeof *x->values))) return oom(b);
+  for (const cJSON *v = n ? vals->child : NULL; v; v = v->next)
+    if (cJSON_IsString(v) && !(x->values[x->n_values++] = sim_strdup(v->valuestring))) return oom(b);
+  return x->key ? 0 : oom(b);
+}
+
+/* affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution:
+ * the terms are ORed, a term's matchExpressions ANDed (preferred terms only
+ * score in Kubernetes: not modelled). */
+static int affinity_from(builder *b, sim_step *s, const cJSON *aff, const char *where) {
+  const cJSON *req = get(get(aff, "nodeAffinity"), "requiredDuringSchedulingIgnoredDuringExecution");
+  const cJSON *terms = get(req, "nodeSelectorTerms");
+  if (!req) return 0;
+  if (!cJSON_IsArray(terms))
+    return sim_fail(b->err, KB_SIM_EPARSE, "%s: nodeSelectorTerms must be a list", where);
+  for (const cJSON *t = terms->child; t; t = t->next, s->n_terms++) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, get(t, "matchExpressions"))
+    if (expr_add(b, s, s->n_terms, e, where)) return -1;
+  }
+  return 0;
+}
+
 static const char *config_duration(const kb_sim_config *c, const char *name) {
   for (size_t i = 0; i < c->n_step_durations; i++)
     if (!strcmp(c->step_durations[i].key, name)) return c->step_durations[i].value;
@@ -211,7 +262,10 @@ static int step_hints(builder *b, sim_step *s, const cJSON *annotations, const c
   const char *from_cfg = config_duration(c, s->name);
   if (!from_cfg) from_cfg = config_duration(c, s->template_name);
   kb_sim_error e;
-  if (dur) {
+  if (dur && !strcmp(dur, "forever")) {
+    /* a server: it runs until its pod is deleted or its run stopped */
+    s->info.duration = (kb_sim_dist){KB_SIM_FIXED, INFINITY, INFINITY};
+  } else if (dur) {
     if (kb_sim_dist_parse(dur, &s->info.duration, &e))
       return sim_fail(b->err, KB_SIM_EPARSE, "%s: annotation %s: %s", where, ANN_DURATION, e.message);
   } else if (from_cfg) {
@@ -427,7 +481,8 @@ static int container_step_v1(builder *b, const cJSON *t, int g, const char *tmpl
       selectors_from(b, s, b->wf_selector, "spec") ||
       selectors_from(b, s, get(t, "nodeSelector"), tmpl_name) ||
       tolerations_from(b, s, get(t, "tolerations") ? get(t, "tolerations") : b->wf_tolerations,
-                       tmpl_name))
+                       tmpl_name) ||
+      affinity_from(b, s, get(t, "affinity") ? get(t, "affinity") : b->wf_affinity, tmpl_name))
     return -1;
   if (!strcmp(tmpl_name, "system-container-impl")) s->extra = b->sim->cfg->launcher_init; /* B3 */
   return 0;
@@ -511,6 +566,7 @@ static int load_v1(builder *b, const cJSON *wf) {
   b->templates = get(spec, "templates");
   b->wf_selector = get(spec, "nodeSelector");
   b->wf_tolerations = get(spec, "tolerations");
+  b->wf_affinity = get(spec, "affinity");
   const char *entry = getstr(spec, "entrypoint");
   if (!cJSON_IsArray(b->templates) || !entry)
     return sim_fail(b->err, KB_SIM_EPARSE, "workflow: spec.entrypoint and spec.templates are required");

@@ -219,6 +219,7 @@ static void on_pod_start(kb_sim *sim, uint32_t pi) {
   p->reason = NULL;
   p->started = sim->now;
   sim_touch(sim, KB_SIM_KIND_POD, pi, &p->rv);
+  sim_event_emit(sim, "Normal", "Created", KB_SIM_KIND_POD, pi, "Created container main");
   sim_event_emit(sim, "Normal", "Started", KB_SIM_KIND_POD, pi, "Started container main");
   sim_node_add_running(sim, p->node, pi);
 }
@@ -326,6 +327,24 @@ void sim_pod_kill(kb_sim *sim, uint32_t pi, const char *reason, const char *msg)
 }
 
 /* ---- public ---- */
+
+int kb_sim_pod_kill(kb_sim *sim, int pod, const char *reason, const char *message,
+                    kb_sim_error *err) {
+  if (pod < 0 || (size_t)pod >= sim->n_pods || sim->pods[pod].run == SIM_NONE)
+    return sim_fail(err, KB_SIM_ENOENT, "no such pod");
+  kb_sim_sync(sim);
+  /* Pods keep pointers to their reason and message: copies in the arena,
+   * the last ones reused (evictions repeat the same words). */
+  const char *want_r = reason ? reason : "Killed", *want_m = message && *message ? message : NULL;
+  if (!sim->kill_reason || strcmp(sim->kill_reason, want_r))
+    sim->kill_reason = sim_arena_strdup(&sim->arena, want_r);
+  if (want_m && (!sim->kill_message || strcmp(sim->kill_message, want_m)))
+    sim->kill_message = sim_arena_strdup(&sim->arena, want_m);
+  const char *r = sim->kill_reason, *m = want_m ? sim->kill_message : NULL;
+  if (!r || (want_m && !m)) return sim_fail(err, KB_SIM_ENOMEM, "out of memory");
+  sim_pod_kill(sim, (uint32_t)pod, r, m);
+  return 0;
+}
 
 static const char name_chars[] = "bcdfghjklmnpqrstvwxz2456789";
 

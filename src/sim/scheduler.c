@@ -1,5 +1,6 @@
-/* The scheduler: places pending pods on nodes by resource requests
- * (cpu, memory, nvidia.com/gpu, pod count), nodeSelector and taints.
+/* The scheduler: places pending pods on nodes by cordon
+ * (spec.unschedulable), taints and tolerations, nodeSelector, required node
+ * affinity and resource requests (cpu, memory, nvidia.com/gpu, pod count).
  *
  * Pods wait in a FIFO; a pass places as many as the token bucket allows
  * (D7: pods_per_s, burst of one second's worth). A pod no node can take
@@ -89,9 +90,13 @@ void sim_sched_capacity_freed(kb_sim *sim) {
   sim_sched_kick(sim);
 }
 
-/* ---- feasibility ---- */
+/* ---- feasibility ----
+ * The filters of kube-scheduler's default profile that the model has, in
+ * its order (NodeUnschedulable, TaintToleration, NodeAffinity,
+ * NodeResourcesFit): a node is refused for the first that fails, and the
+ * FailedScheduling message counts nodes per reason, in its words. */
 
-enum { R_NOTREADY, R_TAINT, R_SELECTOR, R_PODS, R_CPU, R_MEM, R_GPU, R_COUNT };
+enum { R_UNSCHED, R_NOTREADY, R_TAINT, R_SELECTOR, R_PODS, R_CPU, R_MEM, R_GPU, R_COUNT };
 
 static int label_of(const sim_node *n, const char *key, const char **value) {
   for (size_t i = 0; i < n->n_labels; i++)
@@ -102,39 +107,77 @@ static int label_of(const sim_node *n, const char *key, const char **value) {
   return 0;
 }
 
-static int tolerated(const sim_step *st, const kb_sim_taint *t) {
+static int tolerates(const sim_step *st, const char *key, const char *value, const char *effect) {
   for (size_t i = 0; i < st->info.n_tolerations; i++) {
     const kb_sim_taint *o = &st->tolerations[i];
     int exists = !strcmp(st->tol_ops[i], "Exists");
-    if (*o->effect && strcmp(o->effect, t->effect)) continue;
+    if (*o->effect && strcmp(o->effect, effect)) continue;
     if (!*o->key && exists) return 1;
-    if (strcmp(o->key, t->key)) continue;
-    if (exists || !strcmp(o->value, t->value)) return 1;
+    if (strcmp(o->key, key)) continue;
+    if (exists || !strcmp(o->value, value)) return 1;
   }
   return 0;
 }
 
-/* First taint the step does not tolerate, or NULL. */
-static const kb_sim_taint *untolerated(const kb_sim *sim, const sim_node *n, const sim_step *st) {
-  const kb_sim_pool_config *pc = &sim->cfg->pools[n->pool];
-  for (size_t i = 0; i < pc->n_taints; i++) {
-    const kb_sim_taint *t = &pc->taints[i];
+/* First NoSchedule/NoExecute taint the step does not tolerate, or NULL. */
+static const kb_sim_taint *untolerated(const sim_node *n, const sim_step *st) {
+  for (size_t i = 0; i < n->n_taints; i++) {
+    const kb_sim_taint *t = &n->taints[i];
     if (!strcmp(t->effect, "PreferNoSchedule")) continue;
-    if (!tolerated(st, t)) return t;
+    if (!tolerates(st, t->key, t->value, t->effect)) return t;
   }
   return NULL;
 }
 
+static int expr_match(const sim_node *n, const sim_nsexpr *e) {
+  const char *v = NULL;
+  int has = label_of(n, e->key, &v);
+  switch (e->op) {
+  case NS_EXISTS: return has;
+  case NS_NOTEXIST: return !has;
+  case NS_GT:
+  case NS_LT: {
+    if (!has || !e->n_values) return 0;
+    char *end;
+    long long a = strtoll(v, &end, 10), b = strtoll(e->values[0], NULL, 10);
+    if (end == v || *end) return 0;
+    return e->op == NS_GT ? a > b : a < b;
+  }
+  default: break;
+  }
+  int in = 0;
+  for (size_t i = 0; has && i < e->n_values && !in; i++) in = !strcmp(v, e->values[i]);
+  return e->op == NS_IN ? in : !in;
+}
+
+/* Required node affinity: some term whose every expression matches (a
+ * term without expressions matches no node, as in Kubernetes). */
+static int affinity_match(const sim_node *n, const sim_step *st) {
+  if (!st->n_terms) return 1;
+  for (size_t t = 0; t < st->n_terms; t++) {
+    int any = 0, ok = 1;
+    for (size_t i = 0; i < st->n_affinity && ok; i++) {
+      if (st->affinity[i].term != t) continue;
+      any = 1;
+      ok = expr_match(n, &st->affinity[i]);
+    }
+    if (any && ok) return 1;
+  }
+  return 0;
+}
+
 /* Bitmask of reasons the node cannot take the pod (0: it can). */
-static unsigned check_node(const kb_sim *sim, const sim_node *n, const sim_step *st,
-                           const kb_sim_taint **taint) {
+static unsigned check_node(const sim_node *n, const sim_step *st, const kb_sim_taint **taint) {
+  if (n->unschedulable && !tolerates(st, "node.kubernetes.io/unschedulable", "", "NoSchedule"))
+    return 1u << R_UNSCHED;
   if (!n->ready) return 1u << R_NOTREADY;
-  if ((*taint = untolerated(sim, n, st))) return 1u << R_TAINT;
+  if ((*taint = untolerated(n, st))) return 1u << R_TAINT;
   for (size_t i = 0; i < st->info.n_node_selector; i++) {
     const char *v;
     if (!label_of(n, st->selector[i].key, &v) || strcmp(v, st->selector[i].value))
       return 1u << R_SELECTOR;
   }
+  if (!affinity_match(n, st)) return 1u << R_SELECTOR;
   unsigned r = 0;
   if (n->npods + 1 > n->max_pods) r |= 1u << R_PODS;
   if (n->req_cpu + st->info.cpu_m > n->cpu_m) r |= 1u << R_CPU;
@@ -157,18 +200,42 @@ static const char *intern_msg(kb_sim *sim, const char *msg) {
   return s;
 }
 
-static void unschedulable(kb_sim *sim, uint32_t pi, const unsigned *counts, const char *taint) {
-  char parts[R_COUNT][160];
-  const char *sorted[R_COUNT];
+/* Untolerated taints are counted per taint, as kube-scheduler words them
+ * ("2 node(s) had untolerated taint {k: v}"). */
+#define MAX_TAINT_KINDS SIM_TAINT_KINDS
+typedef sim_refusals refusals;
+_Static_assert(R_COUNT == SIM_REFUSAL_REASONS, "one count per reason");
+
+static void count_taint(refusals *rf, const kb_sim_taint *t) {
+  char s[160];
+  snprintf(s, sizeof s, "%s: %s", t->key, t->value ? t->value : "");
+  for (int i = 0; i < rf->n_taint; i++)
+    if (!strcmp(rf->taint[i], s)) {
+      rf->taint_n[i]++;
+      return;
+    }
+  int i = rf->n_taint < MAX_TAINT_KINDS ? rf->n_taint++ : MAX_TAINT_KINDS - 1;
+  if (rf->taint_n[i]) { /* out of slots: the last one takes the rest */
+    rf->taint_n[i]++;
+    return;
+  }
+  snprintf(rf->taint[i], sizeof rf->taint[i], "%s", s);
+  rf->taint_n[i] = 1;
+}
+
+/* kube-scheduler's FailedScheduling message for the refusals, interned. */
+static const char *refusal_message(kb_sim *sim, const refusals *rf) {
+  if (sim->last_msg && !memcmp(&sim->last_rf, rf, sizeof *rf)) return sim->last_msg;
+  char parts[R_COUNT + MAX_TAINT_KINDS][200];
+  const char *sorted[R_COUNT + MAX_TAINT_KINDS];
   int n = 0;
+  const unsigned *counts = rf->counts;
   for (int r = 0; r < R_COUNT; r++) {
-    if (!counts[r]) continue;
+    if (!counts[r] || r == R_TAINT) continue;
     switch (r) {
+    case R_UNSCHED: snprintf(parts[n], sizeof parts[n], "%u node(s) were unschedulable", counts[r]); break;
     case R_NOTREADY:
       snprintf(parts[n], sizeof parts[n], "%u node(s) had untolerated taint {node.kubernetes.io/unreachable: }", counts[r]);
-      break;
-    case R_TAINT:
-      snprintf(parts[n], sizeof parts[n], "%u node(s) had untolerated taint {%s}", counts[r], taint);
       break;
     case R_SELECTOR:
       snprintf(parts[n], sizeof parts[n], "%u node(s) didn't match Pod's node affinity/selector", counts[r]);
@@ -181,36 +248,66 @@ static void unschedulable(kb_sim *sim, uint32_t pi, const unsigned *counts, cons
     sorted[n] = parts[n];
     n++;
   }
+  for (int i = 0; i < rf->n_taint; i++) {
+    snprintf(parts[n], sizeof parts[n], "%u node(s) had untolerated taint {%s}", rf->taint_n[i], rf->taint[i]);
+    sorted[n] = parts[n];
+    n++;
+  }
   qsort(sorted, (size_t)n, sizeof *sorted, cmp_str);
-  char msg[600];
+  char msg[1600];
   int len = snprintf(msg, sizeof msg, "0/%zu nodes are available", sim->n_nodes);
   for (int i = 0; i < n && len < (int)sizeof msg; i++)
     len += snprintf(msg + len, sizeof msg - (size_t)len, "%s%s", i ? ", " : ": ", sorted[i]);
   if (len < (int)sizeof msg) snprintf(msg + len, sizeof msg - (size_t)len, ".");
-  sim_pod *p = &sim->pods[pi];
   const char *m = intern_msg(sim, msg);
-  if (m != p->unsched_msg) {
+  if (m) {
+    sim->last_rf = *rf;
+    sim->last_msg = m;
+  }
+  return m;
+}
+
+static void refused(kb_sim *sim, uint32_t pi, const char *m) {
+  sim_pod *p = &sim->pods[pi];
+  if (m && m != p->unsched_msg) {
     p->unsched_msg = m;
-    sim_event_emit(sim, "Warning", "FailedScheduling", KB_SIM_KIND_POD, pi, "%s", msg);
+    sim_event_emit(sim, "Warning", "FailedScheduling", KB_SIM_KIND_POD, pi, "%s", m);
     sim_touch(sim, KB_SIM_KIND_POD, pi, &p->rv);
   }
   push_back(sim, 2, pi);
 }
 
+static int plain(const sim_step *st) {
+  return !st->info.n_node_selector && !st->info.n_tolerations && !st->n_terms;
+}
+
+/* A pass after capacity freed retries every waiting pod; thousands of
+ * alike pods (a storm of bare pods) would each scan every node only to be
+ * refused as the one before. */
+static int refused_as_before(kb_sim *sim, uint32_t pi, const sim_step *st) {
+  if (!plain(st) || !sim->plain_refused.valid || sim->plain_refused.epoch != sim->node_epoch ||
+      sim->plain_refused.cpu_m != st->info.cpu_m || sim->plain_refused.memory != st->info.memory ||
+      sim->plain_refused.gpu != st->info.gpu)
+    return 0;
+  refused(sim, pi, sim->plain_refused.msg);
+  return 1;
+}
+
 static void place(kb_sim *sim, uint32_t pi) {
   const sim_step *st = sim_pod_step(sim, pi);
-  unsigned counts[R_COUNT] = {0};
-  char taint[200] = "";
+  if (refused_as_before(sim, pi, st)) return;
+  refusals rf;
+  memset(&rf, 0, sizeof rf);
   uint32_t best = SIM_NONE;
   double best_score = 0;
   for (size_t i = 0; i < sim->n_nodes; i++) {
     const sim_node *n = &sim->nodes[i];
     const kb_sim_taint *t = NULL;
-    unsigned r = check_node(sim, n, st, &t);
+    unsigned r = check_node(n, st, &t);
     if (r) {
       for (int k = 0; k < R_COUNT; k++)
-        if (r & (1u << k)) counts[k]++;
-      if (t && !*taint) snprintf(taint, sizeof taint, "%s: %s", t->key, t->value);
+        if (r & (1u << k)) rf.counts[k]++;
+      if (t) count_taint(&rf, t);
       continue;
     }
     int64_t c = st->info.cpu_m > 100 ? st->info.cpu_m : 100;
@@ -222,7 +319,16 @@ static void place(kb_sim *sim, uint32_t pi) {
     }
   }
   if (best == SIM_NONE) {
-    unschedulable(sim, pi, counts, taint);
+    const char *m = refusal_message(sim, &rf);
+    if (plain(st) && m) {
+      sim->plain_refused.epoch = sim->node_epoch;
+      sim->plain_refused.cpu_m = st->info.cpu_m;
+      sim->plain_refused.memory = st->info.memory;
+      sim->plain_refused.gpu = st->info.gpu;
+      sim->plain_refused.msg = m;
+      sim->plain_refused.valid = 1;
+    }
+    refused(sim, pi, m);
     return;
   }
   sim_node *n = &sim->nodes[best];

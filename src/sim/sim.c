@@ -131,6 +131,7 @@ void kb_sim_free(kb_sim *sim) {
   for (size_t i = 0; i < sim->n_nodes; i++) {
     free(sim->nodes[i].images);
     free(sim->nodes[i].labels);
+    free(sim->nodes[i].taints);
   }
   free(sim->nodes);
   for (size_t i = 0; i < sim->n_pods; i++) free(sim->pods[i].name);
@@ -162,6 +163,7 @@ uint64_t kb_sim_resource_version(const kb_sim *sim) { return sim->rv; }
 
 void sim_touch(kb_sim *sim, kb_sim_kind kind, uint32_t idx, uint64_t *rv) {
   *rv = ++sim->rv;
+  if (kind == KB_SIM_KIND_NODE) sim->node_epoch++;
   if (sim->observer) sim->observer(sim->observer_ud, kind, idx, *rv);
 }
 

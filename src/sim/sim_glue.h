@@ -54,6 +54,7 @@ void glue_free(sim_glue *g);
 void glue_flush(sim_glue *g);
 
 kb_sim *glue_sim(sim_glue *g);
+uv_loop_t *glue_loop(sim_glue *g);
 kb_k8s_store *glue_store(sim_glue *g);
 /* Resource types by plural ("pods", "jobs", "workflows", "tfjobs"). */
 const kb_k8s_res *glue_res(sim_glue *g, const char *group, const char *resource);
@@ -61,8 +62,22 @@ const kb_k8s_res *glue_res(sim_glue *g, const char *group, const char *resource)
 /* Claims a run for a controller (before the model's first change of it
  * is flushed). */
 void glue_own_run(sim_glue *g, int run, const glue_owner_ops *ops, void *ud);
+/* The run's (one) pod object exists already: a client made it (the pod
+ * controller's runs). The mirror writes only nodeName and status into it
+ * instead of creating a pod. After glue_own_run; names are copied. */
+void glue_adopt_pod(sim_glue *g, int run, const char *ns, const char *name);
 /* Releases the claim (e.g. the owner object was deleted). */
 void glue_disown_run(sim_glue *g, int run);
+/* The run's pod objects are already gone from the store (deleted through
+ * the API): the mirror forgets them without deleting by name (a client
+ * may have made a new object of the same name meanwhile). */
+void glue_forget_run(sim_glue *g, int run);
+/* 1 while the mirror itself creates a Pod (for the model's own runs):
+ * the pod controller's hook leaves those alone. */
+int glue_creating_pod(const sim_glue *g);
+/* A Pod of the model's own runs was deleted through the API: its
+ * container is killed in the model. 1 if it was one, else 0. */
+int glue_pod_deleted(sim_glue *g, const cJSON *pod);
 /* Model pod ids of the run, in creation order. */
 size_t glue_run_pods(sim_glue *g, int run, const int **pods);
 
@@ -99,6 +114,16 @@ glue_ctl *glue_job_start(sim_glue *g);
 glue_ctl *glue_workflow_start(sim_glue *g);
 glue_ctl *glue_training_start(sim_glue *g);
 glue_ctl *glue_cron_start(sim_glue *g); /* Argo CronWorkflows (ctl_cron.c) */
+/* Pods created through the API (bare pods, other controllers' pods). */
+glue_ctl *glue_pod_start(sim_glue *g);
+/* PodDisruptionBudget status from the pods its selector matches. */
+glue_ctl *glue_pdb_start(sim_glue *g);
+/* Clients' writes to Nodes (cordon, taints, labels) into the model. */
+glue_ctl *glue_nodes_start(sim_glue *g);
+/* The Node object of a model node: created with the model's labels and
+ * taints, then only status and the model's own taint (unreachable) are
+ * written; what clients set stays (mirror_nodes.c). */
+void glue_mirror_node(sim_glue *g, int id);
 void glue_ctl_free(glue_ctl *c);
 
 /* The Argo Workflow objects the mirror keeps for runs nobody owns (KFP

@@ -84,6 +84,16 @@ typedef struct sim_gnode {
   int first, end;      /* steps [first, end) below this node */
 } sim_gnode;
 
+/* One matchExpression of a nodeSelectorTerm (term: its index). */
+enum { NS_IN, NS_NOTIN, NS_EXISTS, NS_NOTEXIST, NS_GT, NS_LT };
+typedef struct sim_nsexpr {
+  size_t term;
+  int op;
+  char *key;
+  char **values;
+  size_t n_values;
+} sim_nsexpr;
+
 typedef struct sim_step {
   kb_sim_step_info info; /* pointers below own the storage */
   char *name, *template_name, *image;
@@ -91,6 +101,9 @@ typedef struct sim_step {
   kb_sim_kv *selector;
   kb_sim_taint *tolerations; /* key, value, effect; value "" + effect "" ok */
   char **tol_ops;            /* "Exists" | "Equal" per toleration */
+  /* Required node affinity: nodeSelectorTerms ORed, their expressions ANDed. */
+  struct sim_nsexpr *affinity;
+  size_t n_affinity, n_terms;
   uint16_t *deps;
   uint16_t *rdeps;           /* dependents */
   size_t n_rdeps;
@@ -125,8 +138,14 @@ typedef struct sim_node {
   int gpu, max_pods;
   int64_t req_cpu, req_mem, score_cpu;
   int req_gpu, npods;
+  /* Labels and taints start from the pool's config; clients' writes to the
+   * Node replace them (kb_sim_node_set_spec). Arrays owned, strings in the
+   * arena (never freed, so info pointers stay valid). */
   kb_sim_kv *labels;
   size_t n_labels;
+  kb_sim_taint *taints;
+  size_t n_taints;
+  int unschedulable; /* spec.unschedulable (cordon) */
   double demand, vclock, vclock_t, rate;
   uint32_t run_head; /* running pods (intrusive list) */
   uint32_t gen;
@@ -200,6 +219,17 @@ typedef struct sim_run {
   uint64_t rv;
 } sim_run;
 
+/* Nodes a pod was refused by, per reason (scheduler.c); untolerated taints
+ * per taint ("key: value"). */
+#define SIM_REFUSAL_REASONS 8
+#define SIM_TAINT_KINDS 8
+typedef struct sim_refusals {
+  unsigned counts[SIM_REFUSAL_REASONS];
+  char taint[SIM_TAINT_KINDS][160];
+  unsigned taint_n[SIM_TAINT_KINDS];
+  int n_taint;
+} sim_refusals;
+
 /* ---- the simulator ---- */
 struct kb_sim {
   kb_sim_config *cfg;
@@ -242,6 +272,21 @@ struct kb_sim {
   double tokens, tokens_t;
   int pass_scheduled;
   const char *msgs[64]; /* interned FailedScheduling messages */
+  /* The last refusal and its message: a pass over thousands of waiting
+   * pods mostly refuses them for the same reasons. */
+  sim_refusals last_rf;
+  const char *last_msg;
+  /* Bumped by every change of a node (sim_touch): a plain pod (no selector,
+   * affinity or toleration) refused while it stands still is refused for
+   * the same reasons as the last one with the same requests. */
+  uint64_t node_epoch;
+  const char *kill_reason, *kill_message; /* kb_sim_pod_kill's last words (arena) */
+  struct {
+    uint64_t epoch;
+    int64_t cpu_m, memory;
+    int gpu, valid;
+    const char *msg;
+  } plain_refused;
   size_t n_msgs;
 
   /* events ring */
