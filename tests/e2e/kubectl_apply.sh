@@ -8,27 +8,10 @@
 # --dry-run=server stores nothing. A missing kubectl fails when
 # KBRUN_REQUIRE_KUBECTL=1 (CI), else skips.
 set -u
-. "$(dirname "$0")/common.bash"
-if ! command -v kubectl >/dev/null 2>&1; then
-  [ "${KBRUN_REQUIRE_KUBECTL:-0}" = 1 ] && { echo "FAIL: kubectl is not installed" >&2; exit 1; }
-  echo "SKIP: kubectl is not installed"
-  exit 0
-fi
-e2e_init kubectl_apply
-k() { timeout 30 kubectl "$@" >"$WORK/out" 2>&1; CODE=$?; }
-expect_in() { grep -qF -- "$1" "$WORK/out" || { fail "'$1' not in the output of: $2"; sed 's/^/    /' "$WORK/out" >&2; }; }
+. "$(dirname "$0")/kubectl_common.bash"
+kc_init kubectl_apply
 expect_out() { [ "$(cat "$WORK/out")" = "$1" ] || fail "$2: '$(cat "$WORK/out")', expected '$1'"; }
-
-mkdir -p "$WORK/home"
-export HOME="$WORK/home" KUBECONFIG="$WORK/kubeconfig"
-"$KBRUN" sim --listen 127.0.0.1:0 --profile fast --kubeconfig-out "$WORK/kubeconfig" \
-  >"$WORK/sim.out" 2>"$WORK/sim.err" &
-PID=$!
-for _ in $(seq 1 100); do
-  [ -s "$WORK/kubeconfig" ] && [ -s "$WORK/sim.out" ] && break
-  sleep 0.1
-done
-[ -s "$WORK/kubeconfig" ] || { echo "FAIL: kbrun sim did not start: $(cat "$WORK/sim.err")" >&2; exit 1; }
+kc_start_sim
 
 cm() { # cm FILE A B [LABEL]: a ConfigMap with data a, b and an optional label
   {
@@ -42,11 +25,11 @@ cm "$WORK/v1.yaml" 1 2 red
 k apply --server-side --dry-run=server -f "$WORK/v1.yaml"
 [ "$CODE" = 0 ] || fail "server-side dry run: exit $CODE: $(cat "$WORK/out")"
 k get cm ssa
-expect_in 'configmaps "ssa" not found' "get after a dry run"
+expect_has 'configmaps "ssa" not found' "get after a dry run"
 
 k apply --server-side -f "$WORK/v1.yaml"
 [ "$CODE" = 0 ] || fail "apply --server-side: exit $CODE: $(cat "$WORK/out")"
-expect_in "configmap/ssa serverside-applied" "apply --server-side"
+expect_has "configmap/ssa serverside-applied" "apply --server-side"
 k get cm ssa -o jsonpath='{.metadata.managedFields[*].manager}/{.metadata.managedFields[*].operation}'
 expect_out "kubectl/Apply" "managers after the first apply"
 
@@ -54,7 +37,7 @@ expect_out "kubectl/Apply" "managers after the first apply"
 cm "$WORK/v2.yaml" 9 "" ""
 k apply --server-side --field-manager=ops -f "$WORK/v2.yaml"
 [ "$CODE" != 0 ] || fail "a conflicting apply succeeded"
-expect_in 'Apply failed with 1 conflict: conflict with "kubectl" using v1: .data.a' "conflicting apply"
+expect_has 'Apply failed with 1 conflict: conflict with "kubectl" using v1: .data.a' "conflicting apply"
 k get cm ssa -o jsonpath='{.data.a}'
 expect_out 1 "data.a after a refused apply"
 k apply --server-side --field-manager=ops --force-conflicts -f "$WORK/v2.yaml"
@@ -80,7 +63,6 @@ cm "$WORK/csa2.yaml" 1 5 ""
 sed -i 's/name: ssa/name: csa/' "$WORK/csa2.yaml"
 k apply --server-side -f "$WORK/csa2.yaml"
 [ "$CODE" != 0 ] || fail "a server-side apply over client-side-applied fields did not conflict"
-expect_in 'conflict with "kubectl-client-side-apply" using v1: .data.b' "server-side over client-side apply"
+expect_has 'conflict with "kubectl-client-side-apply" using v1: .data.b' "server-side over client-side apply"
 
-[ "$failed" = 0 ] && echo "kubectl_apply: ok"
-exit $((failed > 0))
+kc_report

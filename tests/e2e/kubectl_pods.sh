@@ -11,36 +11,8 @@
 # tolerate it. Loopback only; every kubectl call runs
 # under `timeout 30`.
 set -u
-: "${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}"
-if ! command -v kubectl >/dev/null 2>&1; then
-  echo "SKIP: kubectl is not installed"
-  exit 0
-fi
-WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/kubectl_pods.XXXXXX")
-SIM_PID=
-cleanup() {
-  if [ -n "$SIM_PID" ]; then
-    kill -INT "$SIM_PID" 2>/dev/null
-    for _ in $(seq 1 50); do kill -0 "$SIM_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$SIM_PID" 2>/dev/null
-    wait "$SIM_PID" 2>/dev/null
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-passed=0 failed=0
-
-fail() { echo "FAIL $CASE: $*" >&2; failed=$((failed + 1)); CASE_FAILED=1; }
-begin() { CASE=$1; CASE_FAILED=0; }
-end() { [ "$CASE_FAILED" = 0 ] && passed=$((passed + 1)); }
-expect_code() { [ "$1" = "$2" ] || { fail "exit code $1, expected $2:"; sed 's/^/    /' "$WORK/out" >&2; }; }
-expect_in() { grep -qE -- "$2" "$1" || { fail "'$2' not in $(basename "$1"):"; sed 's/^/    /' "$1" >&2; }; }
-expect_not_in() { ! grep -qE -- "$2" "$1" || { fail "'$2' in $(basename "$1"):"; sed 's/^/    /' "$1" >&2; }; }
-expect_eq() { [ "$1" = "$2" ] || fail "got '$1', expected '$2' ($3)"; }
-k() { # k ARGS... : kubectl with output in $WORK/out (stdout+stderr), code in CODE
-  timeout 30 kubectl "$@" >"$WORK/out" 2>&1
-  CODE=$?
-}
+. "$(dirname "$0")/kubectl_common.bash"
+kc_init kubectl_pods
 # The model's own figure: a field of /sim/v1/status's cluster object.
 model() {
   curl -s "$URL/sim/v1/status" | sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"
@@ -65,25 +37,7 @@ cluster:
 k8s:
   image_pull: {fixed: 1}
 EOF
-mkdir -p "$WORK/home"
-export HOME="$WORK/home" KUBECONFIG="$WORK/kubeconfig"
-"$KBRUN_BIN" sim --listen 127.0.0.1:0 --config "$WORK/sim.yaml" --kubeconfig-out "$WORK/kubeconfig" \
-  >"$WORK/sim.out" 2>"$WORK/sim.err" &
-SIM_PID=$!
-URL=
-for _ in $(seq 1 100); do
-  URL=$(head -n 1 "$WORK/sim.out" 2>/dev/null)
-  [ -n "$URL" ] && [ -s "$WORK/kubeconfig" ] && break
-  sleep 0.1
-done
-case "$URL" in
-http://127.0.0.1:*) ;;
-*)
-  echo "FAIL: kbrun sim did not start (first line: '$URL')" >&2
-  cat "$WORK/sim.err" >&2
-  exit 1
-  ;;
-esac
+kc_start_sim --config "$WORK/sim.yaml"
 
 # ---- kubectl run -------------------------------------------------------------------
 begin "kubectl run: Running and Ready, with its events"
@@ -270,5 +224,4 @@ k taint nodes "$N" maint=now:NoExecute-
 expect_code "$CODE" 0
 end
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+kc_report

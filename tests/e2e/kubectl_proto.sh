@@ -7,62 +7,10 @@
 # apiserver does not read are 415, a broken protobuf body a 400. Loopback
 # only; every kubectl call runs under `timeout 30`.
 set -u
-: "${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}"
-if ! command -v kubectl >/dev/null 2>&1; then
-  if [ -n "${KBRUN_REQUIRE_KUBECTL:-}" ]; then
-    echo "FAIL: kubectl is not installed and KBRUN_REQUIRE_KUBECTL is set" >&2
-    exit 1
-  fi
-  echo "SKIP: kubectl is not installed"
-  exit 0
-fi
-# KBRUN_TEST_OUT may not exist yet: without it WORK was empty, and the
-# test wrote to / (and shared those files with the kubectl tests beside it)
-mkdir -p "${KBRUN_TEST_OUT:-/tmp}"
-WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/kubectl_proto.XXXXXX") && [ -d "$WORK" ] || { echo "FAIL: cannot make a work folder" >&2; exit 1; }
-SIM_PID=
-cleanup() {
-  if [ -n "$SIM_PID" ]; then
-    kill -INT "$SIM_PID" 2>/dev/null
-    for _ in $(seq 1 50); do kill -0 "$SIM_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$SIM_PID" 2>/dev/null
-    wait "$SIM_PID" 2>/dev/null
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-passed=0 failed=0
+. "$(dirname "$0")/kubectl_common.bash"
+kc_init kubectl_proto
 
-fail() { echo "FAIL $CASE: $*" >&2; failed=$((failed + 1)); CASE_FAILED=1; }
-begin() { CASE=$1; CASE_FAILED=0; }
-end() { [ "$CASE_FAILED" = 0 ] && passed=$((passed + 1)); }
-expect_code() { [ "$1" = "$2" ] || { fail "exit code $1, expected $2:"; sed 's/^/    /' "$WORK/out" >&2; }; }
-expect_in() { grep -qE -- "$2" "$1" || { fail "'$2' not in $(basename "$1"):"; sed 's/^/    /' "$1" >&2; }; }
-k() { # k ARGS... : kubectl with output in $WORK/out (stdout+stderr), code in CODE
-  timeout 30 kubectl "$@" >"$WORK/out" 2>&1
-  CODE=$?
-}
-
-# ---- start the simulator ------------------------------------------------------
-mkdir -p "$WORK/home"
-export HOME="$WORK/home" KUBECONFIG="$WORK/kubeconfig"
-"$KBRUN_BIN" sim --listen 127.0.0.1:0 --profile fast --kubeconfig-out "$WORK/kubeconfig" \
-  >"$WORK/sim.out" 2>"$WORK/sim.err" &
-SIM_PID=$!
-URL=
-for _ in $(seq 1 100); do
-  URL=$(head -n 1 "$WORK/sim.out" 2>/dev/null)
-  [ -n "$URL" ] && [ -s "$WORK/kubeconfig" ] && break
-  sleep 0.1
-done
-case "$URL" in
-http://127.0.0.1:*) ;;
-*)
-  echo "FAIL: kbrun sim did not start (first line: '$URL')" >&2
-  cat "$WORK/sim.err" >&2
-  exit 1
-  ;;
-esac
+kc_start_sim
 
 expect_eq() { [ "$1" = "$2" ] || fail "got '$1', expected '$2'"; }
 get() { # get JSONPATH ARGS... : the value kubectl get -o jsonpath prints
@@ -226,5 +174,4 @@ expect_eq "$(post application/json "$WORK/cm.json")" 201
 expect_eq "$(get '{.metadata.name}' configmap cbor -n protons)" "cbor"
 end
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+kc_report
