@@ -7,40 +7,17 @@
 # kubectl call runs under `timeout 20`.
 set -u
 SERVER=${K8S_TEST_SERVER:-$(dirname "${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}")/tests/support/k8s_test_server}
-if ! command -v kubectl >/dev/null 2>&1; then
-  if [ -n "${KBRUN_REQUIRE_KUBECTL:-}" ]; then
-    echo "FAIL: kubectl is not installed and KBRUN_REQUIRE_KUBECTL is set" >&2
-    exit 1
-  fi
-  echo "SKIP: kubectl is not installed"
-  exit 0
-fi
+. "$(dirname "$0")/kubectl_common.bash"
+kc_init kubectl
 if [ ! -x "$SERVER" ]; then
   echo "FAIL: $SERVER not built (tests/CMakeLists.txt needs add_subdirectory(support))" >&2
   exit 1
 fi
-# KBRUN_TEST_OUT may not exist yet: without it WORK was empty, and the
-# test wrote to / (and shared those files with the kubectl tests beside it)
-mkdir -p "${KBRUN_TEST_OUT:-/tmp}"
-WORK=$(mktemp -d "${KBRUN_TEST_OUT:-/tmp}/kubectl.XXXXXX") && [ -d "$WORK" ] || { echo "FAIL: cannot make a work folder" >&2; exit 1; }
+# the test server stops with the work folder; k with the 20 s bound of this file
 SERVER_PID=
-cleanup() {
-  [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-passed=0 failed=0
-
-fail() { echo "FAIL $CASE: $*" >&2; failed=$((failed + 1)); CASE_FAILED=1; }
-begin() { CASE=$1; CASE_FAILED=0; }
-end() { [ "$CASE_FAILED" = 0 ] && passed=$((passed + 1)); }
+trap '[ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null; kc_cleanup' EXIT
+k() { timeout 20 kubectl "$@" >"$WORK/out" 2>&1; CODE=$?; }
 expect_code() { [ "$1" = "$2" ] || fail "exit code $1, expected $2"; }
-expect_in() { grep -qE -- "$2" "$1" || { fail "'$2' not in $(basename "$1"):"; sed 's/^/    /' "$1" >&2; }; }
-expect_not_in() { ! grep -qE -- "$2" "$1" || { fail "'$2' unexpectedly in $(basename "$1"):"; sed 's/^/    /' "$1" >&2; }; }
-k() { # k ARGS... : kubectl with output in $WORK/out (stdout+stderr), code in CODE
-  timeout 20 kubectl "$@" >"$WORK/out" 2>&1
-  CODE=$?
-}
 
 # ---- start the server -------------------------------------------------------
 "$SERVER" -v >"$WORK/port" 2>"$WORK/server.log" &
@@ -56,7 +33,6 @@ if [ -z "$PORT" ]; then
   cat "$WORK/server.log" >&2
   exit 1
 fi
-mkdir -p "$WORK/home"
 cat >"$WORK/kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
@@ -71,7 +47,6 @@ users:
 - name: sim
   user: {}
 EOF
-export KUBECONFIG=$WORK/kubeconfig HOME=$WORK/home
 
 cat >"$WORK/job.yaml" <<'EOF'
 apiVersion: batch/v1
@@ -266,5 +241,4 @@ k get --raw /openapi/v2
 expect_code $CODE 1
 end
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+kc_report
