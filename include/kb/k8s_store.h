@@ -97,6 +97,8 @@ typedef struct kb_k8s_store_config {
   double (*now)(void *ud);
   void *now_ud;
   uint64_t seed;         /* uids and generateName suffixes [1] */
+  /* Services' ClusterIPs are allocated from it [10.96.0.0/12]; copied. */
+  const char *service_cidr;
 } kb_k8s_store_config;
 
 /* ---- the store -------------------------------------------------------- */

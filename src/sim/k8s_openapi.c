@@ -116,6 +116,7 @@ cJSON *k8s_discovery_resources(const kb_k8s_store *st, const char *group, const 
                                     "patch", "update", "watch"};
   static const char *const status[] = {"get", "patch", "update"};
   static const char *const get[] = {"get"};
+  static const char *const create[] = {"create"};
   cJSON *d = NULL, *list = NULL;
   for (size_t i = 0; i < kb_k8s_store_resource_count(st); i++) {
     const kb_k8s_res *r = kb_k8s_store_resource_at(st, i);
@@ -127,8 +128,18 @@ cJSON *k8s_discovery_resources(const kb_k8s_store *st, const char *group, const 
       cJSON_AddStringToObject(d, "groupVersion", r->api_version);
       list = cJSON_AddArrayToObject(d, "resources");
     }
-    cJSON_AddItemToArray(list, api_resource(r, NULL, all, 8));
+    int review = !strcmp(r->resource, "selfsubjectaccessreviews") ||
+                 !strcmp(r->resource, "selfsubjectreviews");
+    cJSON_AddItemToArray(list, review ? api_resource(r, NULL, create, 1) : api_resource(r, NULL, all, 8));
     if (r->status_subresource) cJSON_AddItemToArray(list, api_resource(r, "status", status, 3));
+    if (!strcmp(r->group, "apps") &&
+        (!strcmp(r->resource, "deployments") || !strcmp(r->resource, "replicasets"))) {
+      cJSON *sc = api_resource(r, "scale", status, 3);
+      cJSON_ReplaceItemInObjectCaseSensitive(sc, "kind", cJSON_CreateString("Scale"));
+      cJSON_AddStringToObject(sc, "group", "autoscaling");
+      cJSON_AddStringToObject(sc, "version", "v1");
+      cJSON_AddItemToArray(list, sc);
+    }
     if (!r->group[0] && !strcmp(r->resource, "pods"))
       cJSON_AddItemToArray(list, api_resource(r, "log", get, 1));
   }

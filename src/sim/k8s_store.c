@@ -144,6 +144,9 @@ kb_k8s_store *kb_k8s_store_new(const kb_k8s_store_config *cfg) {
   if (!st) return NULL;
   if (cfg) st->cfg = *cfg;
   if (!st->cfg.history) st->cfg.history = DEFAULT_HISTORY;
+  snprintf(st->service_cidr, sizeof st->service_cidr, "%s",
+           st->cfg.service_cidr ? st->cfg.service_cidr : "10.96.0.0/12");
+  st->cfg.service_cidr = NULL; /* the copy is the one read */
   st->rng = st->cfg.seed ? st->cfg.seed : 1;
   st->ring = calloc(st->cfg.history, sizeof *st->ring);
   st->owners = k8s_owners_new();

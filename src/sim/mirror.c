@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "k8s_internal.h"
+#include "k8s_ctl.h"
 #include "kb/log.h"
 #include "sim_glue.h"
 
@@ -64,6 +65,7 @@ struct sim_glue {
   size_t ev_head, ev_count;
   uint64_t rng;
   glue_ctl *ctl[3];
+  k8s_ctls *apps; /* the store-level controllers (k8s_ctl.h) */
   const kb_k8s_res *r_pods, *r_nodes, *r_events, *r_workflows, *r_namespaces;
 };
 
@@ -709,6 +711,11 @@ sim_glue *glue_new(kb_sim *sim, kb_k8s_store *st, kb_sim_kfp *kfp, uv_loop_t *lo
 
 void glue_set_kfp(sim_glue *g, kb_sim_kfp *kfp) { g->kfp = kfp; }
 
+void glue_serving(sim_glue *g, kb_vclock *clock, const char *ip, int port) {
+  k8s_ctls_set_clock(g->apps, clock);
+  k8s_ctls_set_apiserver(g->apps, ip, port);
+}
+
 int glue_start(sim_glue *g) {
   if (uv_idle_init(g->loop, &g->idle)) return -1;
   g->idle.data = g;
@@ -718,8 +725,9 @@ int glue_start(sim_glue *g) {
   g->ctl[0] = glue_job_start(g);
   g->ctl[1] = glue_workflow_start(g);
   g->ctl[2] = glue_training_start(g);
+  g->apps = k8s_ctls_start(g->st);
   kb_sim_set_observer(g->sim, observer, g);
-  return g->ctl[0] && g->ctl[1] && g->ctl[2] ? 0 : -1;
+  return g->ctl[0] && g->ctl[1] && g->ctl[2] && g->apps ? 0 : -1;
 }
 
 void glue_stop(sim_glue *g) {
@@ -730,6 +738,8 @@ void glue_stop(sim_glue *g) {
     glue_ctl_free(g->ctl[i]);
     g->ctl[i] = NULL;
   }
+  k8s_ctls_free(g->apps);
+  g->apps = NULL;
   if (g->idle_init) uv_close((uv_handle_t *)&g->idle, NULL);
 }
 
