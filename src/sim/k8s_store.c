@@ -1359,7 +1359,9 @@ cJSON *kb_k8s_status_json(const kb_k8s_error *err, const kb_k8s_res *res) {
     if (err->name[0]) cJSON_AddStringToObject(d, "name", err->name);
     if (res) {
       if (res->group[0]) cJSON_AddStringToObject(d, "group", res->group);
-      cJSON_AddStringToObject(d, "kind", res->resource);
+      /* NewInvalid names the kind (kubectl: `The CronJob "x" is invalid`),
+       * the others the resource */
+      cJSON_AddStringToObject(d, "kind", err->code == 422 ? res->kind : res->resource);
     }
     if (err->code == 422) add_cause(d, err->message);
   }
