@@ -2,7 +2,8 @@
  * it over ReplicaSets:
  *
  *  - the new ReplicaSet is `<deploy>-<pod-template-hash>`, the hash of the
- *    pod template (FNV-1a over the template with its keys sorted, printed
+ *    pod template (FNV-1a over the template with its keys sorted and null or
+ *    empty fields left out, printed
  *    in decimal and spelled with the apimachinery "safe" alphabet), which
  *    is also the pod-template-hash label of its selector and template;
  *  - RollingUpdate: the new ReplicaSet grows while all pods stay within
@@ -58,7 +59,12 @@ static uint32_t hash_value(uint32_t h, const cJSON *v) {
     size_t n = (size_t)cJSON_GetArraySize(v), i = 0;
     const cJSON **kids = calloc(n ? n : 1, sizeof *kids);
     if (!kids) return h;
-    for (const cJSON *c = v->child; c; c = c->next) kids[i++] = c;
+    /* null and empty fields are absent ones, as in the typed template
+     * (Go clients send creationTimestamp: null and resources: {}, so
+     * `rollout undo` must find the old hash) */
+    for (const cJSON *c = v->child; c; c = c->next)
+      if (!cJSON_IsNull(c) && !((cJSON_IsObject(c) || cJSON_IsArray(c)) && !c->child)) kids[i++] = c;
+    n = i;
     qsort(kids, n, sizeof *kids, key_cmp);
     h = fnv(h, "{", 1);
     for (i = 0; i < n; i++) {

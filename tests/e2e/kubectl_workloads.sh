@@ -165,6 +165,22 @@ expect_in "$WORK/out" "^2 nginx:1.28$"
 expect_eq "$(count pods -l app=web)" 2 "pods after the rollout"
 end
 
+begin "rollout undo"
+k rollout undo deployment/web
+expect_code "$CODE" 0
+expect_in "$WORK/out" "deployment.apps/web rolled back"
+for _ in $(seq 1 20); do
+  ready_pods app=web
+  timeout 30 kubectl rollout status deployment/web --timeout=1s >/dev/null 2>&1 && break
+done
+expect_eq "$(count rs -l app=web)" 2 "ReplicaSets after undo (the old one is back)"
+k get rs "web-$HASH" -o jsonpath='{.spec.replicas} {.metadata.annotations.deployment\.kubernetes\.io/revision}'
+expect_in "$WORK/out" "^2 3$"
+k rollout history deployment/web
+expect_in "$WORK/out" "^2 +<none>"
+expect_in "$WORK/out" "^3 +<none>"
+end
+
 begin "expose"
 k expose deployment web --port=80 --target-port=http
 expect_code "$CODE" 0
