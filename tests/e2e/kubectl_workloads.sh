@@ -315,5 +315,33 @@ expect_eq "$(count rs -l app=web)" 0 "ReplicaSets after delete"
 expect_eq "$(count pods -l app=web)" 0 "pods after delete"
 end
 
+# ---- the kubernetes_api config section ------------------------------------------------
+begin "kubernetes_api: AlwaysDeny and another service range"
+kill -INT "$SIM_PID" 2>/dev/null
+for _ in $(seq 1 50); do kill -0 "$SIM_PID" 2>/dev/null || break; sleep 0.1; done
+wait "$SIM_PID" 2>/dev/null
+cat >"$WORK/sim.yaml" <<'EOF'
+kubernetes_api:
+  authorization: AlwaysDeny
+  service_cluster_ip_range: 10.100.0.0/16
+EOF
+: >"$WORK/kubeconfig"
+"$KBRUN_BIN" sim --listen 127.0.0.1:0 --profile fast --config "$WORK/sim.yaml" \
+  --kubeconfig-out "$WORK/kubeconfig" >"$WORK/sim.out" 2>"$WORK/sim.err" &
+SIM_PID=$!
+for _ in $(seq 1 100); do [ -s "$WORK/kubeconfig" ] && break; sleep 0.1; done
+k create -f "$WORK/ssar.json" -o 'jsonpath={.status.allowed} {.status.denied}'
+expect_in "$WORK/out" "^false true$"
+k get svc kubernetes -o 'jsonpath={.spec.clusterIP}'
+expect_in "$WORK/out" "^10\.100\.0\.1$"
+echo '{"apiVersion":"v1","kind":"Service","metadata":{"name":"second"},"spec":{"ports":[{"port":80}]}}' >"$WORK/svc.json"
+k create -f "$WORK/svc.json" -o 'jsonpath={.spec.clusterIP}'
+expect_in "$WORK/out" "^10\.100\.0\.2$"
+echo 'kubernetes_api: {authorisation: AlwaysDeny}' >"$WORK/badcfg.yaml"
+timeout 30 "$KBRUN_BIN" sim --listen 127.0.0.1:0 --config "$WORK/badcfg.yaml" >"$WORK/out" 2>&1
+[ $? != 0 ] || fail "a bad kubernetes_api key was accepted"
+expect_in "$WORK/out" "config kubernetes_api\.authorisation: unknown key"
+end
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
