@@ -66,6 +66,8 @@ struct sim_glue {
   uint64_t rng;
   glue_ctl *ctl[3];
   k8s_ctls *apps; /* the store-level controllers (k8s_ctl.h) */
+  kb_vclock *apps_clock; /* theirs once the view is demanded (leases cost writes) */
+  int apps_clocked;
   const kb_k8s_res *r_pods, *r_nodes, *r_events, *r_workflows, *r_namespaces;
 };
 
@@ -658,6 +660,10 @@ static void mirror_run(sim_glue *g, int run) {
 void glue_flush(sim_glue *g) {
   g->demanded = 1;
   if (g->flushing || g->stopped) return;
+  if (!g->apps_clocked && g->apps_clock) { /* as lazy as the mirror */
+    g->apps_clocked = 1;
+    k8s_ctls_set_clock(g->apps, g->apps_clock);
+  }
   g->flushing = 1;
   kb_sim_sync(g->sim);
   /* Owners react to their runs by changing the model, which dirties more:
@@ -712,7 +718,7 @@ sim_glue *glue_new(kb_sim *sim, kb_k8s_store *st, kb_sim_kfp *kfp, uv_loop_t *lo
 void glue_set_kfp(sim_glue *g, kb_sim_kfp *kfp) { g->kfp = kfp; }
 
 void glue_serving(sim_glue *g, kb_vclock *clock, const char *ip, int port) {
-  k8s_ctls_set_clock(g->apps, clock);
+  g->apps_clock = clock;
   k8s_ctls_set_apiserver(g->apps, ip, port);
 }
 
