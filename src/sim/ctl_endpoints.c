@@ -16,6 +16,9 @@
 
 #define MANAGED_BY "endpointslice.kubernetes.io/managed-by"
 #define SERVICE_NAME "kubernetes.io/service-name"
+#define SLICE_MAX 100          /* endpoints per slice */
+#define ENDPOINTS_MAX 1000     /* addresses in an Endpoints object */
+#define OVER_CAPACITY "endpoints.kubernetes.io/over-capacity"
 
 typedef struct ctl_ep {
   k8s_ctl base;
@@ -78,7 +81,10 @@ static void put(ctl_ep *c, const kb_k8s_res *res, const char *ns, const char *na
   for (const cJSON *f = body->child; f && same; f = f->next) {
     if (!strcmp(f->string, "metadata")) {
       const cJSON *l = cJSON_GetObjectItemCaseSensitive(f, "labels");
-      same = !l || cJSON_Compare(l, k8s_path(cur, "metadata.labels"), 1);
+      const cJSON *a = cJSON_GetObjectItemCaseSensitive(f, "annotations");
+      const cJSON *ca = k8s_path(cur, "metadata.annotations");
+      same = (!l || cJSON_Compare(l, k8s_path(cur, "metadata.labels"), 1)) &&
+             (a ? ca && cJSON_Compare(a, ca, 1) : !cJSON_GetObjectItemCaseSensitive(ca, OVER_CAPACITY));
     } else {
       const cJSON *o = cJSON_GetObjectItemCaseSensitive(cur, f->string);
       same = o && cJSON_Compare(o, f, 1);
@@ -99,7 +105,7 @@ static void put(ctl_ep *c, const kb_k8s_res *res, const char *ns, const char *na
   kb_k8s_update(c->st, res, ns, name, body, 0, NULL, NULL);
 }
 
-static void sync_endpoints(ctl_ep *c, const cJSON *svc, const cJSON *pods) {
+static void sync_endpoints(ctl_ep *c, const cJSON *svc, const cJSON **pods, size_t n) {
   const char *ns = k8s_meta_str(svc, "namespace"), *name = k8s_meta_str(svc, "name");
   cJSON *ep = cJSON_CreateObject();
   cJSON *md = cJSON_AddObjectToObject(ep, "metadata");
@@ -109,10 +115,13 @@ static void sync_endpoints(ctl_ep *c, const cJSON *svc, const cJSON *pods) {
   cJSON *subsets = cJSON_CreateArray();
   /* one subset: the pods of a Deployment share their ports */
   cJSON *ready = cJSON_CreateArray(), *not_ready = cJSON_CreateArray(), *ports = NULL;
-  const cJSON *p;
-  cJSON_ArrayForEach(p, pods) {
+  size_t kept = 0, total = 0;
+  for (size_t i = 0; i < n; i++) {
+    const cJSON *p = pods[i];
     const char *ip = ctl_str(p, "status.podIP");
     if (!ip || k8s_meta_str(p, "deletionTimestamp") || !ctl_pod_active(p)) continue;
+    if (total++, kept == ENDPOINTS_MAX) continue; /* the controller truncates at 1000 */
+    kept++;
     cJSON *a = cJSON_CreateObject();
     cJSON_AddStringToObject(a, "ip", ip);
     if (ctl_str(p, "spec.nodeName")) cJSON_AddStringToObject(a, "nodeName", ctl_str(p, "spec.nodeName"));
@@ -135,17 +144,16 @@ static void sync_endpoints(ctl_ep *c, const cJSON *svc, const cJSON *pods) {
   }
   if (cJSON_GetArraySize(subsets)) cJSON_AddItemToObject(ep, "subsets", subsets);
   else cJSON_Delete(subsets);
+  if (total > kept)
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(md, "annotations"), OVER_CAPACITY, "truncated");
   put(c, c->ep, ns, name, ep);
   cJSON_Delete(ep);
 }
 
-static void sync_slice(ctl_ep *c, const cJSON *svc, const cJSON *pods) {
-  const char *ns = k8s_meta_str(svc, "namespace"), *name = k8s_meta_str(svc, "name");
-  char sel[600], gen[300];
-  snprintf(sel, sizeof sel, SERVICE_NAME "=%s," MANAGED_BY "=endpointslice-controller.k8s.io", name);
-  const cJSON *items;
-  cJSON *existing = ctl_list(c->st, c->eps, ns, sel, &items);
-  const char *have = k8s_meta_str(cJSON_GetArrayItem(items, 0), "name");
+/* An EndpointSlice of the Service without its endpoints. */
+static cJSON *slice_skeleton(const cJSON *svc, const cJSON *ports) {
+  const char *name = k8s_meta_str(svc, "name");
+  char gen[300];
   cJSON *s = cJSON_CreateObject();
   cJSON *md = cJSON_AddObjectToObject(s, "metadata");
   snprintf(gen, sizeof gen, "%.57s-", name);
@@ -156,9 +164,19 @@ static void sync_slice(ctl_ep *c, const cJSON *svc, const cJSON *pods) {
   cJSON_AddItemToArray(cJSON_AddArrayToObject(md, "ownerReferences"),
                        ctl_owner_ref("v1", "Service", name, k8s_meta_str(svc, "uid")));
   cJSON_AddStringToObject(s, "addressType", "IPv4");
-  cJSON *eps = cJSON_AddArrayToObject(s, "endpoints"), *ports = NULL;
-  const cJSON *p;
-  cJSON_ArrayForEach(p, pods) {
+  cJSON_AddArrayToObject(s, "endpoints");
+  cJSON_AddItemToObject(s, "ports", ports ? cJSON_Duplicate(ports, 1) : cJSON_CreateArray());
+  return s;
+}
+
+/* At most SLICE_MAX endpoints a slice (the controller's
+ * --max-endpoints-per-slice), in pod order: a pod that changes rewrites
+ * only its slice. */
+static void sync_slice(ctl_ep *c, const cJSON *svc, const cJSON **pods, size_t n) {
+  const char *ns = k8s_meta_str(svc, "namespace"), *name = k8s_meta_str(svc, "name");
+  cJSON *all = cJSON_CreateArray(), *ports = NULL;
+  for (size_t i = 0; i < n; i++) { /* copies first: the writes below move the pods */
+    const cJSON *p = pods[i];
     const char *ip = ctl_str(p, "status.podIP");
     if (!ip || !ctl_pod_active(p)) continue;
     cJSON *e = cJSON_CreateObject();
@@ -170,32 +188,65 @@ static void sync_slice(ctl_ep *c, const cJSON *svc, const cJSON *pods) {
     cJSON_AddBoolToObject(cond, "terminating", 0);
     if (ctl_str(p, "spec.nodeName")) cJSON_AddStringToObject(e, "nodeName", ctl_str(p, "spec.nodeName"));
     cJSON_AddItemToObject(e, "targetRef", target_ref(p));
-    cJSON_AddItemToArray(eps, e);
+    cJSON_AddItemToArray(all, e);
     if (!ports) ports = ports_for(svc, p);
   }
-  cJSON_AddItemToObject(s, "ports", ports ? ports : cJSON_CreateArray());
-  char keep[256] = "";
-  if (have) snprintf(keep, sizeof keep, "%s", have);
+  size_t total = (size_t)cJSON_GetArraySize(all);
+  size_t chunks = total ? (total + SLICE_MAX - 1) / SLICE_MAX : 1;
+  char sel[600];
+  snprintf(sel, sizeof sel, SERVICE_NAME "=%s," MANAGED_BY "=endpointslice-controller.k8s.io", name);
+  const cJSON *items;
+  cJSON *existing = ctl_list(c->st, c->eps, ns, sel, &items);
+  size_t have = (size_t)cJSON_GetArraySize(items);
+  char (*names)[256] = calloc(have ? have : 1, sizeof *names);
+  for (size_t k = 0; names && k < have; k++)
+    snprintf(names[k], sizeof names[k], "%s", k8s_meta_str(cJSON_GetArrayItem(items, (int)k), "name"));
   cJSON_Delete(existing);
-  put(c, c->eps, ns, keep[0] ? keep : NULL, s);
-  cJSON_Delete(s);
+  for (size_t k = 0; names && k < chunks; k++) {
+    cJSON *s = slice_skeleton(svc, ports);
+    cJSON *eps = cJSON_GetObjectItemCaseSensitive(s, "endpoints");
+    for (int i = 0; i < SLICE_MAX && cJSON_GetArraySize(all); i++)
+      cJSON_AddItemToArray(eps, cJSON_DetachItemFromArray(all, 0));
+    put(c, c->eps, ns, k < have ? names[k] : NULL, s);
+    cJSON_Delete(s);
+  }
+  for (size_t k = chunks; names && k < have; k++) /* fewer pods: fewer slices */
+    kb_k8s_delete(c->st, c->eps, ns, names[k], NULL, NULL, NULL);
+  free(names);
+  cJSON_Delete(ports);
+  cJSON_Delete(all);
+}
+
+/* The pods of the namespace the selector matches, borrowed until the next
+ * write (no copies: this runs on every pod event). */
+static const cJSON **selected(ctl_ep *c, const kb_k8s_selector *sel, const char *ns, size_t *n) {
+  size_t all = 0;
+  const cJSON **pods = ctl_peek_all(c->st, c->pods, ns, &all);
+  *n = 0;
+  for (size_t i = 0; pods && i < all; i++)
+    if (kb_k8s_selector_match(sel, pods[i])) pods[(*n)++] = pods[i];
+  return pods;
 }
 
 static void sync_service(ctl_ep *c, const cJSON *svc) {
-  char sel[2048];
+  char text[2048];
   const cJSON *selector = k8s_path(svc, "spec.selector");
   if (!cJSON_IsObject(selector) || !selector->child) return; /* its user keeps the Endpoints */
   cJSON *wrap = cJSON_CreateObject();
   cJSON_AddItemReferenceToObject(wrap, "matchLabels", (cJSON *)selector);
-  int bad = ctl_selector_text(wrap, sel, sizeof sel);
+  int bad = ctl_selector_text(wrap, text, sizeof text);
   cJSON_Delete(wrap);
-  if (bad) return;
-  const cJSON *pods;
-  cJSON *list = ctl_list(c->st, c->pods, k8s_meta_str(svc, "namespace"), sel, &pods);
-  if (!list) return;
-  sync_endpoints(c, svc, pods);
-  sync_slice(c, svc, pods);
-  cJSON_Delete(list);
+  kb_k8s_selector *sel = bad ? NULL : kb_k8s_selector_parse(text, NULL, c->pods, NULL);
+  if (!sel) return;
+  const char *ns = k8s_meta_str(svc, "namespace");
+  size_t n;
+  const cJSON **pods = selected(c, sel, ns, &n);
+  if (pods) sync_endpoints(c, svc, pods, n);
+  free(pods);
+  pods = selected(c, sel, ns, &n); /* again: the Endpoints write moved things */
+  if (pods) sync_slice(c, svc, pods, n);
+  free(pods);
+  kb_k8s_selector_free(sel);
 }
 
 /* Every Service of the namespace that selects pods. */
@@ -242,6 +293,9 @@ static void on_svc(void *ud, kb_k8s_event_type type, const cJSON *obj) {
 static void on_pod(void *ud, kb_k8s_event_type type, const cJSON *obj) {
   (void)type;
   if (!cJSON_GetArraySize(k8s_path(obj, "metadata.labels"))) return; /* no service selects it */
+  /* a pod without an IP is in no Endpoints, before or after: pods get an
+   * IP once and keep it (this skips the creations of a scale-up) */
+  if (!ctl_str(obj, "status.podIP")) return;
   char ns[256];
   snprintf(ns, sizeof ns, "%s", k8s_meta_str(obj, "namespace"));
   sync_namespace(ud, ns);

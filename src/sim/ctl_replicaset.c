@@ -16,12 +16,43 @@
 
 #define MAX_BURST 500 /* pods created or deleted per reconcile, as the controller's burst */
 
+/* Creations a ReplicaSet still waits to see (the controller's
+ * expectations): the pod events its own creates cause do not each rescan
+ * the namespace, only the last one does. */
+typedef struct expect {
+  char uid[64];
+  long adds;
+  struct expect *next;
+} expect;
+
 typedef struct ctl_rs {
   k8s_ctl base;
   kb_k8s_store *st;
   const kb_k8s_res *rs, *pods;
   kb_k8s_watch *w_rs, *w_pods;
+  expect *expects;
 } ctl_rs;
+
+static expect *expect_of(ctl_rs *c, const char *uid, int make) {
+  for (expect *x = c->expects; x; x = x->next)
+    if (!strcmp(x->uid, uid)) return x;
+  expect *x = make ? calloc(1, sizeof *x) : NULL;
+  if (!x) return NULL;
+  snprintf(x->uid, sizeof x->uid, "%s", uid);
+  x->next = c->expects;
+  c->expects = x;
+  return x;
+}
+
+static void expect_drop(ctl_rs *c, const char *uid) {
+  for (expect **p = &c->expects; *p; p = &(*p)->next)
+    if (!strcmp((*p)->uid, uid)) {
+      expect *x = *p;
+      *p = x->next;
+      free(x);
+      return;
+    }
+}
 
 static int create_pod(ctl_rs *c, const cJSON *rs) {
   const cJSON *tmpl = k8s_path(rs, "spec.template");
@@ -86,11 +117,11 @@ static void delete_surplus(ctl_rs *c, const char *ns, const cJSON **active, size
   free(v);
 }
 
-static void write_status(ctl_rs *c, const cJSON *rs, const cJSON *items) {
+static void write_status(ctl_rs *c, const cJSON *rs, const cJSON **pods, size_t n) {
   double now = kb_k8s_store_now(c->st), min_ready = ctl_num(rs, "spec.minReadySeconds", 0);
   int replicas = 0, ready = 0, available = 0;
-  const cJSON *p;
-  cJSON_ArrayForEach(p, items) {
+  for (size_t i = 0; i < n; i++) {
+    const cJSON *p = pods[i];
     if (!ctl_owned_by(p, "ReplicaSet", k8s_meta_str(rs, "uid")) || !ctl_pod_active(p)) continue;
     replicas++;
     if (!ctl_pod_ready(p)) continue;
@@ -116,40 +147,40 @@ static void sync_rs(ctl_rs *c, const char *ns, const char *name) {
   kb_k8s_error e;
   cJSON *rs = kb_k8s_get(c->st, c->rs, ns, name, &e);
   if (!rs) return;
-  char sel[2048];
   const char *uid = k8s_meta_str(rs, "uid");
-  if (k8s_meta_str(rs, "deletionTimestamp") ||
-      ctl_selector_text(k8s_path(rs, "spec.selector"), sel, sizeof sel) || !sel[0]) {
+  if (k8s_meta_str(rs, "deletionTimestamp")) {
     cJSON_Delete(rs);
     return;
   }
-  const cJSON *items;
-  cJSON *list = ctl_list(c->st, c->pods, ns, sel, &items);
-  size_t n = 0, cap = (size_t)cJSON_GetArraySize(items);
-  const cJSON **active = calloc(cap ? cap : 1, sizeof *active);
-  const cJSON *p;
-  cJSON_ArrayForEach(p, items)
-    if (active && ctl_owned_by(p, "ReplicaSet", uid) && ctl_pod_active(p)) active[n++] = p;
+  /* the pods it controls (it adopts none), borrowed until the first write */
+  size_t n_all = 0, n = 0;
+  const cJSON **pods = ctl_peek_all(c->st, c->pods, ns, &n_all);
+  const cJSON **active = calloc(n_all ? n_all : 1, sizeof *active);
+  for (size_t i = 0; pods && active && i < n_all; i++)
+    if (ctl_owned_by(pods[i], "ReplicaSet", uid) && ctl_pod_active(pods[i])) active[n++] = pods[i];
   long want = (long)ctl_num(rs, "spec.replicas", 1), diff = want - (long)n;
-  int changed = 0;
-  if (active && diff > 0) {
+  if (pods && active && diff > 0) {
+    expect *x = expect_of(c, uid, 1);
     for (long i = 0; i < diff && i < MAX_BURST; i++)
-      if (create_pod(c, rs) == 0) changed = 1;
-  } else if (active && diff < 0) {
+      if (create_pod(c, rs) == 0 && x) x->adds++;
+  } else if (pods && active && diff < 0) {
     delete_surplus(c, ns, active, n, (size_t)(-diff < MAX_BURST ? -diff : MAX_BURST));
-    changed = 1;
   }
   free(active);
-  if (changed && list) { /* count what is there now */
-    cJSON_Delete(list);
-    list = ctl_list(c->st, c->pods, ns, sel, &items);
-  }
-  if (list) write_status(c, rs, items);
-  cJSON_Delete(list);
+  free(pods);
+  pods = ctl_peek_all(c->st, c->pods, ns, &n_all); /* what is there now */
+  if (pods) write_status(c, rs, pods, n_all);
+  free(pods);
   cJSON_Delete(rs);
 }
 
 static void on_rs(void *ud, kb_k8s_event_type type, const cJSON *obj) {
+  if (type == KB_K8S_DELETED && k8s_meta_str(obj, "uid")) expect_drop(ud, k8s_meta_str(obj, "uid"));
+  /* a change that is not of the spec (its status, which it wrote, or an
+   * annotation) needs no resync: the pods' events bring those */
+  if (type == KB_K8S_MODIFIED &&
+      ctl_num(obj, "status.observedGeneration", -1) == ctl_num(obj, "metadata.generation", 1))
+    return;
   if (type == KB_K8S_ADDED || type == KB_K8S_MODIFIED) {
     char ns[256], name[256];
     snprintf(ns, sizeof ns, "%s", k8s_meta_str(obj, "namespace"));
@@ -159,10 +190,11 @@ static void on_rs(void *ud, kb_k8s_event_type type, const cJSON *obj) {
 }
 
 static void on_pod(void *ud, kb_k8s_event_type type, const cJSON *obj) {
-  (void)type;
   const cJSON *ref = ctl_controller_ref(obj);
   const char *kind = ctl_str(ref, "kind"), *name = ctl_str(ref, "name");
   if (!kind || !name || strcmp(kind, "ReplicaSet")) return;
+  expect *x = type == KB_K8S_ADDED ? expect_of(ud, ctl_str(ref, "uid") ? ctl_str(ref, "uid") : "", 0) : NULL;
+  if (x && x->adds > 0 && --x->adds > 0) return; /* more of our creates to come */
   char ns[256], rs[256];
   snprintf(ns, sizeof ns, "%s", k8s_meta_str(obj, "namespace"));
   snprintf(rs, sizeof rs, "%s", name);
@@ -171,6 +203,11 @@ static void on_pod(void *ud, kb_k8s_event_type type, const cJSON *obj) {
 
 static void rs_free(k8s_ctl *base) {
   ctl_rs *c = (ctl_rs *)base;
+  while (c->expects) {
+    expect *x = c->expects;
+    c->expects = x->next;
+    free(x);
+  }
   kb_k8s_watch_cancel(c->w_rs);
   kb_k8s_watch_cancel(c->w_pods);
   free(c);

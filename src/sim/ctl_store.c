@@ -164,3 +164,14 @@ double ctl_num(const cJSON *obj, const char *path, double dflt) {
 const char *ctl_str(const cJSON *obj, const char *path) {
   return cJSON_GetStringValue(k8s_path(obj, path));
 }
+
+const cJSON **ctl_peek_all(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, size_t *n) {
+  *n = 0;
+  if (!res || res->index < 0 || (size_t)res->index >= st->n_buckets) return NULL;
+  const k8s_bucket *b = st->buckets[res->index];
+  const cJSON **out = malloc((b->n ? b->n : 1) * sizeof *out);
+  if (!out) return NULL;
+  for (size_t i = 0; i < b->n; i++)
+    if (!ns || !strcmp(b->v[i].ns, ns)) out[(*n)++] = b->v[i].obj;
+  return out;
+}

@@ -57,6 +57,10 @@ int ctl_pod_active(const cJSON *pod);
  * object (caller frees) and its items in *items. NULL on error. */
 cJSON *ctl_list(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const char *labels,
                 const cJSON **items);
+/* The stored objects of res in ns (NULL: all), borrowed: valid until the
+ * next write (no copies, for the controllers that scan pods on every pod
+ * event). The array is the caller's to free; NULL when out of memory. */
+const cJSON **ctl_peek_all(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, size_t *n);
 /* Replaces the status when it differs from the stored one (so the event
  * it causes does not loop). 0, 1 when written, or -code. */
 int ctl_put_status(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const char *name,

@@ -491,11 +491,43 @@ static void test_cron_forbid_replace(void) {
   cron_env_free(&e);
 }
 
+/* 250 Ready pods: slices of at most 100 endpoints (100, 100, 50), every
+ * pod in one of them once; one Endpoints object with all 250. */
+static void test_endpoint_slices_split(void) {
+  env e;
+  env_init(&e);
+  create_deploy(&e, 250);
+  KB_CHECK(create_yaml_json(&e, e.svc, "{\"metadata\":{\"name\":\"web\"},\"spec\":{\"selector\":"
+                                       "{\"app\":\"web\"},\"ports\":[{\"port\":80}]}}") == 0);
+  cJSON *l = list(&e, e.pods, "app=web");
+  const cJSON *p;
+  cJSON_ArrayForEach(p, items(l)) kubelet_ready(&e, name_of(p), 1);
+  cJSON_Delete(l);
+  l = list(&e, e.eps, "kubernetes.io/service-name=web");
+  int slices = 0, total = 0, max = 0;
+  const cJSON *s;
+  cJSON_ArrayForEach(s, items(l)) {
+    int n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(s, "endpoints"));
+    slices++, total += n, max = n > max ? n : max;
+  }
+  cJSON_Delete(l);
+  KB_CHECK(slices == 3 && total == 250 && max == 100);
+  cJSON *ep = get(&e, e.ep, "web");
+  const cJSON *sub = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(ep, "subsets"), 0);
+  KB_CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(sub, "addresses")) == 250);
+  cJSON_Delete(ep);
+  /* down to 30: one slice is left */
+  KB_CHECK(patch(&e, e.deploy, "web", "{\"spec\":{\"replicas\":30}}") == 0);
+  KB_CHECK(kb_k8s_store_count(e.st, e.eps, "default") == 1);
+  env_free(&e);
+}
+
 int main(void) {
   KB_RUN(test_template_hash);
   KB_RUN(test_deploy_scale);
   KB_RUN(test_rolling_update);
   KB_RUN(test_endpoints);
+  KB_RUN(test_endpoint_slices_split);
   KB_RUN(test_cron_allow);
   KB_RUN(test_cron_forbid_replace);
   return kb_test_report();
