@@ -81,6 +81,10 @@ struct kb_vclock;
 void kb_k8s_api_set_latency(kb_k8s_api *api, struct kb_vclock *clock, kb_k8s_latency_fn fn,
                             void *ud);
 void kb_k8s_api_set_fault(kb_k8s_api *api, kb_k8s_fault_fn fn, void *ud);
+/* What SelfSubjectAccessReviews answer (`kubectl auth can-i`): allowed
+ * (AlwaysAllow, the default) or, with deny_all, denied (AlwaysDeny).
+ * Requests themselves are not refused: the simulator has no RBAC. */
+void kb_k8s_api_set_authorization(kb_k8s_api *api, int deny_all);
 
 /* Takes the request (returns 1) when its path is a Kubernetes one, else
  * returns 0 and leaves it to the caller. */

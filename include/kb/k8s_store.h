@@ -101,6 +101,8 @@ typedef struct kb_k8s_store_config {
   double (*now)(void *ud);
   void *now_ud;
   uint64_t seed;         /* uids and generateName suffixes [1] */
+  /* Services' ClusterIPs are allocated from it [10.96.0.0/12]; copied. */
+  const char *service_cidr;
 } kb_k8s_store_config;
 
 /* ---- the store -------------------------------------------------------- */
@@ -116,9 +118,17 @@ const kb_k8s_res *kb_k8s_store_add_resource(kb_k8s_store *st, const kb_k8s_resde
  * configmaps, secrets, persistentvolumeclaims, events, serviceaccounts;
  * batch/v1 jobs; apiextensions.k8s.io/v1 customresourcedefinitions;
  * argoproj.io/v1alpha1 workflows, workflowtemplates; kubeflow.org/v1 tfjobs, pytorchjobs,
- * mpijobs. Creates a CustomResourceDefinition object for each custom type,
- * the namespaces default, kube-system, kube-public and kubeflow, and a
- * "default" ServiceAccount in each. Returns 0 or -500. */
+ * mpijobs; and the workload, service and cluster kinds (apps/v1
+ * deployments, replicasets; core/v1 services, endpoints, persistentvolumes;
+ * discovery.k8s.io/v1 endpointslices; batch/v1 cronjobs;
+ * coordination.k8s.io/v1 leases; storage.k8s.io/v1 storageclasses;
+ * scheduling.k8s.io/v1 priorityclasses; authorization.k8s.io/v1
+ * selfsubjectaccessreviews; authentication.k8s.io/v1 selfsubjectreviews).
+ * Creates a CustomResourceDefinition object for each custom type, the
+ * namespaces default, kube-system, kube-public, kube-node-lease and
+ * kubeflow with a "default" ServiceAccount in each, the StorageClass
+ * `standard`, the PriorityClasses system-cluster-critical and
+ * system-node-critical, and the `kubernetes` Service. Returns 0 or -500. */
 int kb_k8s_store_add_builtins(kb_k8s_store *st);
 
 /* By group and plural (or singular, kind in any case, or short name). */

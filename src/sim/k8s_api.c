@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "k8s_pdb.h"
+#include "k8s_subres.h"
 #include "k8s_table.h"
 #include "kb/k8s_api.h"
 #include "kb/k8s_proto.h"
@@ -40,6 +41,7 @@ struct kb_k8s_api {
   size_t n_streams;
   int handles; /* open uv handles; freed at 0 once closing */
   int closing;
+  int deny_all; /* authorization AlwaysDeny (SelfSubjectAccessReview says no) */
 };
 
 /* A watch or a followed log. */
@@ -717,6 +719,62 @@ static void do_delete(kb_k8s_api *api, kb_httpd_req *req, const route *r, const 
   else send_json(req, rc == 1 ? 202 : 200, out, NULL);
 }
 
+/* ---- the scale subresource and the self reviews (k8s_subres.c) ---- */
+
+static int patch_type(const char *ct, kb_k8s_patch_type *type) {
+  if (ct && !strncmp(ct, "application/merge-patch+json", 28)) *type = KB_K8S_PATCH_MERGE;
+  else if (ct && !strncmp(ct, "application/json-patch+json", 27)) *type = KB_K8S_PATCH_JSON;
+  else if (ct && !strncmp(ct, "application/strategic-merge-patch+json", 38))
+    *type = KB_K8S_PATCH_STRATEGIC;
+  else return -1;
+  return 0;
+}
+
+static void do_scale(kb_k8s_api *api, kb_httpd_req *req, const route *r, const char *query) {
+  const char *m = kb_httpd_req_method(req);
+  kb_k8s_error err;
+  cJSON *out = NULL;
+  int rc;
+  if (!strcmp(m, "GET") || !strcmp(m, "HEAD")) {
+    out = k8s_scale_get(api->st, r->res, r->ns, r->name, &err);
+    rc = out ? 0 : -err.code;
+  } else if (!strcmp(m, "PUT")) {
+    cJSON *body = parse_body(req, 1, &err);
+    rc = body ? k8s_scale_put(api->st, r->res, r->ns, r->name, body, dry_run(query), &out, &err)
+              : -err.code;
+    cJSON_Delete(body);
+  } else if (!strcmp(m, "PATCH")) {
+    kb_k8s_patch_type type;
+    size_t len;
+    const char *body = kb_httpd_req_body(req, &len);
+    if (patch_type(kb_httpd_req_header(req, "Content-Type"), &type))
+      rc = kb_k8s_error_set(&err, 415, "UnsupportedMediaType", "the patch type of this request "
+                            "is not supported on /scale (use a merge, JSON or strategic merge patch)");
+    else
+      rc = k8s_scale_patch(api->st, r->res, r->ns, r->name, type, body, len, dry_run(query), &out,
+                           &err);
+  } else {
+    rc = kb_k8s_error_set(&err, 405, "MethodNotAllowed",
+                          "the server does not allow this method on the requested resource");
+  }
+  if (rc) send_error(req, &err, r->res);
+  else send_json(req, 200, out, NULL);
+}
+
+static void do_review(kb_k8s_api *api, kb_httpd_req *req, const route *r) {
+  kb_k8s_error err;
+  if (strcmp(kb_httpd_req_method(req), "POST") || r->name[0]) {
+    fail(req, r->res, 405, "MethodNotAllowed",
+         "the server does not allow this method on the requested resource");
+    return;
+  }
+  cJSON *body = parse_body(req, 1, &err);
+  cJSON *out = body ? k8s_review(r->res, body, api->deny_all, &err) : NULL;
+  cJSON_Delete(body);
+  if (out) send_json(req, 201, out, NULL);
+  else send_error(req, &err, r->res);
+}
+
 /* POST pods/{name}/eviction: the budget check of k8s_pdb.c, then the
  * pod's delete; 201 with a Success Status, or the refusal's Status. */
 static void do_evict(kb_k8s_api *api, kb_httpd_req *req, const route *r, const char *query) {
@@ -824,11 +882,7 @@ static void do_write(kb_k8s_api *api, kb_httpd_req *req, const route *r, const c
       do_apply(api, req, r, query, flags);
       return;
     }
-    if (ct && !strncmp(ct, "application/merge-patch+json", 28)) type = KB_K8S_PATCH_MERGE;
-    else if (ct && !strncmp(ct, "application/json-patch+json", 27)) type = KB_K8S_PATCH_JSON;
-    else if (ct && !strncmp(ct, "application/strategic-merge-patch+json", 38))
-      type = KB_K8S_PATCH_STRATEGIC;
-    else {
+    if (patch_type(ct, &type)) {
       char msg[300];
       snprintf(msg, sizeof msg,
                "the body of the request was in an unknown format - accepted media types "
@@ -856,6 +910,14 @@ static void do_object(kb_k8s_api *api, kb_httpd_req *req, const route *r, const 
   const kb_k8s_res *res = r->res;
   kb_k8s_error err;
   int is_get = !strcmp(m, "GET") || !strcmp(m, "HEAD");
+  if (k8s_is_review(res)) {
+    do_review(api, req, r);
+    return;
+  }
+  if (!strcmp(r->sub, "scale") && r->name[0] && k8s_has_scale(res)) {
+    do_scale(api, req, r, query);
+    return;
+  }
   int pods = !strcmp(res->resource, "pods") && !res->group[0];
   if (pods && !strcmp(r->sub, "eviction") && !strcmp(m, "POST")) {
     do_evict(api, req, r, query);
@@ -923,6 +985,20 @@ static void execute(kb_k8s_api *api, kb_httpd_req *req) {
   const char *query = kb_httpd_req_query(req);
   const char *m = kb_httpd_req_method(req);
   int get = !strcmp(m, "GET") || !strcmp(m, "HEAD");
+  if (r.kind == R_UNKNOWN_RES) { /* an unknown group, version or resource: 404 for any verb */
+    not_found_path(req);
+    return;
+  }
+  if ((r.kind == R_GROUP || r.kind == R_RESOURCES) && !get) {
+    cJSON *d = r.kind == R_GROUP ? k8s_discovery_group(api->st, r.group)
+                                 : k8s_discovery_resources(api->st, r.group, r.version);
+    int served = d != NULL;
+    cJSON_Delete(d);
+    if (!served) {
+      not_found_path(req);
+      return;
+    }
+  }
   if (r.kind != R_OBJECT && r.kind != R_NONE && !get) {
     fail(req, NULL, 405, "MethodNotAllowed",
          "the server does not allow this method on the requested resource");
@@ -1103,6 +1179,8 @@ void kb_k8s_api_set_fault(kb_k8s_api *api, kb_k8s_fault_fn fn, void *ud) {
 }
 
 size_t kb_k8s_api_streams(const kb_k8s_api *api) { return api->n_streams; }
+
+void kb_k8s_api_set_authorization(kb_k8s_api *api, int deny_all) { api->deny_all = deny_all; }
 
 void kb_k8s_api_free(kb_k8s_api *api) {
   if (!api || api->closing) return;

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "k8s_internal.h"
+#include "k8s_apps.h"
 
 static const kb_k8s_column workflow_cols[] = {
     {"Status", "string", ".status.phase", "Status of the workflow", 0},
@@ -52,6 +52,27 @@ static const kb_k8s_resdef builtins[] = {
      trainjob_cols, 2},
     {"kubeflow.org", "v1", "mpijobs", "MPIJob", "mpijob", NULL, NULL, 1, 1, 1, NULL,
      trainjob_cols, 2},
+    /* workloads, services and cluster kinds (ctl_deploy.c, ctl_replicaset.c,
+     * ctl_endpoints.c, ctl_cronjob.c, ctl_nodelease.c; defaults in k8s_apps.c) */
+    {"apps", "v1", "deployments", "Deployment", NULL, "deploy", "all", 1, 1, 0, NULL, NULL, 0},
+    {"apps", "v1", "replicasets", "ReplicaSet", NULL, "rs", "all", 1, 1, 0, "status.replicas",
+     NULL, 0},
+    {"", "v1", "services", "Service", NULL, "svc", "all", 1, 1, 0, "spec.clusterIP,spec.type",
+     NULL, 0},
+    {"", "v1", "endpoints", "Endpoints", NULL, "ep", NULL, 1, 0, 0, NULL, NULL, 0},
+    {"discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", NULL, NULL, NULL, 1, 0, 0,
+     "addressType", NULL, 0},
+    {"batch", "v1", "cronjobs", "CronJob", NULL, "cj", "all", 1, 1, 0, NULL, NULL, 0},
+    {"coordination.k8s.io", "v1", "leases", "Lease", NULL, NULL, NULL, 1, 0, 0, NULL, NULL, 0},
+    {"", "v1", "persistentvolumes", "PersistentVolume", NULL, "pv", NULL, 0, 1, 0, NULL, NULL, 0},
+    {"storage.k8s.io", "v1", "storageclasses", "StorageClass", NULL, "sc", NULL, 0, 0, 0, NULL,
+     NULL, 0},
+    {"scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", NULL, "pc", NULL, 0, 0, 0,
+     NULL, NULL, 0},
+    {"authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", NULL,
+     NULL, NULL, 0, 0, 0, NULL, NULL, 0},
+    {"authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", NULL, NULL, NULL, 0,
+     0, 0, NULL, NULL, 0},
 };
 
 /* A CRD object for a custom type: names, scope, one served version whose
@@ -137,13 +158,14 @@ int kb_k8s_store_add_builtins(kb_k8s_store *st) {
     cJSON_Delete(crd);
     if (rc && rc != -409) return rc;
   }
-  static const char *namespaces[] = {"default", "kube-system", "kube-public", "kubeflow"};
-  for (size_t i = 0; i < 4; i++) {
+  static const char *namespaces[] = {"default", "kube-system", "kube-public", "kube-node-lease",
+                                     "kubeflow"};
+  for (size_t i = 0; i < 5; i++) {
     int rc = create_simple(st, "namespaces", NULL, namespaces[i]);
     if (!rc) rc = create_simple(st, "serviceaccounts", namespaces[i], "default");
     if (rc) return rc;
   }
-  return 0;
+  return k8s_apps_seed(st);
 }
 
 /* ---- defaulting ------------------------------------------------------------ */
@@ -171,7 +193,7 @@ static int invalid(kb_k8s_error *err, const kb_k8s_res *res, const cJSON *obj, c
                           k8s_meta_str(obj, "name"), field, what);
 }
 
-static int check_containers(const kb_k8s_res *res, const cJSON *obj, const cJSON *pod_spec,
+int k8s_check_containers(const kb_k8s_res *res, const cJSON *obj, const cJSON *pod_spec,
                             const char *prefix, kb_k8s_error *err) {
   const cJSON *cs = cJSON_GetObjectItemCaseSensitive(pod_spec, "containers");
   char field[160];
@@ -195,7 +217,7 @@ static int check_containers(const kb_k8s_res *res, const cJSON *obj, const cJSON
   return 0;
 }
 
-static void default_pod_spec(cJSON *spec, const char *restart) {
+void k8s_default_pod_spec(cJSON *spec, const char *restart) {
   default_str(spec, "restartPolicy", restart);
   default_num(spec, "terminationGracePeriodSeconds", 30);
   default_str(spec, "dnsPolicy", "ClusterFirst");
@@ -216,7 +238,7 @@ static int default_job(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, int 
   cJSON *tmpl = obj_child(spec, "template");
   cJSON *pspec = obj_child(tmpl, "spec");
   if (!spec || !tmpl || !pspec) return kb_k8s_error_set(err, 500, "InternalError", "out of memory");
-  int rc = check_containers(res, obj, pspec, "spec.template.spec.", err);
+  int rc = k8s_check_containers(res, obj, pspec, "spec.template.spec.", err);
   if (rc) return rc;
   const char *rp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pspec, "restartPolicy"));
   if (!rp || (strcmp(rp, "Never") && strcmp(rp, "OnFailure")))
@@ -230,7 +252,7 @@ static int default_job(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, int 
   default_str(spec, "completionMode", "NonIndexed");
   if (!cJSON_GetObjectItemCaseSensitive(spec, "suspend")) cJSON_AddBoolToObject(spec, "suspend", 0);
   default_str(spec, "podReplacementPolicy", "TerminatingOrFailed");
-  default_pod_spec(pspec, "Never");
+  k8s_default_pod_spec(pspec, "Never");
   const char *uid = k8s_meta_str(obj, "uid"), *name = k8s_meta_str(obj, "name");
   cJSON *tl = obj_child(obj_child(tmpl, "metadata"), "labels");
   cJSON *sel = obj_child(obj_child(spec, "selector"), "matchLabels");
@@ -274,15 +296,17 @@ int k8s_default(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, int create,
                 kb_k8s_error *err) {
   const char *g = res->group, *r = res->resource;
   if (!strcmp(g, "batch") && !strcmp(r, "jobs")) return default_job(st, res, obj, create, err);
+  int rc = k8s_default_apps(st, res, obj, create, err);
+  if (rc != 1) return rc;
   if (g[0]) {
     if (create && res->status_subresource) cJSON_DeleteItemFromObjectCaseSensitive(obj, "status");
     return 0;
   }
   if (!strcmp(r, "pods")) {
     cJSON *spec = obj_child(obj, "spec");
-    int rc = check_containers(res, obj, spec, "spec.", err);
+    rc = k8s_check_containers(res, obj, spec, "spec.", err);
     if (rc || !create) return rc;
-    default_pod_spec(spec, "Always");
+    k8s_default_pod_spec(spec, "Always");
     cJSON_DeleteItemFromObjectCaseSensitive(obj, "status");
     cJSON *status = cJSON_AddObjectToObject(obj, "status");
     default_str(status, "phase", "Pending");

@@ -56,6 +56,7 @@ int k8s_owners_has(k8s_owners *o, const char *uid);
 
 struct kb_k8s_store {
   kb_k8s_store_config cfg;
+  char service_cidr[48]; /* cfg.service_cidr, copied */
   k8s_owners *owners;
   k8s_bucket **buckets;
   size_t n_buckets;

@@ -118,6 +118,7 @@ cJSON *k8s_discovery_resources(const kb_k8s_store *st, const char *group, const 
                                     "patch", "update", "watch"};
   static const char *const status[] = {"get", "patch", "update"};
   static const char *const get[] = {"get"};
+  static const char *const create[] = {"create"};
   cJSON *d = NULL, *list = NULL;
   for (size_t i = 0; i < kb_k8s_store_resource_count(st); i++) {
     const kb_k8s_res *r = kb_k8s_store_resource_at(st, i);
@@ -129,11 +130,20 @@ cJSON *k8s_discovery_resources(const kb_k8s_store *st, const char *group, const 
       cJSON_AddStringToObject(d, "groupVersion", r->api_version);
       list = cJSON_AddArrayToObject(d, "resources");
     }
-    cJSON_AddItemToArray(list, api_resource(r, NULL, all, 8));
+    int review = !strcmp(r->resource, "selfsubjectaccessreviews") ||
+                 !strcmp(r->resource, "selfsubjectreviews");
+    cJSON_AddItemToArray(list, review ? api_resource(r, NULL, create, 1) : api_resource(r, NULL, all, 8));
     if (r->status_subresource) cJSON_AddItemToArray(list, api_resource(r, "status", status, 3));
+    if (!strcmp(r->group, "apps") &&
+        (!strcmp(r->resource, "deployments") || !strcmp(r->resource, "replicasets"))) {
+      cJSON *sc = api_resource(r, "scale", status, 3);
+      cJSON_ReplaceItemInObjectCaseSensitive(sc, "kind", cJSON_CreateString("Scale"));
+      cJSON_AddStringToObject(sc, "group", "autoscaling");
+      cJSON_AddStringToObject(sc, "version", "v1");
+      cJSON_AddItemToArray(list, sc);
+    }
     if (!r->group[0] && !strcmp(r->resource, "pods")) {
       cJSON_AddItemToArray(list, api_resource(r, "log", get, 1));
-      static const char *const create[] = {"create"};
       cJSON *ev = api_resource(r, "eviction", create, 1); /* kubectl drain looks for it */
       cJSON_DeleteItemFromObjectCaseSensitive(ev, "kind");
       cJSON_AddStringToObject(ev, "group", "policy");
@@ -405,9 +415,12 @@ cJSON *k8s_openapi_doc(const kb_k8s_store *st, const char *gvp) {
     /* a built-in kind: its real schema and every one it references (the
      * meta/v1 ones included), as the apiserver serves them; a custom
      * type: the loose schema its CRD declares */
-    if (k8s_schema_of(r) && k8s_schema_add_closure(schemas, name) &&
-        k8s_schema_add_closure(schemas, lname))
+    if (k8s_schema_of(r) && k8s_schema_add_closure(schemas, name)) {
+      /* a kind without a List of its own (the reviews) gets the loose one */
+      if (!k8s_schema_add_closure(schemas, lname))
+        cJSON_AddItemToObject(schemas, lname, list_schema(r, name));
       continue;
+    }
     cJSON_AddItemToObject(schemas, name, kind_schema(r));
     cJSON_AddItemToObject(schemas, lname, list_schema(r, name));
   }

@@ -153,6 +153,9 @@ kb_k8s_store *kb_k8s_store_new(const kb_k8s_store_config *cfg) {
   if (!st) return NULL;
   if (cfg) st->cfg = *cfg;
   if (!st->cfg.history) st->cfg.history = DEFAULT_HISTORY;
+  snprintf(st->service_cidr, sizeof st->service_cidr, "%s",
+           st->cfg.service_cidr ? st->cfg.service_cidr : "10.96.0.0/12");
+  st->cfg.service_cidr = NULL; /* the copy is the one read */
   st->rng = st->cfg.seed ? st->cfg.seed : 1;
   st->ring = calloc(st->cfg.history, sizeof *st->ring);
   st->owners = k8s_owners_new();
@@ -1372,7 +1375,9 @@ cJSON *kb_k8s_status_json(const kb_k8s_error *err, const kb_k8s_res *res) {
     if (err->name[0]) cJSON_AddStringToObject(d, "name", err->name);
     if (res) {
       if (res->group[0]) cJSON_AddStringToObject(d, "group", res->group);
-      cJSON_AddStringToObject(d, "kind", res->resource);
+      /* NewInvalid names the kind (kubectl: `The CronJob "x" is invalid`),
+       * the others the resource */
+      cJSON_AddStringToObject(d, "kind", err->code == 422 ? res->kind : res->resource);
     }
     if (err->n_causes) {
       cJSON *causes = cJSON_AddArrayToObject(d, "causes");

@@ -8,10 +8,7 @@
 
 #include "k8s_table.h"
 
-typedef struct col {
-  const char *name, *type, *format, *desc;
-  int priority;
-} col;
+typedef k8s_col col;
 
 #define STR(n, d) {n, "string", "", d, 0}
 #define STRW(n, d) {n, "string", "", d, 1}
@@ -340,6 +337,8 @@ static void custom_cell(cJSON *cells, const kb_k8s_column *c, const cJSON *o, do
 
 static const col *builtin_cols(const kb_k8s_res *r, size_t *n) {
 #define RET(a) return (*n = sizeof a / sizeof a[0], a)
+  const col *apps = k8s_apps_columns(r, n); /* k8s_table_apps.c */
+  if (apps) return apps;
   if (!strcmp(r->group, "batch") && !strcmp(r->resource, "jobs")) RET(job_cols);
   if (!strcmp(r->group, "apiextensions.k8s.io")) RET(crd_cols);
   if (!strcmp(r->group, "policy")) RET(pdb_cols);
@@ -394,6 +393,8 @@ static cJSON *row_cells(const kb_k8s_res *r, const cJSON *o, double now) {
   if (r->custom) {
     for (size_t i = 0; i < r->n_columns; i++) custom_cell(cells, &r->columns[i], o, now);
     if (!r->n_columns) add_age(cells, now, o);
+  } else if (k8s_apps_cells(r, cells, o, now)) {
+    /* k8s_table_apps.c */
   } else if (!strcmp(r->group, "batch")) {
     job_cells(cells, o, now);
   } else if (!strcmp(r->group, "policy")) { /* PodDisruptionBudgets */

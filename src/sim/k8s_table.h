@@ -15,6 +15,16 @@ typedef enum k8s_table_include {
  * with_columns 0 omits columnDefinitions (later watch events). */
 cJSON *k8s_table(const kb_k8s_res *res, const cJSON *const *objs, size_t n, double now,
                  k8s_table_include inc, int with_columns, const char *rv, const char *cont);
+/* A built-in type's column (as printers.go names and describes it). */
+typedef struct k8s_col {
+  const char *name, *type, *format, *desc;
+  int priority;
+} k8s_col;
+/* The columns and cells of the workload, service and cluster kinds
+ * (k8s_table_apps.c): NULL / 0 for the others. Cells after the name. */
+const k8s_col *k8s_apps_columns(const kb_k8s_res *r, size_t *n);
+int k8s_apps_cells(const kb_k8s_res *r, cJSON *cells, const cJSON *o, double now);
+
 /* "5m", "2d3h", ... as k8s.io/apimachinery duration.HumanDuration. */
 void k8s_human_duration(double secs, char *out, size_t n);
 

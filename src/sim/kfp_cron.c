@@ -1,4 +1,7 @@
-/* Cron expressions as KFP's ScheduledWorkflow controller reads them
+/* The simulator's cron parser (sim_cron.h), for KFP recurring runs and
+ * batch/v1 CronJobs (ctl_cronjob.c).
+ *
+ * Cron expressions as KFP's ScheduledWorkflow controller reads them
  * (robfig/cron): "sec min hour dom month dow" (5 fields: no seconds),
  * with *, numbers, a-b ranges, lists and /steps, and the descriptors
  * @yearly @monthly @weekly @daily @hourly. Day-of-month and day-of-week
@@ -10,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kfp_internal.h"
+#include "sim_cron.h"
 
 typedef struct cron {
   uint64_t f[6]; /* sec, min, hour, dom, month, dow bit sets */
@@ -87,6 +90,18 @@ static int parse(const char *expr, cron *c) {
     if (i + off == 5) c->dow_star = star;
   }
   return 0;
+}
+
+int kfp_cron_fields(const char *expr) {
+  int n = 0;
+  if (!expr || expr[0] == '@') return 0;
+  for (const char *p = expr; *p;) {
+    while (*p == ' ' || *p == '\t') p++;
+    if (!*p) break;
+    n++;
+    while (*p && *p != ' ' && *p != '\t') p++;
+  }
+  return n;
 }
 
 int kfp_cron_valid(const char *expr) {

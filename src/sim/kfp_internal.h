@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 
 #include "kb/sim_kfp.h"
+#include "sim_cron.h"
 
 /* ---- store ---------------------------------------------------------------- */
 
@@ -393,10 +394,7 @@ void kfp_run_delete(kb_sim_kfp *kfp, kfp_run *run);
 /* Starts due runs and re-arms the schedule timer. */
 void kfp_schedule_tick(kb_sim_kfp *kfp);
 void kfp_on_sched(kb_vtimer *t); /* the recurring-run trigger timer fired */
-/* Next time strictly after `after` (unix seconds) matching the cron
- * expression, or INFINITY; -1 for a malformed expression. */
-double kfp_cron_next(const char *expr, double after);
-int kfp_cron_valid(const char *expr);
+/* kfp_cron_next, kfp_cron_valid: sim_cron.h */
 
 /* ---- metrics (kfp_metrics.c) --------------------------------------------------- */
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "k8s_internal.h"
+#include "k8s_ctl.h"
 #include "kb/log.h"
 #include "sim_glue.h"
 
@@ -66,6 +67,9 @@ struct sim_glue {
   size_t ev_head, ev_count;
   uint64_t rng;
   glue_ctl *ctl[7];
+  k8s_ctls *apps; /* the store-level controllers (k8s_ctl.h) */
+  kb_vclock *apps_clock; /* theirs once the view is demanded (leases cost writes) */
+  int apps_clocked;
   const kb_k8s_res *r_pods, *r_nodes, *r_events, *r_workflows, *r_namespaces;
 };
 
@@ -704,6 +708,10 @@ static void mirror_run(sim_glue *g, int run) {
 void glue_flush(sim_glue *g) {
   g->demanded = 1;
   if (g->flushing || g->stopped) return;
+  if (!g->apps_clocked && g->apps_clock) { /* as lazy as the mirror */
+    g->apps_clocked = 1;
+    k8s_ctls_set_clock(g->apps, g->apps_clock);
+  }
   g->flushing = 1;
   kb_sim_sync(g->sim);
   /* Owners react to their runs by changing the model, which dirties more:
@@ -757,6 +765,11 @@ sim_glue *glue_new(kb_sim *sim, kb_k8s_store *st, kb_sim_kfp *kfp, uv_loop_t *lo
 
 void glue_set_kfp(sim_glue *g, kb_sim_kfp *kfp) { g->kfp = kfp; }
 
+void glue_serving(sim_glue *g, kb_vclock *clock, const char *ip, int port) {
+  g->apps_clock = clock;
+  k8s_ctls_set_apiserver(g->apps, ip, port);
+}
+
 int glue_start(sim_glue *g) {
   if (uv_idle_init(g->loop, &g->idle)) return -1;
   g->idle.data = g;
@@ -770,10 +783,11 @@ int glue_start(sim_glue *g) {
   g->ctl[4] = glue_pdb_start(g);
   g->ctl[5] = glue_nodes_start(g);
   g->ctl[6] = glue_cron_start(g);
+  g->apps = k8s_ctls_start(g->st);
   kb_sim_set_observer(g->sim, observer, g);
   for (size_t i = 0; i < sizeof g->ctl / sizeof g->ctl[0]; i++)
     if (!g->ctl[i]) return -1;
-  return 0;
+  return g->apps ? 0 : -1;
 }
 
 void glue_stop(sim_glue *g) {
@@ -784,6 +798,8 @@ void glue_stop(sim_glue *g) {
     glue_ctl_free(g->ctl[i]);
     g->ctl[i] = NULL;
   }
+  k8s_ctls_free(g->apps);
+  g->apps = NULL;
   if (g->idle_init) uv_close((uv_handle_t *)&g->idle, NULL);
 }
 

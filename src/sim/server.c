@@ -24,6 +24,7 @@
 #include "kb/sim_server.h"
 #include "kb/vclock.h"
 #include "kb/yaml.h"
+#include "k8s_apps.h"
 #include "sim_api_faults.h"
 #include "sim_glue.h"
 
@@ -65,6 +66,9 @@ struct kb_sim_server {
   kb_httpd_req *k8s_req; /* the request kb_k8s_api_handle is routing */
   kb_sim_api_faults faults;
   int loopback;
+  /* the config's kubernetes_api section */
+  char service_cidr[48];
+  int authz_deny;
 
   /* start-up handshake with the starting thread */
   uv_mutex_t mu;
@@ -552,6 +556,35 @@ static void handle(kb_httpd_req *req, void *ud) {
 /* ---- the thread ------------------------------------------------------------------ */
 
 /* Splits the config overlay: `api_faults` is the server's, the rest the model's. */
+/* kubernetes_api: {authorization: AlwaysAllow | AlwaysDeny,
+ *                  service_cluster_ip_range: 10.96.0.0/12} (docs/simulator.md) */
+static int kubernetes_api_config(kb_sim_server *s, const cJSON *sec, kb_sim_error *err) {
+  if (!cJSON_IsObject(sec)) {
+    set_err(err, KB_SIM_EINVAL, "config kubernetes_api: expected a mapping%s", NULL);
+    return -1;
+  }
+  for (const cJSON *c = sec->child; c; c = c->next) {
+    const char *v = cJSON_GetStringValue(c);
+    uint32_t base, size;
+    if (!strcmp(c->string, "authorization") && v &&
+        (!strcmp(v, "AlwaysAllow") || !strcmp(v, "AlwaysDeny"))) {
+      s->authz_deny = !strcmp(v, "AlwaysDeny");
+    } else if (!strcmp(c->string, "service_cluster_ip_range") && v &&
+               strlen(v) < sizeof s->service_cidr && k8s_cidr_parse(v, &base, &size) == 0) {
+      snprintf(s->service_cidr, sizeof s->service_cidr, "%s", v);
+    } else {
+      err->code = KB_SIM_EINVAL;
+      snprintf(err->message, sizeof err->message, "config kubernetes_api.%.60s: %s", c->string,
+               !strcmp(c->string, "authorization") ? "expected AlwaysAllow or AlwaysDeny"
+               : !strcmp(c->string, "service_cluster_ip_range")
+                   ? "expected an IPv4 CIDR of /8 to /30 (10.96.0.0/12)"
+                   : "unknown key");
+      return -1;
+    }
+  }
+  return 0;
+}
+
 static kb_sim_config *load_config(kb_sim_server *s, cJSON **api_faults, kb_sim_error *err) {
   cJSON *tree = NULL;
   *api_faults = NULL;
@@ -572,6 +605,13 @@ static kb_sim_config *load_config(kb_sim_server *s, cJSON **api_faults, kb_sim_e
       return NULL;
     }
     *api_faults = cJSON_DetachItemFromObjectCaseSensitive(tree, "api_faults");
+    cJSON *kapi = cJSON_DetachItemFromObjectCaseSensitive(tree, "kubernetes_api");
+    int bad = kapi && kubernetes_api_config(s, kapi, err);
+    cJSON_Delete(kapi);
+    if (bad) {
+      cJSON_Delete(tree);
+      return NULL;
+    }
   }
   if (s->profile) {
     cJSON_DeleteItemFromObjectCaseSensitive(tree, "profile");
@@ -617,11 +657,13 @@ static double k8s_latency(void *ud, const kb_k8s_req_info *info) {
 }
 
 static int setup_k8s(kb_sim_server *s) {
-  kb_k8s_store_config sc = {.now = store_now, .now_ud = s, .seed = s->seed ? s->seed : 1};
+  kb_k8s_store_config sc = {.now = store_now, .now_ud = s, .seed = s->seed ? s->seed : 1,
+                            .service_cidr = s->service_cidr[0] ? s->service_cidr : NULL};
   s->store = kb_k8s_store_new(&sc);
   if (!s->store || kb_k8s_store_add_builtins(s->store) < 0) return -1;
   s->k8s = kb_k8s_api_new(s->loop, s->store);
   if (!s->k8s) return -1;
+  kb_k8s_api_set_authorization(s->k8s, s->authz_deny);
   s->glue = glue_new(s->sim, s->store, NULL, s->loop);
   if (!s->glue || glue_start(s->glue) < 0) return -1;
   s->argo = glue_argo_new(s->store, s->loop);
@@ -691,6 +733,8 @@ static int setup(kb_sim_server *s) {
     return -1;
   }
   s->port = kb_httpd_port(s->httpd);
+  int v4 = s->host && strspn(s->host, "0123456789.") == strlen(s->host) && strcmp(s->host, "0.0.0.0");
+  glue_serving(s->glue, s->clock, v4 ? s->host : "127.0.0.1", s->port);
   if (s->unix_path && (r = kb_httpd_listen_unix(s->httpd, s->unix_path)) < 0) {
     err->code = KB_SIM_EINVAL;
     snprintf(err->message, sizeof err->message, "cannot listen on %.150s: %s", s->unix_path,

@@ -43,6 +43,11 @@ typedef struct glue_owner_ops {
 sim_glue *glue_new(kb_sim *sim, kb_k8s_store *st, kb_sim_kfp *kfp, uv_loop_t *loop);
 /* The KFP API, for the run ids of the Workflows of KFP runs. */
 void glue_set_kfp(sim_glue *g, kb_sim_kfp *kfp);
+/* Once the server listens: the clock CronJobs and node leases wait on
+ * (given to them on the first glue_flush, so a KFP-only benchmark pays no
+ * lease renewals), and the apiserver's own address (the `kubernetes`
+ * Endpoints). */
+void glue_serving(sim_glue *g, struct kb_vclock *clock, const char *ip, int port);
 /* Installs the observer and the controllers, creates the Node objects. */
 int glue_start(sim_glue *g);
 /* Stops the idle handle and the controllers (before the loop's last run). */

@@ -51,7 +51,7 @@ static void managers(const cJSON *o, char *out, size_t n) {
 }
 
 static void test_ownership_and_conflicts(void) {
-  kb_k8s_store_config cfg = {16, fixed_now, NULL, 7};
+  kb_k8s_store_config cfg = {.history = 16, .now = fixed_now, .seed = 7};
   kb_k8s_store *st = kb_k8s_store_new(&cfg);
   KB_CHECK(st && kb_k8s_store_add_builtins(st) == 0);
   const kb_k8s_res *cms = res_of(st, "configmaps");
@@ -111,7 +111,7 @@ static void test_ownership_and_conflicts(void) {
 }
 
 static void test_list_map(void) {
-  kb_k8s_store_config cfg = {16, fixed_now, NULL, 7};
+  kb_k8s_store_config cfg = {.history = 16, .now = fixed_now, .seed = 7};
   kb_k8s_store *st = kb_k8s_store_new(&cfg);
   KB_CHECK(st && kb_k8s_store_add_builtins(st) == 0);
   const kb_k8s_res *pods = res_of(st, "pods");

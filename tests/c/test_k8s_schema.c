@@ -30,7 +30,7 @@ static int unknown(const kb_k8s_res *r, const char *json, char *out, size_t n) {
 }
 
 static void test_unknown_fields(void) {
-  kb_k8s_store_config cfg = {4, fixed_now, NULL, 7};
+  kb_k8s_store_config cfg = {.history = 4, .now = fixed_now, .seed = 7};
   kb_k8s_store *st = kb_k8s_store_new(&cfg);
   KB_CHECK(st && kb_k8s_store_add_builtins(st) == 0);
   const kb_k8s_res *pods = res_of(st, "", "pods"), *jobs = res_of(st, "batch", "jobs");

@@ -18,7 +18,7 @@ static double fixed_now(void *ud) {
 }
 
 static kb_k8s_store *new_store(size_t history) {
-  kb_k8s_store_config cfg = {history, fixed_now, NULL, 7};
+  kb_k8s_store_config cfg = {history, fixed_now, NULL, 7, NULL};
   kb_k8s_store *st = kb_k8s_store_new(&cfg);
   KB_CHECK(st && kb_k8s_store_add_builtins(st) == 0);
   return st;

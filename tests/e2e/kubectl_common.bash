@@ -8,6 +8,7 @@
 #   kc_start_sim [ARGS]   `kbrun sim --listen 127.0.0.1:0 --profile fast ARGS`
 #                         writing $KUBECONFIG; its URL in URL. Stopped at exit
 #                         with Ctrl-C, then SIGKILL after 5 s.
+#   kc_stop_sim           stops it now (a driver may start another)
 #   begin CASE / end / fail MESSAGE   cases, counted in passed and failed
 #   k ARGS...             kubectl (timeout 30): output in $WORK/out, exit in CODE
 #   expect_code GOT WANT, expect_in FILE REGEX, expect_not_in FILE REGEX,
@@ -36,13 +37,19 @@ kc_init() {
   passed=0 failed=0 CASE=$KC_NAME CASE_FAILED=0
 }
 
-kc_cleanup() {
+kc_stop_sim() {
   if [ -n "$SIM_PID" ]; then
     kill -INT "$SIM_PID" 2>/dev/null
     for _ in $(seq 1 50); do kill -0 "$SIM_PID" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$SIM_PID" 2>/dev/null
     wait "$SIM_PID" 2>/dev/null
   fi
+  SIM_PID=
+  : >"$KUBECONFIG"
+}
+
+kc_cleanup() {
+  kc_stop_sim
   rm -rf "$WORK"
 }
 
