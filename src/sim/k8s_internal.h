@@ -97,6 +97,11 @@ const cJSON *k8s_path(const cJSON *obj, const char *path);
 /* Built-in defaulting and validation on create/update (k8s_builtin.c). */
 int k8s_default(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, int create,
                 kb_k8s_error *err);
+/* ObjectMeta rules (k8s_meta_valid.c), 422 in the apiserver's words:
+ * the name (a DNS-1123 label for namespaces and services, else a
+ * subdomain), label keys and values, annotation keys and total size. */
+int k8s_valid_name(const kb_k8s_res *res, const char *name, kb_k8s_error *err);
+int k8s_valid_meta(const kb_k8s_res *res, const cJSON *obj, kb_k8s_error *err);
 /* Fields of a served kind an update may not change (a Job's template,
  * selector, completionMode): 422 "field is immutable". */
 int k8s_immutable(const kb_k8s_res *res, const cJSON *old, const cJSON *next, kb_k8s_error *err);

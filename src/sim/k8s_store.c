@@ -43,7 +43,7 @@ void kb_k8s_error_cause(kb_k8s_error *err, const char *reason, const char *messa
 }
 
 static int err_named(kb_k8s_error *err, const char *name, int rc) {
-  if (err && name) snprintf(err->name, sizeof err->name, "%s", name);
+  if (err && name) snprintf(err->name, sizeof err->name, "%.*s", (int)sizeof err->name - 1, name);
   return rc;
 }
 
@@ -516,17 +516,6 @@ static int set_rv(cJSON *obj, uint64_t rv) {
   return m ? set_str(m, "resourceVersion", s) : -1;
 }
 
-static int valid_name(const char *n) {
-  size_t len = strlen(n);
-  if (!len || len > 253) return 0;
-  for (size_t i = 0; i < len; i++) {
-    char c = n[i];
-    if (!(islower((unsigned char)c) || isdigit((unsigned char)c) || c == '-' || c == '.'))
-      return 0;
-  }
-  return isalnum((unsigned char)n[0]) && isalnum((unsigned char)n[len - 1]);
-}
-
 static int check_kind(const kb_k8s_res *res, const cJSON *obj, kb_k8s_error *err) {
   const char *kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, "kind"));
   const char *av = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, "apiVersion"));
@@ -672,15 +661,13 @@ int kb_k8s_create(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const
                             "%s \"\" is invalid: metadata.name: Required value: name or "
                             "generateName is required", res->kind);
   }
-  if (!valid_name(namebuf)) {
+  /* the name, labels and annotations, as the apiserver words their errors */
+  set_str(k8s_meta(obj), "name", namebuf);
+  rc = k8s_valid_name(res, namebuf, err);
+  if (!rc) rc = k8s_valid_meta(res, obj, err);
+  if (rc) {
     cJSON_Delete(obj);
-    return err_named(err, namebuf,
-                     kb_k8s_error_set(err, 422, "Invalid",
-                                      "%s \"%s\" is invalid: metadata.name: Invalid value: "
-                                      "\"%s\": a lowercase RFC 1123 subdomain must consist of "
-                                      "lower case alphanumeric characters, '-' or '.', and must "
-                                      "start and end with an alphanumeric character",
-                                      res->kind, namebuf, namebuf));
+    return err_named(err, namebuf, rc);
   }
   if (res->namespaced && !namespace_exists(st, nsbuf)) {
     cJSON_Delete(obj);
@@ -803,7 +790,8 @@ static int replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, 
       next = base;
     }
   }
-  int rc = k8s_default(st, res, next, 0, err);
+  int rc = k8s_valid_meta(res, next, err);
+  if (!rc) rc = k8s_default(st, res, next, 0, err);
   if (!rc && !(flags & KB_K8S_STATUS)) rc = k8s_immutable(res, old, next, err);
   if (rc) {
     cJSON_Delete(next);

@@ -4,7 +4,8 @@
 # nested fields reads the real descriptions; strict field validation (the
 # default of kubectl create/apply) refuses unknown fields at any depth in
 # the apiserver's words and stores nothing; --validate=warn stores the
-# object and prints the server's warning; --validate=ignore is silent.
+# object and prints the server's warning; --validate=ignore is silent;
+# label keys and namespace names follow the apiserver's rules.
 # A missing kubectl fails when KBRUN_REQUIRE_KUBECTL=1 (CI), else skips.
 set -u
 . "$(dirname "$0")/kubectl_common.bash"
@@ -52,5 +53,15 @@ sed 's/name: strict/name: ignored/' "$WORK/job.yaml" >"$WORK/job2.yaml"
 k create -f "$WORK/job2.yaml" --validate=ignore
 [ "$CODE" = 0 ] || fail "create --validate=ignore: exit $CODE"
 grep -q Warning "$WORK/out" && fail "--validate=ignore printed a warning: $(cat "$WORK/out")"
+
+# metadata rules: a label key kubectl itself does not check, a namespace
+# name over 63 characters; kubectl prints the cause's field
+echo '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"badlabel","labels":{"bad key!":"v"}}}' >"$WORK/badlabel.json"
+k create -f "$WORK/badlabel.json"
+[ "$CODE" != 0 ] || fail "a ConfigMap with the label key 'bad key!' was created"
+expect_has 'The ConfigMap "badlabel" is invalid: metadata.labels: Invalid value: "bad key!": name part must consist of alphanumeric characters' "create with a bad label key"
+k create namespace "$(printf 'a%.0s' $(seq 64))"
+[ "$CODE" != 0 ] || fail "a 64-character namespace was created"
+expect_has 'must be no more than 63 characters' "create a 64-character namespace"
 
 kc_report
