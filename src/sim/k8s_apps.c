@@ -70,10 +70,11 @@ static int default_replicated(const kb_k8s_res *res, cJSON *obj, int create, kb_
     return invalid(err, res, obj, "spec.replicas",
                    "Invalid value: must be greater than or equal to 0");
   dnum(spec, "replicas", 1);
-  dnum(spec, "revisionHistoryLimit", 10);
   dnum(spec, "minReadySeconds", 0);
   k8s_default_pod_spec(pspec, "Always");
   if (!strcmp(res->resource, "deployments")) {
+    /* a Deployment's alone: a ReplicaSet has no revision history */
+    dnum(spec, "revisionHistoryLimit", 10);
     dnum(spec, "progressDeadlineSeconds", 600);
     cJSON *strat = child(spec, "strategy");
     dstr(strat, "type", "RollingUpdate");

@@ -2,8 +2,8 @@
 // against `kbrun sim` (run by tests/e2e/client_node.sh, which starts the
 // simulator and passes its kubeconfig): typed CRUD with the client's own
 // models and errors, a list/watch informer whose cache must equal a fresh
-// list, a watch that follows a Job to completion, and the cluster's nodes
-// as the simulator's config declares them. Prints one line per check;
+// list, a watch that follows a Job to completion, a Deployment to available,
+// and the cluster's nodes as the simulator's config declares them. Prints one line per check;
 // exits 1 on the first failure, or after 60 s whatever happens.
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -24,13 +24,14 @@ assert.ok(loaded.server.startsWith('http://127.0.0.1:'), 'the simulator on loopb
 kc.clusters = kc.clusters.map((c) => ({ ...c, skipTLSVerify: true }));
 const core = kc.makeApiClient(k8s.CoreV1Api);
 const batch = kc.makeApiClient(k8s.BatchV1Api);
+const apps = kc.makeApiClient(k8s.AppsV1Api);
 const ns = 'default';
 
 function ok(what) { console.log(`ok ${what}`); }
 
-// Polls fn() (bounded: 200 x 50 ms) until it returns a truthy value.
+// Polls fn() (bounded: 600 x 50 ms) until it returns a truthy value.
 async function eventually(what, fn) {
-  for (let i = 0; i < 200; i++) {
+  for (let i = 0; i < 600; i++) {
     const v = await fn();
     if (v) return v;
     await new Promise((r) => setTimeout(r, 50));
@@ -144,11 +145,45 @@ async function watchJob() {
   ok(`watch: ${types.length} events to Complete (succeeded ${job.status.succeeded})`);
 }
 
+// A Deployment to available: its ReplicaSet's pods scheduled and run by the
+// simulator's model, the status as the deployment controller writes it.
+async function deploymentAvailable() {
+  const body = {
+    metadata: { name: 'js-web', labels: { app: 'js-web' } },
+    spec: {
+      replicas: 3,
+      selector: { matchLabels: { app: 'js-web' } },
+      template: {
+        metadata: { labels: { app: 'js-web' } },
+        spec: { containers: [{ name: 'web', image: 'nginx', resources: { requests: { cpu: '100m' } } }] },
+      },
+    },
+  };
+  await apps.createNamespacedDeployment({ namespace: ns, body });
+  const d = await eventually('js-web available', async () => {
+    const got = await apps.readNamespacedDeployment({ name: 'js-web', namespace: ns });
+    const avail = got.status?.conditions?.find((c) => c.type === 'Available');
+    return got.status?.availableReplicas === 3 && avail?.status === 'True' ? got : null;
+  });
+  assert.equal(d.status.readyReplicas, 3);
+  assert.equal(d.status.updatedReplicas, 3);
+  assert.equal(d.status.observedGeneration, d.metadata.generation);
+  const pods = await core.listNamespacedPod({ namespace: ns, labelSelector: 'app=js-web' });
+  assert.equal(pods.items.length, 3, 'three pods');
+  for (const p of pods.items) {
+    assert.equal(p.status.phase, 'Running', `${p.metadata.name} Running`);
+    assert.equal(p.metadata.ownerReferences[0].kind, 'ReplicaSet');
+    assert.ok(p.spec.nodeName, `${p.metadata.name} scheduled`);
+  }
+  ok(`Deployment available: 3/3 Running pods on ${new Set(pods.items.map((p) => p.spec.nodeName)).size} node(s)`);
+}
+
 try {
   await nodes();
   await configMapCrud();
   await informer();
   await watchJob();
+  await deploymentAvailable();
   clearTimeout(deadline);
   console.log('client_node: ok');
 } catch (e) {
