@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/sim/k8s_internal.h"
+#include "../../src/sim/k8s_table.h"
 #include "kbtest.h"
 
 static double fixed_now(void *ud) {
@@ -107,8 +107,37 @@ static void test_components(void) {
   cJSON_Delete(components);
 }
 
+static const char *url_of(const cJSON *idx, const char *gv) {
+  return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(idx, "paths"), gv),
+      "serverRelativeURL"));
+}
+
+/* The index's hashes key kubectl's cache: a group's changes when a type
+ * is added to it, and only that group's. */
+static void test_index_hash(void) {
+  kb_k8s_store_config cfg = {.history = 4, .now = fixed_now, .seed = 7};
+  kb_k8s_store *st = kb_k8s_store_new(&cfg);
+  KB_CHECK(st && kb_k8s_store_add_builtins(st) == 0);
+  cJSON *before = k8s_openapi_index(st);
+  char core[300], argo[300];
+  snprintf(core, sizeof core, "%s", url_of(before, "api/v1"));
+  snprintf(argo, sizeof argo, "%s", url_of(before, "apis/argoproj.io/v1alpha1"));
+  KB_CHECK(strstr(core, "/openapi/v3/api/v1?hash=") == core);
+  kb_k8s_resdef def = {"argoproj.io", "v1alpha1", "cronworkflowsx", "CronWorkflowX", NULL, NULL,
+                       NULL, 1, 0, 1, NULL, NULL, 0};
+  KB_CHECK(kb_k8s_store_add_resource(st, &def) != NULL);
+  cJSON *after = k8s_openapi_index(st);
+  KB_CHECK_STR(url_of(after, "api/v1"), core);
+  KB_CHECK(strcmp(url_of(after, "apis/argoproj.io/v1alpha1"), argo) != 0);
+  cJSON_Delete(before);
+  cJSON_Delete(after);
+  kb_k8s_store_free(st);
+}
+
 int main(void) {
   KB_RUN(test_unknown_fields);
+  KB_RUN(test_index_hash);
   KB_RUN(test_components);
   return kb_test_report();
 }
