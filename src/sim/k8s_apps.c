@@ -12,29 +12,6 @@
 #include "k8s_apps.h"
 #include "sim_cron.h"
 
-static cJSON *child(cJSON *o, const char *key) {
-  cJSON *c = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (cJSON_IsObject(c)) return c;
-  if (c) cJSON_DeleteItemFromObjectCaseSensitive(o, key);
-  return cJSON_AddObjectToObject(o, key);
-}
-
-static void dstr(cJSON *o, const char *key, const char *v) {
-  if (o && !cJSON_GetObjectItemCaseSensitive(o, key)) cJSON_AddStringToObject(o, key, v);
-}
-
-static void dnum(cJSON *o, const char *key, double v) {
-  if (o && !cJSON_GetObjectItemCaseSensitive(o, key)) cJSON_AddNumberToObject(o, key, v);
-}
-
-static int invalid(kb_k8s_error *err, const kb_k8s_res *res, const cJSON *obj, const char *field,
-                   const char *what) {
-  char q[160];
-  snprintf(q, sizeof q, "%s%s%s", res->kind, res->group[0] ? "." : "", res->group);
-  return kb_k8s_error_set(err, 422, "Invalid", "%s \"%s\" is invalid: %s: %s", q,
-                          k8s_meta_str(obj, "name"), field, what);
-}
-
 /* Every matchLabels pair of the selector is among the template's labels. */
 static int selector_matches(const cJSON *sel, const cJSON *labels) {
   const cJSON *ml = cJSON_GetObjectItemCaseSensitive(sel, "matchLabels"), *kv;
@@ -47,44 +24,44 @@ static int selector_matches(const cJSON *sel, const cJSON *labels) {
 
 /* Deployment and ReplicaSet: selector required and matching the template. */
 static int default_replicated(const kb_k8s_res *res, cJSON *obj, int create, kb_k8s_error *err) {
-  cJSON *spec = child(obj, "spec");
-  cJSON *tmpl = child(spec, "template");
-  cJSON *tmd = child(tmpl, "metadata");
-  cJSON *pspec = child(tmpl, "spec");
+  cJSON *spec = k8s_obj_child(obj, "spec");
+  cJSON *tmpl = k8s_obj_child(spec, "template");
+  cJSON *tmd = k8s_obj_child(tmpl, "metadata");
+  cJSON *pspec = k8s_obj_child(tmpl, "spec");
   if (!spec || !tmpl || !tmd || !pspec) return kb_k8s_error_set(err, 500, "InternalError", "out of memory");
   const cJSON *sel = cJSON_GetObjectItemCaseSensitive(spec, "selector");
   if (!cJSON_IsObject(sel) || !sel->child)
-    return invalid(err, res, obj, "spec.selector", "Required value");
+    return k8s_invalid(err, res, obj, "spec.selector", "Required value");
   if (!selector_matches(sel, cJSON_GetObjectItemCaseSensitive(tmd, "labels")))
-    return invalid(err, res, obj, "spec.template.metadata.labels",
+    return k8s_invalid(err, res, obj, "spec.template.metadata.labels",
                    "Invalid value: the template's labels: `selector` does not match template "
                    "`labels`");
   int rc = k8s_check_containers(res, obj, pspec, "spec.template.spec.", err);
   if (rc) return rc;
   const cJSON *rp = cJSON_GetObjectItemCaseSensitive(pspec, "restartPolicy");
   if (cJSON_IsString(rp) && strcmp(rp->valuestring, "Always"))
-    return invalid(err, res, obj, "spec.template.spec.restartPolicy",
+    return k8s_invalid(err, res, obj, "spec.template.spec.restartPolicy",
                    "Unsupported value: only \"Always\" is supported");
   const cJSON *rep = cJSON_GetObjectItemCaseSensitive(spec, "replicas");
   if (rep && (!cJSON_IsNumber(rep) || rep->valuedouble < 0))
-    return invalid(err, res, obj, "spec.replicas",
+    return k8s_invalid(err, res, obj, "spec.replicas",
                    "Invalid value: must be greater than or equal to 0");
-  dnum(spec, "replicas", 1);
-  dnum(spec, "minReadySeconds", 0);
+  k8s_default_num(spec, "replicas", 1);
+  k8s_default_num(spec, "minReadySeconds", 0);
   k8s_default_pod_spec(pspec, "Always");
   if (!strcmp(res->resource, "deployments")) {
     /* a Deployment's alone: a ReplicaSet has no revision history */
-    dnum(spec, "revisionHistoryLimit", 10);
-    dnum(spec, "progressDeadlineSeconds", 600);
-    cJSON *strat = child(spec, "strategy");
-    dstr(strat, "type", "RollingUpdate");
+    k8s_default_num(spec, "revisionHistoryLimit", 10);
+    k8s_default_num(spec, "progressDeadlineSeconds", 600);
+    cJSON *strat = k8s_obj_child(spec, "strategy");
+    k8s_default_str(strat, "type", "RollingUpdate");
     const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(strat, "type"));
     if (type && !strcmp(type, "RollingUpdate")) {
-      cJSON *ru = child(strat, "rollingUpdate");
-      dstr(ru, "maxSurge", "25%");
-      dstr(ru, "maxUnavailable", "25%");
+      cJSON *ru = k8s_obj_child(strat, "rollingUpdate");
+      k8s_default_str(ru, "maxSurge", "25%");
+      k8s_default_str(ru, "maxUnavailable", "25%");
     } else if (!type || strcmp(type, "Recreate")) {
-      return invalid(err, res, obj, "spec.strategy.type",
+      return k8s_invalid(err, res, obj, "spec.strategy.type",
                      "Unsupported value: supported values: \"Recreate\", \"RollingUpdate\"");
     }
   }
@@ -145,28 +122,28 @@ static int allocate_ip(kb_k8s_store *st, const kb_k8s_res *res, char out[16]) {
 
 static int default_service(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, int create,
                            kb_k8s_error *err) {
-  cJSON *spec = child(obj, "spec");
+  cJSON *spec = k8s_obj_child(obj, "spec");
   if (!spec) return kb_k8s_error_set(err, 500, "InternalError", "out of memory");
-  dstr(spec, "type", "ClusterIP");
+  k8s_default_str(spec, "type", "ClusterIP");
   const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "type"));
   if (!type || (strcmp(type, "ClusterIP") && strcmp(type, "NodePort") &&
                 strcmp(type, "LoadBalancer") && strcmp(type, "ExternalName")))
-    return invalid(err, res, obj, "spec.type",
+    return k8s_invalid(err, res, obj, "spec.type",
                    "Unsupported value: supported values: \"ClusterIP\", \"ExternalName\", "
                    "\"LoadBalancer\", \"NodePort\"");
   int i = 0;
   cJSON *p;
   cJSON *ports = cJSON_GetObjectItemCaseSensitive(spec, "ports");
   if (strcmp(type, "ExternalName") && cJSON_GetArraySize(ports) == 0)
-    return invalid(err, res, obj, "spec.ports", "Required value");
+    return k8s_invalid(err, res, obj, "spec.ports", "Required value");
   cJSON_ArrayForEach(p, ports) {
     const cJSON *port = cJSON_GetObjectItemCaseSensitive(p, "port");
     char field[64];
     snprintf(field, sizeof field, "spec.ports[%d].port", i++);
     if (!cJSON_IsNumber(port) || port->valueint < 1 || port->valueint > 65535)
-      return invalid(err, res, obj, field, "Invalid value: must be between 1 and 65535, inclusive");
-    dstr(p, "protocol", "TCP");
-    dnum(p, "targetPort", port->valueint);
+      return k8s_invalid(err, res, obj, field, "Invalid value: must be between 1 and 65535, inclusive");
+    k8s_default_str(p, "protocol", "TCP");
+    k8s_default_num(p, "targetPort", port->valueint);
   }
   if (cJSON_GetArraySize(ports) > 1) {
     i = 0;
@@ -174,12 +151,12 @@ static int default_service(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, 
       char field[64];
       snprintf(field, sizeof field, "spec.ports[%d].name", i++);
       if (!cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "name")))
-        return invalid(err, res, obj, field, "Required value");
+        return k8s_invalid(err, res, obj, field, "Required value");
     }
   }
   if (!create) return 0;
-  dstr(spec, "sessionAffinity", "None");
-  dstr(spec, "internalTrafficPolicy", "Cluster");
+  k8s_default_str(spec, "sessionAffinity", "None");
+  k8s_default_str(spec, "internalTrafficPolicy", "Cluster");
   const char *cip = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "clusterIP"));
   if (strcmp(type, "ExternalName") && (!cip || !*cip)) {
     char ip[16];
@@ -196,7 +173,7 @@ static int default_service(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, 
     const char *fam = "IPv4";
     if (!cJSON_GetObjectItemCaseSensitive(spec, "ipFamilies"))
       cJSON_AddItemToObject(spec, "ipFamilies", cJSON_CreateStringArray(&fam, 1));
-    dstr(spec, "ipFamilyPolicy", "SingleStack");
+    k8s_default_str(spec, "ipFamilyPolicy", "SingleStack");
   }
   cJSON_DeleteItemFromObjectCaseSensitive(obj, "status");
   cJSON_AddObjectToObject(cJSON_AddObjectToObject(obj, "status"), "loadBalancer");
@@ -206,37 +183,37 @@ static int default_service(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, 
 /* ---- CronJob ---- */
 
 static int default_cronjob(const kb_k8s_res *res, cJSON *obj, int create, kb_k8s_error *err) {
-  cJSON *spec = child(obj, "spec");
+  cJSON *spec = k8s_obj_child(obj, "spec");
   if (!spec) return kb_k8s_error_set(err, 500, "InternalError", "out of memory");
   const char *sched = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "schedule"));
-  if (!sched || !*sched) return invalid(err, res, obj, "spec.schedule", "Required value");
+  if (!sched || !*sched) return k8s_invalid(err, res, obj, "spec.schedule", "Required value");
   if (!(kfp_cron_valid(sched) && kfp_cron_fields(sched) != 6)) {
     char what[300];
     snprintf(what, sizeof what, "Invalid value: \"%.200s\": unparseable schedule", sched);
-    return invalid(err, res, obj, "spec.schedule", what);
+    return k8s_invalid(err, res, obj, "spec.schedule", what);
   }
-  cJSON *jt = child(spec, "jobTemplate");
-  cJSON *jspec = child(jt, "spec");
-  cJSON *tmpl = child(jspec, "template");
-  cJSON *pspec = child(tmpl, "spec");
+  cJSON *jt = k8s_obj_child(spec, "jobTemplate");
+  cJSON *jspec = k8s_obj_child(jt, "spec");
+  cJSON *tmpl = k8s_obj_child(jspec, "template");
+  cJSON *pspec = k8s_obj_child(tmpl, "spec");
   if (!jt || !jspec || !tmpl || !pspec) return kb_k8s_error_set(err, 500, "InternalError", "out of memory");
   int rc = k8s_check_containers(res, obj, pspec, "spec.jobTemplate.spec.template.spec.", err);
   if (rc) return rc;
   const char *rp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pspec, "restartPolicy"));
   if (!rp || (strcmp(rp, "Never") && strcmp(rp, "OnFailure")))
-    return invalid(err, res, obj, "spec.jobTemplate.spec.template.spec.restartPolicy",
+    return k8s_invalid(err, res, obj, "spec.jobTemplate.spec.template.spec.restartPolicy",
                    "Required value: valid values: \"OnFailure\", \"Never\"");
   const char *cp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "concurrencyPolicy"));
   if (cp && strcmp(cp, "Allow") && strcmp(cp, "Forbid") && strcmp(cp, "Replace"))
-    return invalid(err, res, obj, "spec.concurrencyPolicy",
+    return k8s_invalid(err, res, obj, "spec.concurrencyPolicy",
                    "Unsupported value: supported values: \"Allow\", \"Forbid\", \"Replace\"");
-  dstr(spec, "concurrencyPolicy", "Allow");
+  k8s_default_str(spec, "concurrencyPolicy", "Allow");
   if (!cJSON_GetObjectItemCaseSensitive(spec, "suspend")) cJSON_AddBoolToObject(spec, "suspend", 0);
-  dnum(spec, "successfulJobsHistoryLimit", 3);
-  dnum(spec, "failedJobsHistoryLimit", 1);
-  dnum(jspec, "backoffLimit", 6);
-  dnum(jspec, "completions", 1);
-  dnum(jspec, "parallelism", 1);
+  k8s_default_num(spec, "successfulJobsHistoryLimit", 3);
+  k8s_default_num(spec, "failedJobsHistoryLimit", 1);
+  k8s_default_num(jspec, "backoffLimit", 6);
+  k8s_default_num(jspec, "completions", 1);
+  k8s_default_num(jspec, "parallelism", 1);
   k8s_default_pod_spec(pspec, "Never");
   if (create) {
     cJSON_DeleteItemFromObjectCaseSensitive(obj, "status");
@@ -253,22 +230,22 @@ int k8s_default_apps(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, int cr
   if (!strcmp(g, "batch") && !strcmp(r, "cronjobs")) return default_cronjob(res, obj, create, err);
   if (!g[0] && !strcmp(r, "services")) return default_service(st, res, obj, create, err);
   if (!g[0] && !strcmp(r, "persistentvolumes") && create) {
-    cJSON *spec = child(obj, "spec");
-    dstr(spec, "persistentVolumeReclaimPolicy", "Retain");
-    dstr(spec, "volumeMode", "Filesystem");
+    cJSON *spec = k8s_obj_child(obj, "spec");
+    k8s_default_str(spec, "persistentVolumeReclaimPolicy", "Retain");
+    k8s_default_str(spec, "volumeMode", "Filesystem");
     cJSON_DeleteItemFromObjectCaseSensitive(obj, "status");
-    dstr(cJSON_AddObjectToObject(obj, "status"), "phase", "Available");
+    k8s_default_str(cJSON_AddObjectToObject(obj, "status"), "phase", "Available");
     return 0;
   }
   if (!strcmp(g, "storage.k8s.io") && !strcmp(r, "storageclasses") && create) {
-    dstr(obj, "reclaimPolicy", "Delete");
-    dstr(obj, "volumeBindingMode", "Immediate");
+    k8s_default_str(obj, "reclaimPolicy", "Delete");
+    k8s_default_str(obj, "volumeBindingMode", "Immediate");
     return 0;
   }
   if (!strcmp(g, "scheduling.k8s.io") && !strcmp(r, "priorityclasses")) {
     if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(obj, "value")))
-      return invalid(err, res, obj, "value", "Required value");
-    dstr(obj, "preemptionPolicy", "PreemptLowerPriority");
+      return k8s_invalid(err, res, obj, "value", "Required value");
+    k8s_default_str(obj, "preemptionPolicy", "PreemptLowerPriority");
     return 0;
   }
   return 1; /* not one of these kinds */

@@ -170,23 +170,23 @@ int kb_k8s_store_add_builtins(kb_k8s_store *st) {
 
 /* ---- defaulting ------------------------------------------------------------ */
 
-static cJSON *obj_child(cJSON *o, const char *key) {
+cJSON *k8s_obj_child(cJSON *o, const char *key) {
   cJSON *c = cJSON_GetObjectItemCaseSensitive(o, key);
   if (cJSON_IsObject(c)) return c;
   if (c) cJSON_DeleteItemFromObjectCaseSensitive(o, key);
   return cJSON_AddObjectToObject(o, key);
 }
 
-static void default_str(cJSON *o, const char *key, const char *v) {
+void k8s_default_str(cJSON *o, const char *key, const char *v) {
   if (o && !cJSON_GetObjectItemCaseSensitive(o, key)) cJSON_AddStringToObject(o, key, v);
 }
 
-static void default_num(cJSON *o, const char *key, double v) {
+void k8s_default_num(cJSON *o, const char *key, double v) {
   if (o && !cJSON_GetObjectItemCaseSensitive(o, key)) cJSON_AddNumberToObject(o, key, v);
 }
 
-static int invalid(kb_k8s_error *err, const kb_k8s_res *res, const cJSON *obj, const char *field,
-                   const char *what) {
+int k8s_invalid(kb_k8s_error *err, const kb_k8s_res *res, const cJSON *obj, const char *field,
+                const char *what) {
   char q[160];
   snprintf(q, sizeof q, "%s%s%s", res->kind, res->group[0] ? "." : "", res->group);
   return kb_k8s_error_set(err, 422, "Invalid", "%s \"%s\" is invalid: %s: %s", q,
@@ -199,18 +199,18 @@ int k8s_check_containers(const kb_k8s_res *res, const cJSON *obj, const cJSON *p
   char field[160];
   if (cJSON_GetArraySize(cs) == 0) {
     snprintf(field, sizeof field, "%scontainers", prefix);
-    return invalid(err, res, obj, field, "Required value");
+    return k8s_invalid(err, res, obj, field, "Required value");
   }
   int i = 0;
   const cJSON *c;
   cJSON_ArrayForEach(c, cs) {
     if (!cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "name"))) {
       snprintf(field, sizeof field, "%scontainers[%d].name", prefix, i);
-      return invalid(err, res, obj, field, "Required value");
+      return k8s_invalid(err, res, obj, field, "Required value");
     }
     if (!cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "image"))) {
       snprintf(field, sizeof field, "%scontainers[%d].image", prefix, i);
-      return invalid(err, res, obj, field, "Required value");
+      return k8s_invalid(err, res, obj, field, "Required value");
     }
     i++;
   }
@@ -218,55 +218,55 @@ int k8s_check_containers(const kb_k8s_res *res, const cJSON *obj, const cJSON *p
 }
 
 void k8s_default_pod_spec(cJSON *spec, const char *restart) {
-  default_str(spec, "restartPolicy", restart);
-  default_num(spec, "terminationGracePeriodSeconds", 30);
-  default_str(spec, "dnsPolicy", "ClusterFirst");
-  default_str(spec, "schedulerName", "default-scheduler");
-  default_str(spec, "serviceAccountName", "default");
+  k8s_default_str(spec, "restartPolicy", restart);
+  k8s_default_num(spec, "terminationGracePeriodSeconds", 30);
+  k8s_default_str(spec, "dnsPolicy", "ClusterFirst");
+  k8s_default_str(spec, "schedulerName", "default-scheduler");
+  k8s_default_str(spec, "serviceAccountName", "default");
   cJSON *c;
   cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(spec, "containers")) {
-    default_str(c, "imagePullPolicy", "IfNotPresent");
-    default_str(c, "terminationMessagePath", "/dev/termination-log");
-    default_str(c, "terminationMessagePolicy", "File");
+    k8s_default_str(c, "imagePullPolicy", "IfNotPresent");
+    k8s_default_str(c, "terminationMessagePath", "/dev/termination-log");
+    k8s_default_str(c, "terminationMessagePolicy", "File");
   }
 }
 
 static int default_job(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, int create,
                        kb_k8s_error *err) {
   (void)st;
-  cJSON *spec = obj_child(obj, "spec");
-  cJSON *tmpl = obj_child(spec, "template");
-  cJSON *pspec = obj_child(tmpl, "spec");
+  cJSON *spec = k8s_obj_child(obj, "spec");
+  cJSON *tmpl = k8s_obj_child(spec, "template");
+  cJSON *pspec = k8s_obj_child(tmpl, "spec");
   if (!spec || !tmpl || !pspec) return kb_k8s_error_set(err, 500, "InternalError", "out of memory");
   int rc = k8s_check_containers(res, obj, pspec, "spec.template.spec.", err);
   if (rc) return rc;
   const char *rp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pspec, "restartPolicy"));
   if (!rp || (strcmp(rp, "Never") && strcmp(rp, "OnFailure")))
-    return invalid(err, res, obj, "spec.template.spec.restartPolicy",
+    return k8s_invalid(err, res, obj, "spec.template.spec.restartPolicy",
                    rp ? "Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\""
                       : "Required value: valid values: \"OnFailure\", \"Never\"");
   if (!create) return 0;
-  default_num(spec, "completions", 1);
-  default_num(spec, "parallelism", 1);
-  default_num(spec, "backoffLimit", 6);
-  default_str(spec, "completionMode", "NonIndexed");
+  k8s_default_num(spec, "completions", 1);
+  k8s_default_num(spec, "parallelism", 1);
+  k8s_default_num(spec, "backoffLimit", 6);
+  k8s_default_str(spec, "completionMode", "NonIndexed");
   if (!cJSON_GetObjectItemCaseSensitive(spec, "suspend")) cJSON_AddBoolToObject(spec, "suspend", 0);
-  default_str(spec, "podReplacementPolicy", "TerminatingOrFailed");
+  k8s_default_str(spec, "podReplacementPolicy", "TerminatingOrFailed");
   k8s_default_pod_spec(pspec, "Never");
   const char *uid = k8s_meta_str(obj, "uid"), *name = k8s_meta_str(obj, "name");
-  cJSON *tl = obj_child(obj_child(tmpl, "metadata"), "labels");
-  cJSON *sel = obj_child(obj_child(spec, "selector"), "matchLabels");
+  cJSON *tl = k8s_obj_child(k8s_obj_child(tmpl, "metadata"), "labels");
+  cJSON *sel = k8s_obj_child(k8s_obj_child(spec, "selector"), "matchLabels");
   if (!tl || !sel) return kb_k8s_error_set(err, 500, "InternalError", "out of memory");
-  default_str(tl, "batch.kubernetes.io/controller-uid", uid);
-  default_str(tl, "batch.kubernetes.io/job-name", name);
-  default_str(tl, "controller-uid", uid);
-  default_str(tl, "job-name", name);
-  default_str(sel, "batch.kubernetes.io/controller-uid", uid);
-  cJSON *ml = obj_child(k8s_meta(obj), "labels");
-  default_str(ml, "batch.kubernetes.io/controller-uid", uid);
-  default_str(ml, "batch.kubernetes.io/job-name", name);
-  default_str(ml, "controller-uid", uid);
-  default_str(ml, "job-name", name);
+  k8s_default_str(tl, "batch.kubernetes.io/controller-uid", uid);
+  k8s_default_str(tl, "batch.kubernetes.io/job-name", name);
+  k8s_default_str(tl, "controller-uid", uid);
+  k8s_default_str(tl, "job-name", name);
+  k8s_default_str(sel, "batch.kubernetes.io/controller-uid", uid);
+  cJSON *ml = k8s_obj_child(k8s_meta(obj), "labels");
+  k8s_default_str(ml, "batch.kubernetes.io/controller-uid", uid);
+  k8s_default_str(ml, "batch.kubernetes.io/job-name", name);
+  k8s_default_str(ml, "controller-uid", uid);
+  k8s_default_str(ml, "job-name", name);
   cJSON_DeleteItemFromObjectCaseSensitive(obj, "status");
   cJSON_AddObjectToObject(obj, "status");
   return 0;
@@ -286,7 +286,7 @@ int k8s_immutable(const kb_k8s_res *res, const cJSON *old, const cJSON *next, kb
       snprintf(field, sizeof field, "spec.%s", fields[i]);
       snprintf(what, sizeof what, "Invalid value: %s: field is immutable",
                b ? "the new value" : "null");
-      return invalid(err, res, next, field, what);
+      return k8s_invalid(err, res, next, field, what);
     }
   }
   return 0;
@@ -303,26 +303,26 @@ int k8s_default(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, int create,
     return 0;
   }
   if (!strcmp(r, "pods")) {
-    cJSON *spec = obj_child(obj, "spec");
+    cJSON *spec = k8s_obj_child(obj, "spec");
     rc = k8s_check_containers(res, obj, spec, "spec.", err);
     if (rc || !create) return rc;
     k8s_default_pod_spec(spec, "Always");
     cJSON_DeleteItemFromObjectCaseSensitive(obj, "status");
     cJSON *status = cJSON_AddObjectToObject(obj, "status");
-    default_str(status, "phase", "Pending");
-    default_str(status, "qosClass", "BestEffort");
+    k8s_default_str(status, "phase", "Pending");
+    k8s_default_str(status, "qosClass", "BestEffort");
   } else if (!strcmp(r, "namespaces") && create) {
-    cJSON *spec = obj_child(obj, "spec");
+    cJSON *spec = k8s_obj_child(obj, "spec");
     if (spec && !cJSON_GetObjectItemCaseSensitive(spec, "finalizers"))
       cJSON_AddItemToObject(spec, "finalizers", cJSON_CreateStringArray((const char *[]){"kubernetes"}, 1));
-    cJSON *status = obj_child(obj, "status");
-    default_str(status, "phase", "Active");
-    cJSON *labels = obj_child(k8s_meta(obj), "labels");
-    default_str(labels, "kubernetes.io/metadata.name", k8s_meta_str(obj, "name"));
+    cJSON *status = k8s_obj_child(obj, "status");
+    k8s_default_str(status, "phase", "Active");
+    cJSON *labels = k8s_obj_child(k8s_meta(obj), "labels");
+    k8s_default_str(labels, "kubernetes.io/metadata.name", k8s_meta_str(obj, "name"));
   } else if (!strcmp(r, "secrets")) {
-    default_str(obj, "type", "Opaque");
+    k8s_default_str(obj, "type", "Opaque");
   } else if (!strcmp(r, "persistentvolumeclaims") && create) {
-    default_str(obj_child(obj, "status"), "phase", "Pending");
+    k8s_default_str(k8s_obj_child(obj, "status"), "phase", "Pending");
   }
   return 0;
 }

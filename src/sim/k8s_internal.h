@@ -94,6 +94,14 @@ const char *k8s_meta_str(const cJSON *obj, const char *field);
 cJSON *k8s_meta(cJSON *obj); /* metadata, created if missing; NULL on OOM */
 /* A dotted path ("status.phase", ".spec.x"): the node or NULL. */
 const cJSON *k8s_path(const cJSON *obj, const char *path);
+/* Defaulting helpers (k8s_builtin.c): the object child `key`, made an
+ * object if missing or of another type; a string or number set only where
+ * absent; a 422 "Kind.group "name" is invalid: field: what". */
+cJSON *k8s_obj_child(cJSON *o, const char *key);
+void k8s_default_str(cJSON *o, const char *key, const char *v);
+void k8s_default_num(cJSON *o, const char *key, double v);
+int k8s_invalid(kb_k8s_error *err, const kb_k8s_res *res, const cJSON *obj, const char *field,
+                const char *what);
 /* Built-in defaulting and validation on create/update (k8s_builtin.c). */
 int k8s_default(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, int create,
                 kb_k8s_error *err);
