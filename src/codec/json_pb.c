@@ -13,36 +13,18 @@
 #include <time.h>
 
 #include "k8s_pb_internal.h"
+#include "kb/base64.h"
 #include "k8s_pb_tables.h"
 
 #define META "k8s.io.apimachinery.pkg.apis.meta.v1."
 #define MAX_DEPTH 64
 
-static int jp_fail(pb_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int jp_fail(pb_ctx *c, const char *fmt, ...) {
-  if (c->err[0]) return -1;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(c->err, sizeof c->err, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
-static int str_cmp(const void *a, const void *b) {
-  return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 static int is_inline(const char *msg, const char *field) {
-  char key[512];
-  snprintf(key, sizeof key, "%s.%s", msg, field);
-  const char *k = key;
-  return bsearch(&k, kb_k8s_pb_inline, kb_k8s_pb_n_inline, sizeof *kb_k8s_pb_inline, str_cmp) != NULL;
+  return kb_pb_in_table(kb_k8s_pb_inline, kb_k8s_pb_n_inline, msg, field);
 }
 
 static int is_slice(const char *msg) {
-  const char *k = msg;
-  return bsearch(&k, kb_k8s_pb_slice, kb_k8s_pb_n_slice, sizeof *kb_k8s_pb_slice, str_cmp) != NULL;
+  return kb_pb_in_table(kb_k8s_pb_slice, kb_k8s_pb_n_slice, msg, NULL);
 }
 
 static int is_time(const char *name) {
@@ -60,21 +42,20 @@ static ProtobufCMessage *new_msg(const ProtobufCMessageDescriptor *d) {
 static int unb64(pb_ctx *c, const char *s, ProtobufCBinaryData *out) {
   size_t n = strlen(s);
   uint8_t *buf = malloc(n / 4 * 3 + 3), *o = buf;
-  if (!buf) return jp_fail(c, "out of memory");
+  if (!buf) return kb_pb_fail(c, "out of memory");
   uint32_t acc = 0;
   int bits = 0;
   size_t i = 0;
   for (; i < n && s[i] != '='; i++) {
-    const char *abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    const char *p = s[i] ? strchr(abc, s[i]) : NULL;
-    if (!p) break;
-    acc = acc << 6 | (uint32_t)(p - abc);
+    int d = kb_base64_value((unsigned char)s[i]);
+    if (d < 0) break;
+    acc = acc << 6 | (uint32_t)d;
     if ((bits += 6) >= 8) *o++ = (uint8_t)(acc >> (bits -= 8));
   }
   while (i < n && s[i] == '=') i++;
   if (i != n || (n % 4)) {
     free(buf);
-    return jp_fail(c, "not base64");
+    return kb_pb_fail(c, "not base64");
   }
   out->data = buf;
   out->len = (size_t)(o - buf);
@@ -84,7 +65,7 @@ static int unb64(pb_ctx *c, const char *s, ProtobufCBinaryData *out) {
 static int integral(pb_ctx *c, const cJSON *v, const char *name, double lo, double hi, double *d) {
   if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo ||
       v->valuedouble > hi)
-    return jp_fail(c, "%s: an integer expected", name);
+    return kb_pb_fail(c, "%s: an integer expected", name);
   *d = v->valuedouble;
   return 0;
 }
@@ -118,24 +99,24 @@ static int put_scalar(pb_ctx *c, const ProtobufCFieldDescriptor *fd, const cJSON
     return 0;
   case PROTOBUF_C_TYPE_FLOAT:
   case PROTOBUF_C_TYPE_DOUBLE:
-    if (!cJSON_IsNumber(v)) return jp_fail(c, "%s: a number expected", fd->name);
+    if (!cJSON_IsNumber(v)) return kb_pb_fail(c, "%s: a number expected", fd->name);
     if (fd->type == PROTOBUF_C_TYPE_FLOAT) *(float *)p = (float)v->valuedouble;
     else *(double *)p = v->valuedouble;
     return 0;
   case PROTOBUF_C_TYPE_BOOL:
-    if (!cJSON_IsBool(v)) return jp_fail(c, "%s: a boolean expected", fd->name);
+    if (!cJSON_IsBool(v)) return kb_pb_fail(c, "%s: a boolean expected", fd->name);
     *(protobuf_c_boolean *)p = cJSON_IsTrue(v);
     return 0;
   case PROTOBUF_C_TYPE_STRING:
-    if (!cJSON_IsString(v)) return jp_fail(c, "%s: a string expected", fd->name);
-    if (!(*(char **)p = strdup(v->valuestring))) return jp_fail(c, "out of memory");
+    if (!cJSON_IsString(v)) return kb_pb_fail(c, "%s: a string expected", fd->name);
+    if (!(*(char **)p = strdup(v->valuestring))) return kb_pb_fail(c, "out of memory");
     return 0;
   case PROTOBUF_C_TYPE_BYTES:
-    if (!cJSON_IsString(v)) return jp_fail(c, "%s: a base64 string expected", fd->name);
+    if (!cJSON_IsString(v)) return kb_pb_fail(c, "%s: a base64 string expected", fd->name);
     return unb64(c, v->valuestring, p);
   case PROTOBUF_C_TYPE_MESSAGE: break;
   }
-  return jp_fail(c, "%s: unexpected type", fd->name);
+  return kb_pb_fail(c, "%s: unexpected type", fd->name);
 }
 
 /* ---- the messages with a JSON form of their own ------------------------------------ */
@@ -162,15 +143,15 @@ static int set_str(pb_ctx *c, ProtobufCMessage *m, const char *name, const char 
   const ProtobufCFieldDescriptor *fd = fd_of(m, name);
   if (!fd) return 0;
   char **p = (char **)((char *)m + fd->offset);
-  if (!(*p = strdup(s))) return jp_fail(c, "out of memory");
+  if (!(*p = strdup(s))) return kb_pb_fail(c, "out of memory");
   return 0;
 }
 
 static int set_bytes(pb_ctx *c, ProtobufCMessage *m, const char *text) {
   const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(m->descriptor, 1);
-  if (!fd || fd->type != PROTOBUF_C_TYPE_BYTES) return jp_fail(c, "no bytes field");
+  if (!fd || fd->type != PROTOBUF_C_TYPE_BYTES) return kb_pb_fail(c, "no bytes field");
   ProtobufCBinaryData *b = (ProtobufCBinaryData *)((char *)m + fd->offset);
-  if (!(b->data = (uint8_t *)strdup(text))) return jp_fail(c, "out of memory");
+  if (!(b->data = (uint8_t *)strdup(text))) return kb_pb_fail(c, "out of memory");
   b->len = strlen(text);
   set_has(m, fd);
   return 0;
@@ -259,21 +240,21 @@ static int special(pb_ctx *c, ProtobufCMessage *m, const cJSON *v, int *handled)
       !strcmp(name, "k8s.io.apimachinery.pkg.api.resource.QuantityValue")) {
     char num[64];
     if (cJSON_IsNumber(v)) snprintf(num, sizeof num, "%.17g", v->valuedouble);
-    else if (!cJSON_IsString(v)) return jp_fail(c, "a quantity expected");
+    else if (!cJSON_IsString(v)) return kb_pb_fail(c, "a quantity expected");
     return set_str(c, m, "string", cJSON_IsString(v) ? v->valuestring : num);
   }
   if (is_time(name)) {
     int64_t s;
     int32_t ns;
     if (!cJSON_IsString(v) || parse_time(v->valuestring, &s, &ns))
-      return jp_fail(c, "an RFC 3339 time expected");
+      return kb_pb_fail(c, "an RFC 3339 time expected");
     set_int(m, "seconds", s);
     if (ns) set_int(m, "nanos", ns);
     return 0;
   }
   if (!strcmp(name, META "Duration")) {
     int64_t d;
-    if (!cJSON_IsString(v) || parse_duration(v->valuestring, &d)) return jp_fail(c, "a duration expected");
+    if (!cJSON_IsString(v) || parse_duration(v->valuestring, &d)) return kb_pb_fail(c, "a duration expected");
     set_int(m, "duration", d);
     return 0;
   }
@@ -291,7 +272,7 @@ static int special(pb_ctx *c, ProtobufCMessage *m, const cJSON *v, int *handled)
   if (!strcmp(name, "k8s.io.apimachinery.pkg.runtime.RawExtension") ||
       !strcmp(name, META "FieldsV1")) {
     char *text = cJSON_PrintUnformatted(v);
-    int rc = text ? set_bytes(c, m, text) : jp_fail(c, "out of memory");
+    int rc = text ? set_bytes(c, m, text) : kb_pb_fail(c, "out of memory");
     free(text);
     return rc;
   }
@@ -315,22 +296,22 @@ static int put_value(pb_ctx *c, const ProtobufCFieldDescriptor *fd, const cJSON 
                      int depth) {
   if (fd->type != PROTOBUF_C_TYPE_MESSAGE) return put_scalar(c, fd, v, p);
   ProtobufCMessage *sub = new_msg(fd->descriptor);
-  if (!sub) return jp_fail(c, "out of memory");
+  if (!sub) return kb_pb_fail(c, "out of memory");
   *(ProtobufCMessage **)p = sub; /* owned by the parent from here on */
   return fill(c, sub, v, depth + 1);
 }
 
 static int put_map(pb_ctx *c, const ProtobufCFieldDescriptor *fd, const cJSON *v, char *base,
                    int depth) {
-  if (!cJSON_IsObject(v)) return jp_fail(c, "%s: an object expected", fd->name);
+  if (!cJSON_IsObject(v)) return kb_pb_fail(c, "%s: an object expected", fd->name);
   size_t n = (size_t)cJSON_GetArraySize(v), i = 0;
   ProtobufCMessage **arr = calloc(n ? n : 1, sizeof *arr);
-  if (!arr) return jp_fail(c, "out of memory");
+  if (!arr) return kb_pb_fail(c, "out of memory");
   *(ProtobufCMessage ***)(base + fd->offset) = arr;
   const ProtobufCMessageDescriptor *d = fd->descriptor;
   for (const cJSON *it = v->child; it; it = it->next) {
     ProtobufCMessage *e = new_msg(d);
-    if (!e) return jp_fail(c, "out of memory");
+    if (!e) return kb_pb_fail(c, "out of memory");
     arr[i++] = e;
     *(size_t *)(base + fd->quantifier_offset) = i;
     cJSON key = {.type = cJSON_String, .valuestring = it->string};
@@ -347,7 +328,7 @@ static int put_repeated(pb_ctx *c, const ProtobufCMessageDescriptor *md,
                         const ProtobufCFieldDescriptor *fd, const cJSON *v, char *base, int depth) {
   if (fd->type == PROTOBUF_C_TYPE_MESSAGE && is_map_entry(md, fd->descriptor))
     return put_map(c, fd, v, base, depth);
-  if (!cJSON_IsArray(v)) return jp_fail(c, "%s: an array expected", fd->name);
+  if (!cJSON_IsArray(v)) return kb_pb_fail(c, "%s: an array expected", fd->name);
   size_t n = (size_t)cJSON_GetArraySize(v), sz, i = 0;
   switch (fd->type) {
   case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
@@ -360,7 +341,7 @@ static int put_repeated(pb_ctx *c, const ProtobufCMessageDescriptor *md,
   default: sz = 4; break;
   }
   char *arr = calloc(n ? n : 1, sz);
-  if (!arr) return jp_fail(c, "out of memory");
+  if (!arr) return kb_pb_fail(c, "out of memory");
   *(char **)(base + fd->offset) = arr;
   for (const cJSON *it = v->child; it; it = it->next) {
     /* count first: a failure leaves only what was written for the free */
@@ -371,14 +352,14 @@ static int put_repeated(pb_ctx *c, const ProtobufCMessageDescriptor *md,
 }
 
 static int fill(pb_ctx *c, ProtobufCMessage *m, const cJSON *v, int depth) {
-  if (depth > MAX_DEPTH) return jp_fail(c, "nested deeper than %d", MAX_DEPTH);
+  if (depth > MAX_DEPTH) return kb_pb_fail(c, "nested deeper than %d", MAX_DEPTH);
   int handled;
   if (special(c, m, v, &handled) || handled) return c->err[0] ? -1 : 0;
   const ProtobufCMessageDescriptor *md = m->descriptor;
   char *base = (char *)m;
   if (is_slice(md->name) && md->n_fields == 1)
     return put_repeated(c, md, &md->fields[0], v, base, depth);
-  if (!cJSON_IsObject(v)) return jp_fail(c, "%s: an object expected", md->short_name);
+  if (!cJSON_IsObject(v)) return kb_pb_fail(c, "%s: an object expected", md->short_name);
   for (unsigned i = 0; i < md->n_fields; i++) {
     const ProtobufCFieldDescriptor *fd = &md->fields[i];
     if (fd->type == PROTOBUF_C_TYPE_MESSAGE && fd->label != PROTOBUF_C_LABEL_REPEATED &&
@@ -394,7 +375,7 @@ static int fill(pb_ctx *c, ProtobufCMessage *m, const cJSON *v, int depth) {
       if (fd->type == PROTOBUF_C_TYPE_MESSAGE && fd->label != PROTOBUF_C_LABEL_REPEATED &&
           is_time(((const ProtobufCMessageDescriptor *)fd->descriptor)->name) &&
           !(*(ProtobufCMessage **)(base + fd->offset) = new_msg(fd->descriptor)))
-        return jp_fail(c, "out of memory");
+        return kb_pb_fail(c, "out of memory");
       continue;
     }
     int rc = fd->label == PROTOBUF_C_LABEL_REPEATED ? put_repeated(c, md, fd, fv, base, depth)
@@ -409,7 +390,7 @@ ProtobufCMessage *kb_pb_message_from_json(pb_ctx *c, const ProtobufCMessageDescr
                                           const cJSON *v) {
   ProtobufCMessage *m = new_msg(d);
   if (!m) {
-    jp_fail(c, "out of memory");
+    kb_pb_fail(c, "out of memory");
     return NULL;
   }
   if (fill(c, m, v, 0)) {

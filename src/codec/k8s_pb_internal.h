@@ -1,6 +1,6 @@
 /* Shared by the two halves of the Kubernetes protobuf decoder: the body
- * (k8s_proto.c: magic, envelope, kind lookup) and the message converter
- * (pb_json.c). */
+ * (k8s_proto.c: magic, envelope, kind lookup) and the message converters
+ * (pb_json.c, and json_pb.c the other way). */
 #ifndef KB_K8S_PB_INTERNAL_H
 #define KB_K8S_PB_INTERNAL_H
 
@@ -13,6 +13,11 @@
 typedef struct pb_ctx {
   char err[256]; /* the first failure */
 } pb_ctx;
+
+/* Records the first failure (the innermost message wins); returns -1. */
+int kb_pb_fail(pb_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "msg.field" (or msg when field is NULL) in a sorted table of names. */
+int kb_pb_in_table(const char *const *tab, size_t n, const char *msg, const char *field);
 
 /* m as JSON; NULL with c->err set. depth counts nested messages. */
 cJSON *kb_pb_message_json(pb_ctx *c, const ProtobufCMessage *m, int depth);

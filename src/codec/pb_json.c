@@ -10,15 +10,14 @@
 #include <time.h>
 
 #include "k8s_pb_internal.h"
+#include "kb/base64.h"
 #include "k8s_pb_tables.h"
 #include "kb/json.h"
 
 #define META "k8s.io.apimachinery.pkg.apis.meta.v1."
 #define MAX_DEPTH 64 /* nested messages (and RawExtensions holding bodies) */
 
-static int pb_fail(pb_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int pb_fail(pb_ctx *c, const char *fmt, ...) {
+int kb_pb_fail(pb_ctx *c, const char *fmt, ...) {
   if (c->err[0]) return -1; /* the first (innermost) message wins */
   va_list ap;
   va_start(ap, fmt);
@@ -31,7 +30,7 @@ static int str_cmp(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static int in_table(const char *const *tab, size_t n, const char *msg, const char *field) {
+int kb_pb_in_table(const char *const *tab, size_t n, const char *msg, const char *field) {
   char key[512];
   if (field) snprintf(key, sizeof key, "%s.%s", msg, field);
   else snprintf(key, sizeof key, "%s", msg);
@@ -42,18 +41,9 @@ static int in_table(const char *const *tab, size_t n, const char *msg, const cha
 /* ---- scalars ------------------------------------------------------------------ */
 
 static cJSON *b64(const uint8_t *p, size_t n) {
-  static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  char *out = malloc(4 * ((n + 2) / 3) + 1), *o = out;
+  char *out = malloc(KB_BASE64_LEN(n) + 1);
   if (!out) return NULL;
-  for (size_t i = 0; i < n; i += 3) {
-    uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
-                 (i + 2 < n ? p[i + 2] : 0);
-    *o++ = abc[v >> 18 & 63];
-    *o++ = abc[v >> 12 & 63];
-    *o++ = i + 1 < n ? abc[v >> 6 & 63] : '=';
-    *o++ = i + 2 < n ? abc[v & 63] : '=';
-  }
-  *o = '\0';
+  kb_base64_encode(p, n, out);
   cJSON *s = cJSON_CreateString(out);
   free(out);
   return s;
@@ -70,7 +60,7 @@ static cJSON *utf8_string(pb_ctx *c, const char *s, const char *field) {
     }
     int k = kb_json_utf8_seq((const unsigned char *)s + i, n - i);
     if (k <= 0) {
-      pb_fail(c, "field %s is not valid UTF-8 (byte %zu)", field, i);
+      kb_pb_fail(c, "field %s is not valid UTF-8 (byte %zu)", field, i);
       return NULL;
     }
     i += (size_t)k;
@@ -196,7 +186,7 @@ static cJSON *time_json(pb_ctx *c, const ProtobufCMessage *m, int micro) {
   time_t t = (time_t)s;
   struct tm tm;
   if (!in_range || s < -62135596800LL || s > 253402300799LL || !gmtime_r(&t, &tm)) {
-    pb_fail(c, "%s seconds %" PRId64 " is outside years 0001-9999", m->descriptor->short_name, s);
+    kb_pb_fail(c, "%s seconds %" PRId64 " is outside years 0001-9999", m->descriptor->short_name, s);
     return NULL;
   }
   char out[48];
@@ -250,7 +240,7 @@ static cJSON *intstr_json(pb_ctx *c, const ProtobufCMessage *m) {
     const char *s = str_field(m, "strVal");
     return utf8_string(c, s ? s : "", "strVal");
   }
-  pb_fail(c, "IntOrString type %" PRId64 " is neither 0 (int) nor 1 (string)", type);
+  kb_pb_fail(c, "IntOrString type %" PRId64 " is neither 0 (int) nor 1 (string)", type);
   return NULL;
 }
 
@@ -262,7 +252,7 @@ static cJSON *raw_json(pb_ctx *c, const ProtobufCMessage *m, int allow_pb, int d
   if (allow_pb && raw->len >= 4 && !memcmp(raw->data, "k8s\0", 4))
     return kb_pb_body_json(c, raw->data, raw->len, depth + 1);
   cJSON *doc = cJSON_ParseWithLength((const char *)raw->data, raw->len);
-  if (!doc) pb_fail(c, "%s.%s is not JSON", m->descriptor->short_name, m->descriptor->fields[0].name);
+  if (!doc) kb_pb_fail(c, "%s.%s is not JSON", m->descriptor->short_name, m->descriptor->fields[0].name);
   return doc;
 }
 
@@ -306,7 +296,7 @@ static cJSON *value_json(pb_ctx *c, const ProtobufCFieldDescriptor *fd, const vo
 static cJSON *empty_json(pb_ctx *c, const ProtobufCMessageDescriptor *d, int depth) {
   ProtobufCMessage *m = malloc(d->sizeof_message);
   if (!m) {
-    pb_fail(c, "out of memory");
+    kb_pb_fail(c, "out of memory");
     return NULL;
   }
   protobuf_c_message_init(d, m);
@@ -379,7 +369,7 @@ static void merge_into(cJSON *to, cJSON *from) {
 
 cJSON *kb_pb_message_json(pb_ctx *c, const ProtobufCMessage *m, int depth) {
   if (depth > MAX_DEPTH) {
-    pb_fail(c, "messages nested deeper than %d", MAX_DEPTH);
+    kb_pb_fail(c, "messages nested deeper than %d", MAX_DEPTH);
     return NULL;
   }
   int handled;
@@ -387,7 +377,7 @@ cJSON *kb_pb_message_json(pb_ctx *c, const ProtobufCMessage *m, int depth) {
   if (handled) return sp;
   const ProtobufCMessageDescriptor *md = m->descriptor;
   const char *base = (const char *)m;
-  if (in_table(kb_k8s_pb_slice, kb_k8s_pb_n_slice, md->name, NULL) && md->n_fields == 1 &&
+  if (kb_pb_in_table(kb_k8s_pb_slice, kb_k8s_pb_n_slice, md->name, NULL) && md->n_fields == 1 &&
       md->fields[0].label == PROTOBUF_C_LABEL_REPEATED)
     return repeated_json(c, md, &md->fields[0], base, depth);
   cJSON *o = cJSON_CreateObject();
@@ -402,20 +392,20 @@ cJSON *kb_pb_message_json(pb_ctx *c, const ProtobufCMessage *m, int depth) {
       const void *p;
       if (!present(m, fd, &p)) continue; /* absent: proto2 presence */
       v = value_json(c, fd, p, depth, &zero);
-      if (v && zero && in_table(kb_k8s_pb_omitempty, kb_k8s_pb_n_omitempty, md->name, fd->name)) {
+      if (v && zero && kb_pb_in_table(kb_k8s_pb_omitempty, kb_k8s_pb_n_omitempty, md->name, fd->name)) {
         cJSON_Delete(v); /* a zero Go's JSON omits */
         continue;
       }
     }
     if (!v) goto fail;
     if (fd->type == PROTOBUF_C_TYPE_MESSAGE && cJSON_IsObject(v) &&
-        in_table(kb_k8s_pb_inline, kb_k8s_pb_n_inline, md->name, fd->name)) {
+        kb_pb_in_table(kb_k8s_pb_inline, kb_k8s_pb_n_inline, md->name, fd->name)) {
       merge_into(o, v);
       continue;
     }
     cJSON_AddItemToObject(o, fd->name, v);
   }
-  if (!o) pb_fail(c, "out of memory");
+  if (!o) kb_pb_fail(c, "out of memory");
   return o;
 fail:
   cJSON_Delete(o);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "k8s_internal.h"
+#include "kb/base64.h"
 
 #define DEFAULT_HISTORY 4096
 #define MAX_GC_DEPTH 16
@@ -1386,20 +1387,8 @@ cJSON *kb_k8s_status_json(const kb_k8s_error *err, const kb_k8s_res *res) {
 
 /* ---- base64 (continue tokens) ---------------------------------------------- */
 
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 size_t k8s_base64_encode(const char *in, size_t n, char *out) {
-  const unsigned char *s = (const unsigned char *)in;
-  size_t j = 0;
-  for (size_t i = 0; i < n; i += 3) {
-    unsigned v = s[i] << 16 | (i + 1 < n ? s[i + 1] << 8 : 0) | (i + 2 < n ? s[i + 2] : 0);
-    out[j++] = b64[(v >> 18) & 63];
-    out[j++] = b64[(v >> 12) & 63];
-    out[j++] = i + 1 < n ? b64[(v >> 6) & 63] : '=';
-    out[j++] = i + 2 < n ? b64[v & 63] : '=';
-  }
-  out[j] = '\0';
-  return j;
+  return kb_base64_encode((const uint8_t *)in, n, out);
 }
 
 int k8s_base64_decode(const char *in, char *out, size_t cap, size_t *n) {
@@ -1407,9 +1396,9 @@ int k8s_base64_decode(const char *in, char *out, size_t cap, size_t *n) {
   int bits = 0;
   *n = 0;
   for (const char *p = in; *p && *p != '='; p++) {
-    const char *c = strchr(b64, *p);
-    if (!c || !*p) return -1;
-    v = v << 6 | (unsigned)(c - b64);
+    int d = kb_base64_value((unsigned char)*p);
+    if (d < 0) return -1;
+    v = v << 6 | (unsigned)d;
     bits += 6;
     if (bits >= 8) {
       bits -= 8;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kb/base64.h"
 #include "kb/hdr.h"
 
 /* ---- layout --------------------------------------------------------------- */
@@ -300,34 +301,11 @@ int kb_hdr_iter_next(kb_hdr_iter *it) {
 
 /* ---- base64 --------------------------------------------------------------- */
 
-static const char b64_alphabet[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 static char *b64_encode(const uint8_t *in, size_t n, size_t *outlen) {
-  size_t len = (n + 2) / 3 * 4;
-  char *out = malloc(len + 1), *o = out;
+  char *out = malloc(KB_BASE64_LEN(n) + 1);
   if (!out) return NULL;
-  for (size_t i = 0; i < n; i += 3) {
-    uint32_t v = (uint32_t)in[i] << 16;
-    if (i + 1 < n) v |= (uint32_t)in[i + 1] << 8;
-    if (i + 2 < n) v |= in[i + 2];
-    *o++ = b64_alphabet[v >> 18];
-    *o++ = b64_alphabet[(v >> 12) & 63];
-    *o++ = i + 1 < n ? b64_alphabet[(v >> 6) & 63] : '=';
-    *o++ = i + 2 < n ? b64_alphabet[v & 63] : '=';
-  }
-  *o = '\0';
-  *outlen = len;
+  *outlen = kb_base64_encode(in, n, out);
   return out;
-}
-
-static int b64_value(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
 }
 
 static int set_err(char *err, size_t errlen, int code, const char *fmt, ...) {
@@ -353,7 +331,7 @@ static int b64_decode(const char *s, size_t len, uint8_t **out, size_t *outlen, 
   for (size_t i = 0; i < len; i += 4) {
     uint32_t v = 0;
     for (size_t j = 0; j < 4; j++) {
-      int d = (i + j >= len - pad) ? 0 : b64_value(s[i + j]);
+      int d = (i + j >= len - pad) ? 0 : kb_base64_value((unsigned char)s[i + j]);
       if (d < 0) {
         free(buf);
         return set_err(err, errlen, KB_HDR_ECORRUPT, "invalid base64 character at offset %zu", i + j);
