@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "k8s_ctl.h"
 #include "k8s_internal.h"
 #include "kb/vclock.h"
 #include "kfp_internal.h"
@@ -116,7 +117,7 @@ static cJSON *child_workflow(const cJSON *cron, const cron_rec *r, double t) {
   kb_k8s_format_time(t, ts);
   glue_set_meta(md, "annotations", SCHEDULED_ANN, ts);
   cJSON *refs = cJSON_AddArrayToObject(md, "ownerReferences");
-  cJSON_AddItemToArray(refs, glue_owner_ref("argoproj.io/v1alpha1", "CronWorkflow", r->name, r->uid));
+  cJSON_AddItemToArray(refs, ctl_owner_ref("argoproj.io/v1alpha1", "CronWorkflow", r->name, r->uid));
   const cJSON *ws = cJSON_GetObjectItemCaseSensitive(spec, "workflowSpec");
   cJSON_AddItemToObject(wf, "spec", cJSON_IsObject(ws) ? cJSON_Duplicate(ws, 1) : cJSON_CreateObject());
   return wf;

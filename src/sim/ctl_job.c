@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "k8s_ctl.h"
 #include "k8s_internal.h"
 #include "kb/log.h"
 #include "sim_glue.h"
@@ -108,7 +109,7 @@ static cJSON *job_pod_object(void *ud, int run, int step) {
   cJSON_DeleteItemFromObjectCaseSensitive(md, "namespace");
   cJSON_AddStringToObject(md, "namespace", j->ns);
   cJSON *refs = cJSON_AddArrayToObject(md, "ownerReferences");
-  cJSON_AddItemToArray(refs, glue_owner_ref("batch/v1", "Job", j->name, j->uid));
+  cJSON_AddItemToArray(refs, ctl_owner_ref("batch/v1", "Job", j->name, j->uid));
   const cJSON *spec = cJSON_GetObjectItemCaseSensitive(j->tmpl, "spec");
   cJSON *pspec = spec ? cJSON_Duplicate(spec, 1) : cJSON_CreateObject();
   cJSON_AddItemToObject(o, "spec", pspec);

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "k8s_ctl.h"
 #include "k8s_internal.h"
 #include "kb/log.h"
 #include "sim_glue.h"
@@ -105,7 +106,7 @@ static cJSON *train_pod(void *ud, int run, int step) {
   if (!strcmp(type, "chief") || !strcmp(type, "master") || !strcmp(type, "launcher"))
     cJSON_AddStringToObject(labels, "training.kubeflow.org/job-role", "master");
   cJSON_AddItemToArray(cJSON_AddArrayToObject(md, "ownerReferences"),
-                       glue_owner_ref("kubeflow.org/v1", j->k->kind, j->name, j->uid));
+                       ctl_owner_ref("kubeflow.org/v1", j->k->kind, j->name, j->uid));
   const cJSON *spec = cJSON_GetObjectItemCaseSensitive(tmpl, "spec");
   cJSON *ps = spec ? cJSON_Duplicate(spec, 1) : cJSON_CreateObject();
   cJSON_DeleteItemFromObjectCaseSensitive(ps, "restartPolicy");

@@ -439,14 +439,3 @@ cJSON *glue_template_from_pod(const char *name, const cJSON *pod_template,
   return t;
 }
 
-cJSON *glue_owner_ref(const char *api_version, const char *kind, const char *name,
-                      const char *uid) {
-  cJSON *r = cJSON_CreateObject();
-  cJSON_AddStringToObject(r, "apiVersion", api_version);
-  cJSON_AddStringToObject(r, "kind", kind);
-  cJSON_AddStringToObject(r, "name", name);
-  cJSON_AddStringToObject(r, "uid", uid ? uid : "");
-  cJSON_AddBoolToObject(r, "controller", 1);
-  cJSON_AddBoolToObject(r, "blockOwnerDeletion", 1);
-  return r;
-}

@@ -188,9 +188,6 @@ cJSON *glue_workflow_spec(sim_glue *g, int pipeline);
  * owner object for the sim.kbrun.io/ keys the template lacks. */
 cJSON *glue_template_from_pod(const char *name, const cJSON *pod_template,
                               const cJSON *annotations);
-/* {apiVersion, kind, name, uid, controller: true, blockOwnerDeletion: true} */
-cJSON *glue_owner_ref(const char *api_version, const char *kind, const char *name,
-                      const char *uid);
 /* An object's annotation, or NULL. */
 const char *glue_annotation(const cJSON *obj, const char *key);
 /* Sets md[map][key] = value (map: "labels", "annotations"), creating the
