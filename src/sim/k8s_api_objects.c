@@ -323,7 +323,8 @@ static void do_write(kb_k8s_api *api, kb_httpd_req *req, const route *r, const c
   const kb_k8s_res *res = r->res;
   kb_k8s_error err;
   char warning[400] = "";
-  if (!strcmp(m, "POST") && !r->name[0]) {
+  int create = !strcmp(m, "POST") && !r->name[0];
+  if (create || (!strcmp(m, "PUT") && r->name[0])) {
     cJSON *body = parse_body(req, !res->custom, &err);
     if (!body) {
       k8s_send_error(req, &err, res);
@@ -334,27 +335,11 @@ static void do_write(kb_k8s_api *api, kb_httpd_req *req, const route *r, const c
       return;
     }
     cJSON *out;
-    int rc = kb_k8s_create(api->st, res, r->ns, body, flags, &out, &err);
+    int rc = create ? kb_k8s_create(api->st, res, r->ns, body, flags, &out, &err)
+                    : kb_k8s_update(api->st, res, r->ns, r->name, body, flags, &out, &err);
     cJSON_Delete(body);
     if (rc) k8s_send_error(req, &err, res);
-    else respond_obj(api, req, r, query, 201, out, warning);
-    return;
-  }
-  if (!strcmp(m, "PUT") && r->name[0]) {
-    cJSON *body = parse_body(req, !res->custom, &err);
-    if (!body) {
-      k8s_send_error(req, &err, res);
-      return;
-    }
-    if (cJSON_IsObject(body) && field_validation(req, res, body, query, warning, sizeof warning)) {
-      cJSON_Delete(body);
-      return;
-    }
-    cJSON *out;
-    int rc = kb_k8s_update(api->st, res, r->ns, r->name, body, flags, &out, &err);
-    cJSON_Delete(body);
-    if (rc) k8s_send_error(req, &err, res);
-    else respond_obj(api, req, r, query, 200, out, warning);
+    else respond_obj(api, req, r, query, create ? 201 : 200, out, warning);
     return;
   }
   if (!strcmp(m, "PATCH") && r->name[0]) {
