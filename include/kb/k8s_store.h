@@ -1,5 +1,5 @@
 /* An in-memory Kubernetes object store: the state behind the simulator's
- * API server (src/sim/k8s_api.c serves it over HTTP; the cluster model
+ * API server (src/sim/k8s/k8s_api.c serves it over HTTP; the cluster model
  * uses this C API directly).
  *
  *   kb_k8s_store *st = kb_k8s_store_new(NULL);

@@ -27,6 +27,7 @@
 #include "k8s_apps.h"
 #include "sim_api_faults.h"
 #include "sim_glue.h"
+#include "argo_server.h"
 
 enum { API_METRICS, API_ADMIN, API_KFP, API_K8S, API_ARGO, API_OTHER, API_COUNT };
 static const char *api_names[API_COUNT] = {"metrics", "admin", "kfp", "kubernetes", "argo", "other"};
@@ -62,7 +63,7 @@ struct kb_sim_server {
   kb_k8s_store *store;
   kb_k8s_api *k8s;
   sim_glue *glue;
-  glue_argo *argo;
+  kb_argo_server *argo;
   kb_httpd_req *k8s_req; /* the request kb_k8s_api_handle is routing */
   kb_sim_api_faults faults;
   int loopback;
@@ -139,7 +140,7 @@ static int classify(const char *path) {
   if (strcmp(path, "/metrics") == 0) return API_METRICS;
   if (strncmp(path, "/sim/", 5) == 0) return API_ADMIN;
   if (is_kfp_path(path)) return API_KFP;
-  if (glue_argo_path(path)) return API_ARGO;
+  if (kb_argo_server_path(path)) return API_ARGO;
   if (strncmp(path, "/api", 4) == 0 || strncmp(path, "/version", 8) == 0 ||
       strncmp(path, "/openapi", 8) == 0 || strcmp(path, "/healthz") == 0 ||
       strcmp(path, "/readyz") == 0 || strcmp(path, "/livez") == 0)
@@ -426,8 +427,8 @@ static void dispatch_api(kb_sim_server *s, kb_httpd_req *req, int api) {
     if (proxied ? kb_sim_kfp_handle_path(s->kfp, req, proxied) : kb_sim_kfp_handle(s->kfp, req)) return;
   }
   if (api == API_K8S || api == API_ARGO) {
-    glue_flush(s->glue); /* the store shows the model as of this request */
-    if (api == API_ARGO && glue_argo_handle(s->argo, req)) return;
+    kb_glue_flush(s->glue); /* the store shows the model as of this request */
+    if (api == API_ARGO && kb_argo_server_handle(s->argo, req)) return;
     s->k8s_req = req;
     int taken = api == API_K8S && kb_k8s_api_handle(s->k8s, req);
     s->k8s_req = NULL;
@@ -570,7 +571,7 @@ static int kubernetes_api_config(kb_sim_server *s, const cJSON *sec, kb_sim_erro
         (!strcmp(v, "AlwaysAllow") || !strcmp(v, "AlwaysDeny"))) {
       s->authz_deny = !strcmp(v, "AlwaysDeny");
     } else if (!strcmp(c->string, "service_cluster_ip_range") && v &&
-               strlen(v) < sizeof s->service_cidr && k8s_cidr_parse(v, &base, &size) == 0) {
+               strlen(v) < sizeof s->service_cidr && kb_k8s_cidr_parse(v, &base, &size) == 0) {
       snprintf(s->service_cidr, sizeof s->service_cidr, "%s", v);
     } else {
       err->code = KB_SIM_EINVAL;
@@ -664,9 +665,9 @@ static int setup_k8s(kb_sim_server *s) {
   s->k8s = kb_k8s_api_new(s->loop, s->store);
   if (!s->k8s) return -1;
   kb_k8s_api_set_authorization(s->k8s, s->authz_deny);
-  s->glue = glue_new(s->sim, s->store, NULL, s->loop);
-  if (!s->glue || glue_start(s->glue) < 0) return -1;
-  s->argo = glue_argo_new(s->store, s->loop);
+  s->glue = kb_glue_new(s->sim, s->store, NULL, s->loop);
+  if (!s->glue || kb_glue_start(s->glue) < 0) return -1;
+  s->argo = kb_argo_server_new(s->store, s->loop);
   return s->argo ? 0 : -1;
 }
 
@@ -700,7 +701,7 @@ static int setup(kb_sim_server *s) {
   }
   s->clock = kb_sim_clock(s->sim);
   kb_k8s_api_set_latency(s->k8s, s->clock, k8s_latency, s);
-  glue_argo_set_clock(s->argo, s->clock);
+  kb_argo_server_set_clock(s->argo, s->clock);
   kb_sim_clock_params(s->sim, &s->origin_ns, &s->speed);
   s->epoch = kb_sim_epoch(s->sim);
   s->kfp = kb_sim_kfp_new(s->sim, s->loop);
@@ -711,7 +712,7 @@ static int setup(kb_sim_server *s) {
              strerror(-pd));
     return -1;
   }
-  glue_set_kfp(s->glue, s->kfp);
+  kb_glue_set_kfp(s->glue, s->kfp);
   /* Server-Timing tells clients how long the modelled latency held each
    * response, so they can scale just that part to the virtual clock. */
   kb_httpd_config hcfg = {.server_timing = "kbrun-sim", .on_response = on_response,
@@ -734,7 +735,7 @@ static int setup(kb_sim_server *s) {
   }
   s->port = kb_httpd_port(s->httpd);
   int v4 = s->host && strspn(s->host, "0123456789.") == strlen(s->host) && strcmp(s->host, "0.0.0.0");
-  glue_serving(s->glue, s->clock, v4 ? s->host : "127.0.0.1", s->port);
+  kb_glue_serving(s->glue, s->clock, v4 ? s->host : "127.0.0.1", s->port);
   if (s->unix_path && (r = kb_httpd_listen_unix(s->httpd, s->unix_path)) < 0) {
     err->code = KB_SIM_EINVAL;
     snprintf(err->message, sizeof err->message, "cannot listen on %.150s: %s", s->unix_path,
@@ -751,20 +752,20 @@ static int setup(kb_sim_server *s) {
  * caller's loop from the close of `finale`, which comes after them. */
 static void stop_serving(kb_sim_server *s) {
   stalled_abort_all(s);
-  glue_argo_free(s->argo);
+  kb_argo_server_free(s->argo);
   s->argo = NULL;
   if (s->k8s) kb_k8s_api_free(s->k8s);
   s->k8s = NULL;
   if (s->kfp) kb_sim_kfp_free(s->kfp);
   s->kfp = NULL;
-  glue_stop(s->glue);
+  kb_glue_stop(s->glue);
   if (s->sim) kb_sim_detach(s->sim);
 }
 
 static void server_free(kb_sim_server *s);
 
 static void release_rest(kb_sim_server *s) {
-  glue_free(s->glue);
+  kb_glue_free(s->glue);
   s->glue = NULL;
   kb_k8s_store_free(s->store);
   s->store = NULL;

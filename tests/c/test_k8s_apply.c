@@ -1,5 +1,5 @@
 /* Server-side apply and managedFields in the simulator's store
- * (src/sim/k8s_apply.c): ownership per manager, conflicts with their
+ * (src/sim/k8s/k8s_apply.c): ownership per manager, conflicts with their
  * causes, force, removal of fields a manager stops applying, list-maps
  * merged by their keys (a Pod's containers by name), and the Update
  * entries other writes record. tests/e2e/kubectl_apply.sh drives the same
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/sim/k8s_internal.h"
+#include "../../src/sim/k8s/k8s_internal.h"
 #include "kbtest.h"
 
 static double fixed_now(void *ud) {
@@ -36,7 +36,7 @@ static int apply(kb_k8s_store *st, const kb_k8s_res *r, const char *name, const 
 }
 
 static const char *str(const cJSON *o, const char *path) {
-  const cJSON *v = k8s_path(o, path);
+  const cJSON *v = kb_k8s_path(o, path);
   return cJSON_GetStringValue(v);
 }
 
@@ -44,7 +44,7 @@ static const char *str(const cJSON *o, const char *path) {
 static void managers(const cJSON *o, char *out, size_t n) {
   out[0] = '\0';
   const cJSON *e;
-  cJSON_ArrayForEach(e, k8s_path(o, "metadata.managedFields")) {
+  cJSON_ArrayForEach(e, kb_k8s_path(o, "metadata.managedFields")) {
     size_t l = strlen(out);
     snprintf(out + l, n - l, "%s%s/%s", l ? "," : "", str(e, "manager"), str(e, "operation"));
   }
@@ -63,8 +63,8 @@ static void test_ownership_and_conflicts(void) {
   char m[200];
   managers(o, m, sizeof m);
   KB_CHECK_STR(m, "alice/Apply");
-  KB_CHECK(k8s_path(o, "metadata.managedFields.0.fieldsV1.f:data.f:x") == NULL); /* k8s_path is dotted */
-  const cJSON *set = k8s_path(k8s_path(o, "metadata.managedFields")->child, "fieldsV1");
+  KB_CHECK(kb_k8s_path(o, "metadata.managedFields.0.fieldsV1.f:data.f:x") == NULL); /* kb_k8s_path is dotted */
+  const cJSON *set = kb_k8s_path(kb_k8s_path(o, "metadata.managedFields")->child, "fieldsV1");
   KB_CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(set, "f:data"), "f:x") != NULL);
   KB_CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(set, "f:metadata"), "f:name") == NULL);
   cJSON_Delete(o);
@@ -93,15 +93,15 @@ static void test_ownership_and_conflicts(void) {
   KB_CHECK_STR(str(o, "data.x"), "9");
   KB_CHECK_STR(str(o, "data.y"), "2");
   KB_CHECK_STR(str(o, "data.z"), "3");
-  KB_CHECK(k8s_path(o, "metadata.labels.team") == NULL);
+  KB_CHECK(kb_k8s_path(o, "metadata.labels.team") == NULL);
   cJSON_Delete(o);
   /* an update through the API takes the fields it changes */
-  k8s_store_set_manager(st, "editor");
+  kb_k8s_store_set_manager(st, "editor");
   cJSON *edit = kb_k8s_get(st, cms, "default", "c", &err);
   cJSON_ReplaceItemInObject(cJSON_GetObjectItem(edit, "data"), "z", cJSON_CreateString("4"));
   KB_CHECK(kb_k8s_update(st, cms, "default", "c", edit, 0, NULL, &err) == 0);
   cJSON_Delete(edit);
-  k8s_store_set_manager(st, NULL);
+  kb_k8s_store_set_manager(st, NULL);
   rc = apply(st, cms, "c", "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"c\"},"
              "\"data\":{\"z\":\"3\"}}", "alice", 0, &err);
   KB_CHECK(rc == -409 && strstr(err.message, "conflict with \"editor\" using v1: .data.z"));
@@ -122,8 +122,8 @@ static void test_list_map(void) {
   KB_CHECK(apply(st, pods, "p", "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\"},"
                  "\"spec\":{\"containers\":[{\"name\":\"b\",\"image\":\"img:2\"}]}}", "two", 0, &err) == 0);
   cJSON *o = kb_k8s_get(st, pods, "default", "p", &err);
-  KB_CHECK(cJSON_GetArraySize(k8s_path(o, "spec.containers")) == 2);
-  const cJSON *set = k8s_path(k8s_path(o, "metadata.managedFields")->child, "fieldsV1");
+  KB_CHECK(cJSON_GetArraySize(kb_k8s_path(o, "spec.containers")) == 2);
+  const cJSON *set = kb_k8s_path(kb_k8s_path(o, "metadata.managedFields")->child, "fieldsV1");
   const cJSON *el = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(set, "f:spec"),
                                                             "f:containers"), "k:{\"name\":\"a\"}");
   KB_CHECK(el && cJSON_GetObjectItem(el, ".") && cJSON_GetObjectItem(el, "f:image"));
@@ -139,8 +139,8 @@ static void test_list_map(void) {
              "\"spec\":{}}", "one", 0, &err);
   KB_CHECK(rc == 0);
   o = kb_k8s_get(st, pods, "default", "p", &err);
-  KB_CHECK(cJSON_GetArraySize(k8s_path(o, "spec.containers")) == 1);
-  KB_CHECK_STR(str(cJSON_GetArrayItem(k8s_path(o, "spec.containers"), 0), "name"), "b");
+  KB_CHECK(cJSON_GetArraySize(kb_k8s_path(o, "spec.containers")) == 1);
+  KB_CHECK_STR(str(cJSON_GetArrayItem(kb_k8s_path(o, "spec.containers"), 0), "name"), "b");
   cJSON_Delete(o);
   kb_k8s_store_free(st);
 }

@@ -1,11 +1,11 @@
-/* ObjectMeta validation of the simulator's store (src/sim/k8s_meta_valid.c):
+/* ObjectMeta validation of the simulator's store (src/sim/k8s/k8s_meta_valid.c):
  * names, label keys and values, annotation keys and size, refused on create
  * and update with the apiserver's words (and nothing stored), and what the
  * real apiserver accepts accepted. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/sim/k8s_internal.h"
+#include "../../src/sim/k8s/k8s_internal.h"
 #include "kbtest.h"
 
 static double fixed_now(void *ud) {

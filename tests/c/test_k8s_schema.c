@@ -1,11 +1,11 @@
-/* The Kubernetes schemas of the simulator (src/sim/k8s_schema.c): unknown
+/* The Kubernetes schemas of the simulator (src/sim/k8s/k8s_schema.c): unknown
  * and duplicate fields found at any depth as the apiserver's strict
  * decoder names them, and the OpenAPI v3 components kubectl explain reads
  * (the real definitions, refs rewritten, every referenced one present). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/sim/k8s_table.h"
+#include "../../src/sim/k8s/k8s_table.h"
 #include "kbtest.h"
 
 static double fixed_now(void *ud) {
@@ -24,7 +24,7 @@ static const kb_k8s_res *res_of(kb_k8s_store *st, const char *group, const char 
 static int unknown(const kb_k8s_res *r, const char *json, char *out, size_t n) {
   cJSON *o = cJSON_Parse(json);
   KB_CHECK(o != NULL);
-  int count = k8s_schema_unknown_fields(r, o, out, n);
+  int count = kb_k8s_schema_unknown_fields(r, o, out, n);
   cJSON_Delete(o);
   return count;
 }
@@ -86,8 +86,8 @@ static int refs_resolve(const cJSON *o, const cJSON *components) {
 
 static void test_components(void) {
   cJSON *components = cJSON_CreateObject();
-  KB_CHECK(k8s_schema_add_closure(components, "io.k8s.api.core.v1.Pod") == 1);
-  KB_CHECK(k8s_schema_add_closure(components, "io.k8s.api.core.v1.NoSuchKind") == 0);
+  KB_CHECK(kb_k8s_schema_add_closure(components, "io.k8s.api.core.v1.Pod") == 1);
+  KB_CHECK(kb_k8s_schema_add_closure(components, "io.k8s.api.core.v1.NoSuchKind") == 0);
   const cJSON *container = cJSON_GetObjectItemCaseSensitive(components, "io.k8s.api.core.v1.Container");
   KB_CHECK(container != NULL);
   /* the real description of a nested field */
@@ -119,7 +119,7 @@ static void test_index_hash(void) {
   kb_k8s_store_config cfg = {.history = 4, .now = fixed_now, .seed = 7};
   kb_k8s_store *st = kb_k8s_store_new(&cfg);
   KB_CHECK(st && kb_k8s_store_add_builtins(st) == 0);
-  cJSON *before = k8s_openapi_index(st);
+  cJSON *before = kb_k8s_openapi_index(st);
   char core[300], argo[300];
   snprintf(core, sizeof core, "%s", url_of(before, "api/v1"));
   snprintf(argo, sizeof argo, "%s", url_of(before, "apis/argoproj.io/v1alpha1"));
@@ -127,7 +127,7 @@ static void test_index_hash(void) {
   kb_k8s_resdef def = {"argoproj.io", "v1alpha1", "cronworkflowsx", "CronWorkflowX", NULL, NULL,
                        NULL, 1, 0, 1, NULL, NULL, 0};
   KB_CHECK(kb_k8s_store_add_resource(st, &def) != NULL);
-  cJSON *after = k8s_openapi_index(st);
+  cJSON *after = kb_k8s_openapi_index(st);
   KB_CHECK_STR(url_of(after, "api/v1"), core);
   KB_CHECK(strcmp(url_of(after, "apis/argoproj.io/v1alpha1"), argo) != 0);
   cJSON_Delete(before);

@@ -1,4 +1,4 @@
-/* The store-level controllers (src/sim/k8s_ctl.h) on a bare store, no
+/* The store-level controllers (src/sim/controllers/k8s_ctl.h) on a bare store, no
  * model: Deployment -> ReplicaSet -> Pods through scale up and down, the
  * pod-template-hash, a rolling update that never leaves maxSurge /
  * maxUnavailable (pods counted from the store after every step),
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <uv.h>
 
-#include "../../src/sim/k8s_ctl.h"
+#include "../../src/sim/controllers/k8s_ctl.h"
 #include "kb/k8s_store.h"
 #include "kb/vclock.h"
 #include "kbtest.h"
@@ -39,7 +39,7 @@ static void env_init(env *e) {
   kb_k8s_store_config cfg = {.now = store_now, .seed = 3};
   e->st = kb_k8s_store_new(&cfg);
   KB_CHECK(e->st && kb_k8s_store_add_builtins(e->st) == 0);
-  e->ctls = k8s_ctls_start(e->st);
+  e->ctls = kb_k8s_ctls_start(e->st);
   KB_CHECK(e->ctls != NULL);
   e->pods = kb_k8s_store_lookup(e->st, "", "v1", "pods");
   e->deploy = kb_k8s_store_lookup(e->st, "apps", "v1", "deployments");
@@ -52,7 +52,7 @@ static void env_init(env *e) {
 }
 
 static void env_free(env *e) {
-  k8s_ctls_free(e->ctls);
+  kb_k8s_ctls_free(e->ctls);
   kb_k8s_store_free(e->st);
 }
 
@@ -98,7 +98,7 @@ static int n_pods(env *e, const char *labels) {
   return n;
 }
 
-static int pod_ready(const cJSON *p) { return ctl_pod_ready(p); }
+static int pod_ready(const cJSON *p) { return kb_ctl_pod_ready(p); }
 
 static int n_ready(env *e, const char *labels) {
   cJSON *l = list(e, e->pods, labels);
@@ -165,10 +165,10 @@ static void test_template_hash(void) {
   cJSON *c = cJSON_Parse("{\"metadata\":{\"labels\":{\"app\":\"web\",\"tier\":\"fe\"}},\"spec\":"
                          "{\"containers\":[{\"name\":\"c\",\"image\":\"x:2\"}]}}");
   char ha[16], hb[16], hc[16], again[16];
-  k8s_template_hash(a, ha);
-  k8s_template_hash(b, hb);
-  k8s_template_hash(c, hc);
-  k8s_template_hash(a, again);
+  kb_k8s_template_hash(a, ha);
+  kb_k8s_template_hash(b, hb);
+  kb_k8s_template_hash(c, hc);
+  kb_k8s_template_hash(a, again);
   KB_CHECK_STR(ha, hb); /* neither order nor null/empty fields matter */
   KB_CHECK_STR(ha, again);
   KB_CHECK(strcmp(ha, hc) != 0);
@@ -184,7 +184,7 @@ static void test_deploy_scale(void) {
   create_deploy(&e, 3);
   cJSON *d = get(&e, e.deploy, "web");
   char hash[16], rsname[64], sel[96];
-  k8s_template_hash(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "spec"), "template"), hash);
+  kb_k8s_template_hash(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "spec"), "template"), hash);
   snprintf(rsname, sizeof rsname, "web-%s", hash);
   snprintf(sel, sizeof sel, "app=web,pod-template-hash=%s", hash);
   cJSON *rs = get(&e, e.rs, rsname);
@@ -196,7 +196,7 @@ static void test_deploy_scale(void) {
   const cJSON *p;
   cJSON_ArrayForEach(p, items(l)) {
     KB_CHECK(!strncmp(name_of(p), rsname, strlen(rsname)) && strlen(name_of(p)) == strlen(rsname) + 6);
-    KB_CHECK(ctl_owned_by(p, "ReplicaSet", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+    KB_CHECK(kb_ctl_owned_by(p, "ReplicaSet", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
                                                cJSON_GetObjectItemCaseSensitive(rs, "metadata"), "uid"))));
   }
   cJSON_Delete(l);
@@ -251,7 +251,7 @@ static void test_rolling_update(void) {
                  "\"image\":\"nginx:1.28\"}]}}}}") == 0);
   cJSON *d = get(&e, e.deploy, "web");
   char hash[16], sel[96];
-  k8s_template_hash(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "spec"), "template"), hash);
+  kb_k8s_template_hash(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "spec"), "template"), hash);
   snprintf(sel, sizeof sel, "pod-template-hash=%s", hash);
   cJSON_Delete(d);
   int steps = 0, max_total = 0, min_ready = 99;
@@ -351,7 +351,7 @@ static void test_endpoints(void) {
   KB_CHECK(ep && !cJSON_GetObjectItemCaseSensitive(ep, "subsets"));
   cJSON_Delete(ep);
   /* the kubernetes Endpoints name the apiserver */
-  k8s_ctls_set_apiserver(e.ctls, "127.0.0.1", 6443);
+  kb_k8s_ctls_set_apiserver(e.ctls, "127.0.0.1", 6443);
   ep = get(&e, e.ep, "kubernetes");
   sub = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(ep, "subsets"), 0);
   KB_CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
@@ -416,7 +416,7 @@ static void cron_env(env *e, const char *schedule, const char *policy) {
   uv_loop_init(&loop);
   g_clock = kb_vclock_new(&loop, KB_VCLOCK_EVENTS, 1);
   env_init(e);
-  k8s_ctls_set_clock(e->ctls, g_clock);
+  kb_k8s_ctls_set_clock(e->ctls, g_clock);
   char body[600];
   snprintf(body, sizeof body, CRON, schedule, policy);
   KB_CHECK(create_yaml_json(e, e->cj, body) == 0);

@@ -3,35 +3,35 @@
 #include <math.h>
 #include <uv.h>
 
-#include "../../src/sim/sim_internal.h"
+#include "../../src/sim/model/sim_internal.h"
 #include "sim_test_util.h"
 
 static void test_heap_order(void) {
   sim_heap h = {0};
   /* Same times must come out in insertion order. */
   double times[] = {5, 1, 5, 3, 1, 0, 5, 2};
-  for (uint32_t i = 0; i < 8; i++) KB_CHECK(sim_heap_push(&h, times[i], 0, i, 0, 0) == 0);
+  for (uint32_t i = 0; i < 8; i++) KB_CHECK(kb_sim_heap_push(&h, times[i], 0, i, 0, 0) == 0);
   uint32_t want[] = {5, 1, 4, 7, 3, 0, 2, 6};
   sim_event ev;
   for (int i = 0; i < 8; i++) {
-    KB_CHECK(sim_heap_pop(&h, &ev) == 1);
+    KB_CHECK(kb_sim_heap_pop(&h, &ev) == 1);
     KB_CHECK(ev.a == want[i]);
   }
-  KB_CHECK(sim_heap_pop(&h, &ev) == 0);
+  KB_CHECK(kb_sim_heap_pop(&h, &ev) == 0);
   /* Many events: nondecreasing (t, seq). */
   kb_sim_rng r;
   kb_sim_rng_seed(&r, 7);
-  for (uint32_t i = 0; i < 5000; i++) sim_heap_push(&h, floor(kb_sim_rng_uniform(&r) * 100), 0, i, 0, 0);
+  for (uint32_t i = 0; i < 5000; i++) kb_sim_heap_push(&h, floor(kb_sim_rng_uniform(&r) * 100), 0, i, 0, 0);
   double last_t = -1;
   uint64_t last_seq = 0;
   int ordered = 1;
-  while (sim_heap_pop(&h, &ev)) {
+  while (kb_sim_heap_pop(&h, &ev)) {
     if (ev.t < last_t || (ev.t == last_t && ev.seq < last_seq)) ordered = 0;
     last_t = ev.t;
     last_seq = ev.seq;
   }
   KB_CHECK(ordered);
-  sim_heap_free(&h);
+  kb_sim_heap_free(&h);
 }
 
 static void test_manual_clock(void) {

@@ -15,8 +15,8 @@
 #define HELLO "../specs/kfp/pipelines/v2ir_hello_world.yaml"
 
 /* internals of src/sim/kfp_*.c */
-double kfp_cron_next(const char *expr, double after);
-int64_t kfp_time_parse(const char *s);
+double kb_sim_cron_next(const char *expr, double after);
+int64_t kb_kfp_time_parse(const char *s);
 
 static char *file_url(const char *rel) {
   static char buf[PATH_MAX + 8];
@@ -173,8 +173,8 @@ static void test_v1_notebook_flow(void) {
     cJSON *wf = wfm ? cJSON_Parse(wfm) : NULL;
     KB_CHECK_STR(kt_str(wf, "status.phase"), "Succeeded");
     KB_CHECK_STR(kt_str(r.json, "run.finished_at"), kt_str(wf, "status.finishedAt"));
-    int64_t c = kfp_time_parse(kt_str(r.json, "run.created_at"));
-    int64_t f = kfp_time_parse(kt_str(r.json, "run.finished_at"));
+    int64_t c = kb_kfp_time_parse(kt_str(r.json, "run.created_at"));
+    int64_t f = kb_kfp_time_parse(kt_str(r.json, "run.finished_at"));
     KB_CHECK(f - c > 300 && f - c < 2000); /* the taxi DAG's critical path */
     cJSON_Delete(wf);
     kt_free(&r);
@@ -1012,14 +1012,14 @@ static void test_inline_release(void) {
 
 static void test_cron(void) {
   double t0 = 1704067200; /* 2024-01-01T00:00:00Z, a Monday */
-  KB_CHECK(kfp_cron_next("0 * * * * *", t0) == t0 + 60);
-  KB_CHECK(kfp_cron_next("*/15 * * * *", t0) == t0 + 900);
-  KB_CHECK(kfp_cron_next("0 30 2 * * *", t0) == t0 + 2 * 3600 + 1800);
-  KB_CHECK(kfp_cron_next("0 0 0 * * 0", t0) == t0 + 6 * 86400); /* next Sunday */
-  KB_CHECK(kfp_cron_next("@hourly", t0) == t0 + 3600);
-  KB_CHECK(kfp_cron_next("0 0 0 1 3 *", t0) == t0 + (31 + 29) * 86400.0);
-  KB_CHECK(kfp_cron_next("61 * * * *", t0) == -1);
-  KB_CHECK(kfp_cron_next("* *", t0) == -1);
+  KB_CHECK(kb_sim_cron_next("0 * * * * *", t0) == t0 + 60);
+  KB_CHECK(kb_sim_cron_next("*/15 * * * *", t0) == t0 + 900);
+  KB_CHECK(kb_sim_cron_next("0 30 2 * * *", t0) == t0 + 2 * 3600 + 1800);
+  KB_CHECK(kb_sim_cron_next("0 0 0 * * 0", t0) == t0 + 6 * 86400); /* next Sunday */
+  KB_CHECK(kb_sim_cron_next("@hourly", t0) == t0 + 3600);
+  KB_CHECK(kb_sim_cron_next("0 0 0 1 3 *", t0) == t0 + (31 + 29) * 86400.0);
+  KB_CHECK(kb_sim_cron_next("61 * * * *", t0) == -1);
+  KB_CHECK(kb_sim_cron_next("* *", t0) == -1);
 }
 
 static double metric(const char *text, const char *line_prefix) {

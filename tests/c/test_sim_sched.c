@@ -1,4 +1,4 @@
-/* The scheduler's predicates (src/sim/scheduler.c) on the model alone:
+/* The scheduler's predicates (src/sim/model/scheduler.c) on the model alone:
  * cordon (spec.unschedulable) and its toleration, taints written to a node
  * (NoSchedule, NoExecute, PreferNoSchedule) against tolerations, required
  * node affinity (In, NotIn, Exists, DoesNotExist, Gt; terms ORed),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Server-side apply with the real kubectl against `kbrun sim`
-# (src/sim/k8s_apply.c): `kubectl apply --server-side` creates and updates
+# (src/sim/k8s/k8s_apply.c): `kubectl apply --server-side` creates and updates
 # with managedFields per field manager; another manager changing an owned
 # field is refused with the apiserver's conflict message until
 # --force-conflicts; a field a manager stops applying is removed; fields set

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The real kubectl against `kbrun sim`, on what the simulator takes from
-# the Kubernetes 1.32 schemas (src/sim/k8s_schema.c): `kubectl explain` of
+# the Kubernetes 1.32 schemas (src/sim/k8s/k8s_schema.c): `kubectl explain` of
 # nested fields reads the real descriptions; strict field validation (the
 # default of kubectl create/apply) refuses unknown fields at any depth in
 # the apiserver's words and stores nothing; --validate=warn stores the

@@ -7,7 +7,7 @@
 # a 404 for an unknown API group. Loopback only; every kubectl call runs
 # under `timeout 30`; waits are bounded polls.
 # The ReplicaSets' pods are scheduled and run by the model like any pod
-# created through the API (src/sim/ctl_pod.c): readiness is the model's.
+# created through the API (src/sim/controllers/ctl_pod.c): readiness is the model's.
 set -u
 . "$(dirname "$0")/kubectl_common.bash"
 kc_init kubectl_workloads

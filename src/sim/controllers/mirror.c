@@ -1,0 +1,831 @@
+/* The mirror: the model's nodes, pods and events as Kubernetes objects in
+ * the store, the Workflow objects of KFP runs, and pod logs. The model's
+ * observer only marks things dirty; kb_glue_flush writes them out (see
+ * sim_glue.h for why). Pods of runs a controller owns take the shape the
+ * controller gives them (names, labels, owner references); the rest look
+ * like Argo's. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "k8s_internal.h"
+#include "k8s_ctl.h"
+#include "kb/log.h"
+#include "sim_glue.h"
+
+#define MAX_EVENT_OBJECTS 4096 /* Event objects kept; older ones are deleted (events expire) */
+
+enum { OBJ_NONE, OBJ_LIVE, OBJ_GONE };
+
+/* Records are indexed by model id. The model reuses the ids of deleted
+ * runs and pods, so a record also keeps the generation it describes: when
+ * the model's differs, the record is of a predecessor, whose objects are
+ * deleted (by the names kept here) before the record starts afresh. */
+typedef struct glue_pod {
+  char *ns, *name, *container;
+  uint32_t gen;
+  uint8_t state, bound, started_logged, ended_logged;
+} glue_pod;
+
+typedef struct glue_run {
+  const glue_owner_ops *ops;
+  void *ud;
+  int *pods;
+  size_t n_pods, cap_pods;
+  uint32_t gen;
+  uint8_t wf_state;       /* the KFP run's Workflow object */
+  char *wf_ns, *wf_name;  /* its name, while it is LIVE */
+  char *adopt_ns, *adopt_name; /* the client's pod object (kb_glue_adopt_pod) */
+} glue_run;
+
+typedef struct dirty_set {
+  uint32_t *v;
+  size_t n, cap;
+  uint8_t *flag;
+  size_t n_flag;
+} dirty_set;
+
+struct sim_glue {
+  kb_sim *sim;
+  kb_k8s_store *st;
+  kb_sim_kfp *kfp;
+  uv_loop_t *loop;
+  uv_idle_t idle;
+  int idle_init, idle_on, flushing, writing, stopped;
+  int demanded; /* someone uses the Kubernetes/Argo view: keep it current */
+  int creating_pod; /* pod_create is writing a model pod */
+  glue_pod *pods;
+  size_t n_pods;
+  glue_run *runs;
+  size_t n_runs;
+  dirty_set d_pods, d_nodes, d_runs;
+  int events_dirty;
+  uint64_t ev_next;
+  uint64_t ctl_events; /* Events written by controllers, for their names */
+  char **ev_keys; /* "ns/name" of Event objects, a ring */
+  size_t ev_head, ev_count;
+  uint64_t rng;
+  glue_ctl *ctl[7];
+  k8s_ctls *apps; /* the store-level controllers (k8s_ctl.h) */
+  kb_vclock *apps_clock; /* theirs once the view is demanded (leases cost writes) */
+  int apps_clocked;
+  const kb_k8s_res *r_pods, *r_nodes, *r_events, *r_workflows, *r_namespaces;
+};
+
+/* ---- small helpers ---- */
+
+kb_sim *kb_glue_sim(sim_glue *g) { return g->sim; }
+uv_loop_t *kb_glue_loop(sim_glue *g) { return g->loop; }
+kb_k8s_store *kb_glue_store(sim_glue *g) { return g->st; }
+int kb_glue_writing(const sim_glue *g) { return g->writing; }
+void kb_glue_write_begin(sim_glue *g) { g->writing++; }
+void kb_glue_write_end(sim_glue *g) { g->writing--; }
+
+const kb_k8s_res *kb_glue_res(sim_glue *g, const char *group, const char *resource) {
+  return kb_k8s_store_find(g->st, group, resource);
+}
+
+double kb_glue_unix(const sim_glue *g, double t) { return kb_sim_epoch(g->sim) + t; }
+
+void kb_glue_time(const sim_glue *g, double t, char out[32]) {
+  kb_k8s_format_time(kb_glue_unix(g, t), out);
+}
+
+void kb_glue_suffix(sim_glue *g, char out[6]) {
+  static const char chars[] = "bcdfghjklmnpqrstvwxz2456789";
+  for (int i = 0; i < 5; i++) {
+    uint64_t z = (g->rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    out[i] = chars[(z ^ (z >> 31)) % (sizeof chars - 1)];
+  }
+  out[5] = 0;
+}
+
+void kb_glue_ensure_namespace(sim_glue *g, const char *ns) {
+  if (!ns || !*ns || kb_k8s_peek(g->st, g->r_namespaces, NULL, ns)) return;
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "metadata"), "name", ns);
+  kb_glue_write_begin(g);
+  kb_k8s_create(g->st, g->r_namespaces, NULL, o, 0, NULL, NULL);
+  kb_glue_write_end(g);
+  cJSON_Delete(o);
+}
+
+int kb_glue_put_status(sim_glue *g, const kb_k8s_res *res, const char *ns, const char *name,
+                    const cJSON *status) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "metadata"), "name", name);
+  cJSON_AddItemToObject(o, "status", cJSON_Duplicate(status, 1));
+  kb_glue_write_begin(g);
+  int rc = kb_k8s_update(g->st, res, ns, name, o, KB_K8S_STATUS, NULL, NULL);
+  kb_glue_write_end(g);
+  cJSON_Delete(o);
+  return rc;
+}
+
+static int grow(void **arr, size_t *n, size_t need, size_t elem) {
+  if (need <= *n) return 0;
+  size_t cap = *n ? *n : 64;
+  while (cap < need) cap *= 2;
+  void *p = realloc(*arr, cap * elem);
+  if (!p) return -1;
+  memset((char *)p + *n * elem, 0, (cap - *n) * elem);
+  *arr = p;
+  *n = cap;
+  return 0;
+}
+
+static glue_run *run_rec(sim_glue *g, int run) {
+  if (run < 0 || grow((void **)&g->runs, &g->n_runs, (size_t)run + 1, sizeof *g->runs)) return NULL;
+  return &g->runs[run];
+}
+
+static glue_pod *pod_rec(sim_glue *g, int pod) {
+  if (pod < 0 || grow((void **)&g->pods, &g->n_pods, (size_t)pod + 1, sizeof *g->pods)) return NULL;
+  return &g->pods[pod];
+}
+
+/* ---- dirty sets and the observer ---- */
+
+static void dirty_add(dirty_set *d, uint32_t i) {
+  if (grow((void **)&d->flag, &d->n_flag, (size_t)i + 1, 1)) return;
+  if (d->flag[i]) return;
+  if (d->n == d->cap) {
+    size_t cap = d->cap ? d->cap * 2 : 64;
+    uint32_t *v = realloc(d->v, cap * sizeof *v);
+    if (!v) return;
+    d->v = v;
+    d->cap = cap;
+  }
+  d->flag[i] = 1;
+  d->v[d->n++] = i;
+}
+
+/* Takes the set's contents (the caller frees *out). */
+static size_t dirty_take(dirty_set *d, uint32_t **out) {
+  size_t n = d->n;
+  *out = d->v;
+  for (size_t i = 0; i < n; i++) d->flag[d->v[i]] = 0;
+  d->v = NULL;
+  d->n = d->cap = 0;
+  return n;
+}
+
+static void on_idle(uv_idle_t *h) { kb_glue_flush(h->data); }
+
+/* The mirror costs more than the model it mirrors (a JSON object per pod,
+ * events, watch history), so it only runs once someone looks: a request to
+ * the Kubernetes or Argo API (kb_glue_flush) or a controller owning a run.
+ * Until then the dirty sets (deduplicated, bounded by the object counts)
+ * just accumulate; the first look writes everything out. */
+static void want_flush(sim_glue *g) {
+  if (!g->demanded || g->idle_on || g->stopped || !g->idle_init) return;
+  g->idle_on = 1;
+  uv_idle_start(&g->idle, on_idle);
+}
+
+static void observer(void *ud, kb_sim_kind kind, uint32_t index, uint64_t rv) {
+  (void)rv;
+  sim_glue *g = ud;
+  switch (kind) {
+  case KB_SIM_KIND_POD: dirty_add(&g->d_pods, index); break;
+  case KB_SIM_KIND_NODE: dirty_add(&g->d_nodes, index); break;
+  case KB_SIM_KIND_RUN: dirty_add(&g->d_runs, index); break;
+  case KB_SIM_KIND_EVENT: g->events_dirty = 1; break;
+  }
+  want_flush(g);
+}
+
+/* ---- owners ---- */
+
+/* The record no longer names a Workflow object (it is gone). */
+static void workflow_forget(glue_run *r) {
+  free(r->wf_ns), free(r->wf_name);
+  r->wf_ns = r->wf_name = NULL;
+  r->wf_state = OBJ_GONE;
+}
+
+/* Deletes the Workflow object the record names, if any. */
+static void workflow_gone(sim_glue *g, glue_run *r) {
+  if (r->wf_state == OBJ_LIVE && r->wf_name) {
+    kb_glue_write_begin(g);
+    kb_k8s_delete(g->st, g->r_workflows, r->wf_ns, r->wf_name, NULL, NULL, NULL);
+    kb_glue_write_end(g);
+  }
+  workflow_forget(r);
+}
+
+/* The record of run id `run` as of the model's generation `gen`. */
+static glue_run *run_rec_gen(sim_glue *g, int run, uint32_t gen) {
+  glue_run *r = run_rec(g, run);
+  if (!r || r->gen == gen) return r;
+  workflow_gone(g, r);
+  free(r->pods);
+  free(r->adopt_ns), free(r->adopt_name);
+  *r = (glue_run){.gen = gen};
+  return r;
+}
+
+void kb_glue_own_run(sim_glue *g, int run, const glue_owner_ops *ops, void *ud) {
+  kb_sim_run_info ri;
+  if (kb_sim_run_get(g->sim, run, &ri) < 0) return;
+  glue_run *r = run_rec_gen(g, run, ri.gen);
+  if (!r) return;
+  r->ops = ops;
+  r->ud = ud;
+  g->demanded = 1;
+}
+
+void kb_glue_adopt_pod(sim_glue *g, int run, const char *ns, const char *name) {
+  glue_run *r = run_rec(g, run);
+  if (!r) return;
+  free(r->adopt_ns), free(r->adopt_name);
+  r->adopt_ns = strdup(ns);
+  r->adopt_name = strdup(name);
+}
+
+void kb_glue_disown_run(sim_glue *g, int run) {
+  glue_run *r = run_rec(g, run);
+  if (r) r->ud = NULL;
+}
+
+void kb_glue_forget_run(sim_glue *g, int run) {
+  glue_run *r = run_rec(g, run);
+  for (size_t i = 0; r && i < r->n_pods; i++) {
+    glue_pod *gp = pod_rec(g, r->pods[i]);
+    if (gp && gp->state == OBJ_LIVE) gp->state = OBJ_GONE;
+  }
+}
+
+int kb_glue_creating_pod(const sim_glue *g) { return g->creating_pod > 0; }
+
+int kb_glue_pod_deleted(sim_glue *g, const cJSON *pod) {
+  const char *ns = kb_k8s_meta_str(pod, "namespace"), *name = kb_k8s_meta_str(pod, "name");
+  if (!ns || !name) return 0;
+  /* A scan: deletes of model pods through the API are rare (evictions,
+   * kubectl delete); the model's own deletes are glue writes. */
+  for (size_t i = 0; i < g->n_pods; i++) {
+    glue_pod *gp = &g->pods[i];
+    if (gp->state != OBJ_LIVE || strcmp(gp->name, name) || strcmp(gp->ns, ns)) continue;
+    kb_sim_pod_info pi;
+    gp->state = OBJ_GONE;
+    if (kb_sim_pod_get(g->sim, (int)i, &pi) == 0 && pi.gen == gp->gen)
+      kb_sim_pod_kill(g->sim, (int)i, "Deleted", "the pod was deleted", NULL);
+    return 1;
+  }
+  return 0;
+}
+
+size_t kb_glue_run_pods(sim_glue *g, int run, const int **pods) {
+  glue_run *r = run_rec(g, run);
+  *pods = r ? r->pods : NULL;
+  return r ? r->n_pods : 0;
+}
+
+static int owned(const glue_run *r) { return r && r->ops; }
+
+/* ---- pods ---- */
+
+static void pod_gone(sim_glue *g, glue_pod *gp) {
+  if (gp->state == OBJ_LIVE) {
+    kb_glue_write_begin(g);
+    kb_k8s_delete(g->st, g->r_pods, gp->ns, gp->name, NULL, NULL, NULL);
+    kb_glue_write_end(g);
+  }
+  gp->state = OBJ_GONE;
+}
+
+/* The model's pod `gen` took over the id: the record starts afresh. */
+static void pod_renew(sim_glue *g, glue_pod *gp, uint32_t gen) {
+  pod_gone(g, gp);
+  free(gp->ns), free(gp->name), free(gp->container);
+  *gp = (glue_pod){.gen = gen};
+}
+
+static const char *wf_uid(sim_glue *g, const char *ns, const char *wf) {
+  const cJSON *o = kb_k8s_peek(g->st, g->r_workflows, ns, wf);
+  return o ? kb_k8s_meta_str(o, "uid") : NULL;
+}
+
+/* Lists the pod among the run's (out of memory: it is just not listed). */
+static void run_add_pod(glue_run *r, int pod) {
+  if (r->n_pods == r->cap_pods) {
+    size_t cap = r->cap_pods ? r->cap_pods * 2 : 4;
+    int *p = realloc(r->pods, cap * sizeof *p);
+    if (!p) return;
+    r->pods = p;
+    r->cap_pods = cap;
+  }
+  r->pods[r->n_pods++] = pod;
+}
+
+/* The pod a client made for the run: the record names it, nothing is
+ * created. -1 when it is gone already. */
+static int pod_adopt(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue_run *r,
+                     const char *ns, const char *name) {
+  const char *ctr = r->ops && r->ud && r->ops->container ? r->ops->container(r->ud, pi->run, pi->step)
+                                                         : NULL;
+  gp->ns = strdup(ns);
+  gp->name = strdup(name);
+  gp->container = strdup(ctr ? ctr : "main");
+  if (!gp->ns || !gp->name || !gp->container || !kb_k8s_peek(g->st, g->r_pods, ns, name)) return -1;
+  gp->bound = 0;
+  run_add_pod(r, pi->id);
+  return 0;
+}
+
+static int pod_create(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue_run *r) {
+  if (r && r->adopt_name) return pod_adopt(g, gp, pi, r, r->adopt_ns, r->adopt_name);
+  cJSON *o = owned(r) && r->ops->pod && r->ud ? r->ops->pod(r->ud, pi->run, pi->step) : NULL;
+  if (!o) o = kb_argo_server_pod(g, pi, wf_uid(g, pi->namespace_, pi->workflow));
+  if (!o) return -1;
+  cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
+  const char *ns = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(md, "namespace"));
+  const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(md, "name"));
+  const char *ctr = owned(r) && r->ops->container && r->ud
+                        ? r->ops->container(r->ud, pi->run, pi->step) : NULL;
+  gp->ns = strdup(ns ? ns : pi->namespace_);
+  gp->name = strdup(name ? name : pi->name);
+  gp->container = strdup(ctr ? ctr : "main");
+  if (pi->node) cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(o, "spec"), "nodeName", pi->node);
+  gp->bound = pi->node != NULL;
+  kb_glue_ensure_namespace(g, gp->ns);
+  kb_k8s_error e;
+  kb_glue_write_begin(g);
+  g->creating_pod++;
+  int rc = kb_k8s_create(g->st, g->r_pods, gp->ns, o, 0, NULL, &e);
+  g->creating_pod--;
+  kb_glue_write_end(g);
+  cJSON_Delete(o);
+  if (rc < 0) {
+    kb_log(KB_LOG_WARN, "simulator: cannot mirror pod %s/%s: %s", gp->ns, gp->name, e.message);
+    return -1;
+  }
+  if (r) run_add_pod(r, pi->id);
+  return 0;
+}
+
+/* The scheduler bound the pod: spec.nodeName is the main resource's. */
+static int pod_bind(sim_glue *g, glue_pod *gp, const char *node) {
+  const cJSON *cur = kb_k8s_peek(g->st, g->r_pods, gp->ns, gp->name);
+  if (!cur) return -404;
+  cJSON *o = cJSON_Duplicate(cur, 1);
+  cJSON *spec = cJSON_GetObjectItemCaseSensitive(o, "spec");
+  cJSON_DeleteItemFromObjectCaseSensitive(spec, "nodeName");
+  cJSON_AddStringToObject(spec, "nodeName", node);
+  kb_glue_write_begin(g);
+  int rc = kb_k8s_update(g->st, g->r_pods, gp->ns, gp->name, o, 0, NULL, NULL);
+  kb_glue_write_end(g);
+  cJSON_Delete(o);
+  return rc;
+}
+
+/* Argo's controller labels a pod it has seen finish completed=true (its
+ * pod informer then leaves it alone); other pods have no such label. */
+static void pod_completed(sim_glue *g, glue_pod *gp) {
+  const cJSON *cur = kb_k8s_peek(g->st, g->r_pods, gp->ns, gp->name);
+  const cJSON *labels = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cur, "metadata"), "labels");
+  const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(labels, "workflows.argoproj.io/completed"));
+  if (!v || strcmp(v, "false")) return;
+  cJSON *o = cJSON_Duplicate(cur, 1);
+  kb_k8s_set_meta(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "labels", "workflows.argoproj.io/completed", "true");
+  kb_glue_write_begin(g);
+  kb_k8s_update(g->st, g->r_pods, gp->ns, gp->name, o, 0, NULL, NULL);
+  kb_glue_write_end(g);
+  cJSON_Delete(o);
+}
+
+static void mirror_pod(sim_glue *g, int id) {
+  glue_pod *gp = pod_rec(g, id);
+  if (!gp) return;
+  kb_sim_pod_info pi;
+  int found = kb_sim_pod_get(g->sim, id, &pi) == 0;
+  if (found && gp->gen != pi.gen) pod_renew(g, gp, pi.gen);
+  if (gp->state == OBJ_GONE) return;
+  if (!found) {
+    pod_gone(g, gp);
+    return;
+  }
+  kb_sim_run_info ri;
+  glue_run *r = pi.run >= 0 && kb_sim_run_get(g->sim, pi.run, &ri) == 0
+                    ? run_rec_gen(g, pi.run, ri.gen) : NULL;
+  if (owned(r) && !r->ud) { /* its owner is gone: so are its pods */
+    gp->state = OBJ_GONE;
+    return;
+  }
+  if (gp->state == OBJ_NONE) {
+    if (pod_create(g, gp, &pi, r) < 0) {
+      gp->state = OBJ_GONE;
+      return;
+    }
+    gp->state = OBJ_LIVE;
+  }
+  if (pi.node && !gp->bound) {
+    if (pod_bind(g, gp, pi.node) == -404) {
+      gp->state = OBJ_GONE;
+      return;
+    }
+    gp->bound = 1;
+  }
+  const cJSON *cur = kb_k8s_peek(g->st, g->r_pods, gp->ns, gp->name);
+  if (!cur) {
+    gp->state = OBJ_GONE; /* deleted through the API (or its owner) */
+    return;
+  }
+  /* The log first, then the status: as on a node, a container's output is
+   * in its log before the pod shows it terminated, so `logs -f` (which
+   * ends when the pod does) gets the last line. */
+  int started = !strcmp(pi.container_state, "running") ||
+                (!strcmp(pi.container_state, "terminated") && pi.started_at >= 0);
+  if (started && !gp->started_logged) {
+    gp->started_logged = 1;
+    kb_glue_logs_started(g, &pi, gp->ns, gp->name, gp->container);
+  }
+  if (!strcmp(pi.container_state, "terminated") && !gp->ended_logged) {
+    gp->ended_logged = 1;
+    kb_glue_logs_ended(g, &pi, gp->ns, gp->name, gp->container);
+  }
+  cJSON *status = kb_glue_pod_status(
+      g, &pi, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cur, "spec"), "containers"));
+  kb_glue_put_status(g, g->r_pods, gp->ns, gp->name, status);
+  cJSON_Delete(status);
+  if (pi.phase == KB_SIM_POD_SUCCEEDED || pi.phase == KB_SIM_POD_FAILED) pod_completed(g, gp);
+  if (owned(r)) dirty_add(&g->d_runs, (uint32_t)pi.run);
+}
+
+/* ---- events ---- */
+
+static void event_keep(sim_glue *g, const char *ns, const char *name) {
+  if (!g->ev_keys && !(g->ev_keys = calloc(MAX_EVENT_OBJECTS, sizeof *g->ev_keys))) return;
+  if (g->ev_count == MAX_EVENT_OBJECTS) {
+    char *old = g->ev_keys[g->ev_head];
+    char *slash = strchr(old, '/');
+    *slash = 0;
+    kb_glue_write_begin(g);
+    kb_k8s_delete(g->st, g->r_events, old, slash + 1, NULL, NULL, NULL);
+    kb_glue_write_end(g);
+    free(old);
+    g->ev_keys[g->ev_head] = NULL;
+    g->ev_head = (g->ev_head + 1) % MAX_EVENT_OBJECTS;
+    g->ev_count--;
+  }
+  size_t n = strlen(ns) + strlen(name) + 2;
+  char *key = malloc(n);
+  if (!key) return;
+  snprintf(key, n, "%s/%s", ns, name);
+  g->ev_keys[(g->ev_head + g->ev_count++) % MAX_EVENT_OBJECTS] = key;
+}
+
+/* The model's message names its own pod and container: say what the store
+ * shows (a controller's pod name, the pod's main container). */
+static void event_message(const kb_sim_event_info *ev, const char *model_name, const glue_pod *gp,
+                          char *out, size_t cap) {
+  const char *m = ev->message ? ev->message : "";
+  size_t o = 0;
+  size_t ml = model_name ? strlen(model_name) : 0;
+  while (*m && o + 1 < cap) {
+    if (ml && gp && !strncmp(m, model_name, ml)) {
+      o += (size_t)snprintf(out + o, cap - o, "%s", gp->name);
+      m += ml;
+    } else if (gp && !strncmp(m, "container main", 14) && strcmp(gp->container, "main")) {
+      o += (size_t)snprintf(out + o, cap - o, "container %s", gp->container);
+      m += 14;
+    } else {
+      out[o++] = *m++;
+    }
+    if (o >= cap) o = cap - 1;
+  }
+  out[o] = 0;
+}
+
+static void mirror_event(sim_glue *g, const kb_sim_event_info *ev) {
+  const char *ns = "default", *name = NULL, *kind = "Node", *host = NULL, *uid = NULL;
+  const kb_k8s_res *res = g->r_nodes;
+  kb_sim_node_info ni;
+  kb_sim_pod_info pi;
+  glue_pod *gp = NULL;
+  if (ev->object_kind == KB_SIM_KIND_POD) {
+    gp = ev->object >= 0 && (size_t)ev->object < g->n_pods ? &g->pods[ev->object] : NULL;
+    if (!gp || gp->state != OBJ_LIVE || gp->gen != ev->object_gen ||
+        kb_sim_pod_get(g->sim, ev->object, &pi) < 0 || pi.gen != gp->gen)
+      return;
+    ns = gp->ns;
+    name = gp->name;
+    kind = "Pod";
+    res = g->r_pods;
+  } else if (kb_sim_node_get(g->sim, ev->object, &ni) == 0) {
+    name = ni.name;
+  }
+  if (!name) return;
+  const cJSON *obj = kb_k8s_peek(g->st, res, ev->object_kind == KB_SIM_KIND_POD ? ns : NULL, name);
+  if (obj) uid = kb_k8s_meta_str(obj, "uid");
+  if (ev->object_kind == KB_SIM_KIND_POD && obj)
+    host = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "spec"), "nodeName"));
+  int sched = !strcmp(ev->reason, "Scheduled") || !strcmp(ev->reason, "FailedScheduling");
+  const char *component = sched ? "default-scheduler"
+                          : ev->object_kind == KB_SIM_KIND_NODE ? "node-controller" : "kubelet";
+  char ename[384], ts[32], msg[1024];
+  event_message(ev, gp ? pi.name : NULL, gp, msg, sizeof msg);
+  snprintf(ename, sizeof ename, "%s.%016llx", name, (unsigned long long)(0x17e0000000000000ull + ev->seq));
+  kb_glue_time(g, ev->time, ts);
+  cJSON *o = cJSON_CreateObject();
+  cJSON *md = cJSON_AddObjectToObject(o, "metadata");
+  cJSON_AddStringToObject(md, "name", ename);
+  cJSON_AddStringToObject(md, "namespace", ns);
+  cJSON *io = cJSON_AddObjectToObject(o, "involvedObject");
+  cJSON_AddStringToObject(io, "kind", kind);
+  if (ev->object_kind == KB_SIM_KIND_POD) cJSON_AddStringToObject(io, "namespace", ns);
+  cJSON_AddStringToObject(io, "name", name);
+  if (uid) cJSON_AddStringToObject(io, "uid", uid);
+  cJSON_AddStringToObject(io, "apiVersion", "v1");
+  if (ev->object_kind == KB_SIM_KIND_POD && !sched) {
+    char fp[300];
+    snprintf(fp, sizeof fp, "spec.containers{%s}", gp->container);
+    cJSON_AddStringToObject(io, "fieldPath", fp);
+  }
+  cJSON_AddStringToObject(o, "reason", ev->reason);
+  cJSON_AddStringToObject(o, "message", msg);
+  cJSON *src = cJSON_AddObjectToObject(o, "source");
+  cJSON_AddStringToObject(src, "component", component);
+  if (host && !sched) cJSON_AddStringToObject(src, "host", host);
+  cJSON_AddStringToObject(o, "firstTimestamp", ts);
+  cJSON_AddStringToObject(o, "lastTimestamp", ts);
+  cJSON_AddNumberToObject(o, "count", 1);
+  cJSON_AddStringToObject(o, "type", ev->type);
+  cJSON_AddNullToObject(o, "eventTime");
+  cJSON_AddStringToObject(o, "reportingComponent", sched ? "default-scheduler" : component);
+  cJSON_AddStringToObject(o, "reportingInstance", host && !sched ? host : "");
+  kb_glue_ensure_namespace(g, ns);
+  kb_glue_write_begin(g);
+  int rc = kb_k8s_create(g->st, g->r_events, ns, o, 0, NULL, NULL);
+  kb_glue_write_end(g);
+  cJSON_Delete(o);
+  if (rc == 0) event_keep(g, ns, ename);
+}
+
+void kb_glue_event(sim_glue *g, const cJSON *obj, const char *type, const char *reason,
+                const char *component, const char *fmt, ...) {
+  const char *ns = kb_k8s_meta_str(obj, "namespace"), *name = kb_k8s_meta_str(obj, "name");
+  if (!obj || !name) return;
+  char msg[512], ename[384], ts[32];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  snprintf(ename, sizeof ename, "%s.%016llx", name,
+           (unsigned long long)(0x1800000000000000ull + ++g->ctl_events));
+  kb_glue_time(g, kb_sim_now(g->sim), ts);
+  cJSON *o = cJSON_CreateObject();
+  cJSON *md = cJSON_AddObjectToObject(o, "metadata");
+  cJSON_AddStringToObject(md, "name", ename);
+  cJSON_AddStringToObject(md, "namespace", ns ? ns : "default");
+  cJSON *io = cJSON_AddObjectToObject(o, "involvedObject");
+  const char *kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, "kind"));
+  const char *av = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, "apiVersion"));
+  cJSON_AddStringToObject(io, "kind", kind ? kind : "");
+  if (ns) cJSON_AddStringToObject(io, "namespace", ns);
+  cJSON_AddStringToObject(io, "name", name);
+  if (kb_k8s_meta_str(obj, "uid")) cJSON_AddStringToObject(io, "uid", kb_k8s_meta_str(obj, "uid"));
+  cJSON_AddStringToObject(io, "apiVersion", av ? av : "v1");
+  cJSON_AddStringToObject(o, "reason", reason);
+  cJSON_AddStringToObject(o, "message", msg);
+  cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "source"), "component", component);
+  cJSON_AddStringToObject(o, "firstTimestamp", ts);
+  cJSON_AddStringToObject(o, "lastTimestamp", ts);
+  cJSON_AddNumberToObject(o, "count", 1);
+  cJSON_AddStringToObject(o, "type", type);
+  cJSON_AddNullToObject(o, "eventTime");
+  cJSON_AddStringToObject(o, "reportingComponent", component);
+  cJSON_AddStringToObject(o, "reportingInstance", "");
+  kb_glue_write_begin(g);
+  int rc = kb_k8s_create(g->st, g->r_events, ns ? ns : "default", o, 0, NULL, NULL);
+  kb_glue_write_end(g);
+  cJSON_Delete(o);
+  if (rc == 0) event_keep(g, ns ? ns : "default", ename);
+}
+
+static void mirror_events(sim_glue *g) {
+  g->events_dirty = 0;
+  uint64_t first = kb_sim_event_first(g->sim), end = kb_sim_event_end(g->sim);
+  if (g->ev_next < first) g->ev_next = first;
+  for (; g->ev_next < end; g->ev_next++) {
+    kb_sim_event_info ev;
+    if (kb_sim_event_get(g->sim, g->ev_next, &ev) == 0) mirror_event(g, &ev);
+  }
+}
+
+/* ---- runs: KFP workflows ---- */
+
+void kb_glue_workflow_status(sim_glue *g, int run, const char *ns, const char *name) {
+  const cJSON *cur = kb_k8s_peek(g->st, g->r_workflows, ns, name);
+  cJSON *status = cur ? kb_sim_run_workflow_status(g->sim, run) : NULL;
+  if (!status) return;
+  cJSON *o = cJSON_Duplicate(cur, 1);
+  cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
+  cJSON *ph = cJSON_GetObjectItemCaseSensitive(status, "phase");
+  if (cJSON_IsString(ph) && !ph->valuestring[0]) cJSON_SetValuestring(ph, "Pending");
+  const char *phase = cJSON_GetStringValue(ph);
+  if (phase && *phase) kb_k8s_set_meta(md, "labels", "workflows.argoproj.io/phase", phase);
+  const char *done = phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed") ||
+                               !strcmp(phase, "Error")) ? "true" : "false";
+  kb_k8s_set_meta(md, "labels", "workflows.argoproj.io/completed", done);
+  cJSON_DeleteItemFromObjectCaseSensitive(o, "status");
+  cJSON_AddItemToObject(o, "status", status);
+  kb_glue_write_begin(g);
+  kb_k8s_update(g->st, g->r_workflows, ns, name, o, 0, NULL, NULL);
+  kb_glue_write_end(g);
+  cJSON_Delete(o);
+}
+
+void kb_glue_kfp_workflow(sim_glue *g, int run) {
+  kb_sim_run_info ri;
+  if (kb_sim_run_get(g->sim, run, &ri) < 0) { /* deleted (and freed) */
+    glue_run *r = run_rec(g, run);
+    if (r) workflow_gone(g, r);
+    return;
+  }
+  glue_run *r = run_rec_gen(g, run, ri.gen);
+  if (!r || r->wf_state == OBJ_GONE) return;
+  if (r->wf_state == OBJ_NONE) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "apiVersion", "argoproj.io/v1alpha1");
+    cJSON_AddStringToObject(o, "kind", "Workflow");
+    cJSON *md = cJSON_AddObjectToObject(o, "metadata");
+    cJSON_AddStringToObject(md, "name", ri.workflow);
+    cJSON_AddStringToObject(md, "namespace", ri.namespace_);
+    const char *id = g->kfp ? kb_sim_kfp_run_id_of(g->kfp, run) : NULL;
+    cJSON *labels = cJSON_AddObjectToObject(md, "labels");
+    if (id) cJSON_AddStringToObject(labels, "pipeline/runid", id);
+    cJSON_AddStringToObject(labels, "pipelines.kubeflow.org/v2_component", "true");
+    cJSON_AddStringToObject(labels, "workflows.argoproj.io/completed", "false");
+    cJSON *ann = cJSON_AddObjectToObject(md, "annotations");
+    cJSON_AddStringToObject(ann, "pipelines.kubeflow.org/run_name", ri.name);
+    cJSON_AddStringToObject(ann, KB_SIM_MIRRORED, "kfp"); /* not for the workflow controller */
+    cJSON_AddItemToObject(o, "spec", kb_glue_workflow_spec(g, ri.pipeline));
+    kb_glue_ensure_namespace(g, ri.namespace_);
+    kb_k8s_error e;
+    kb_glue_write_begin(g);
+    int rc = kb_k8s_create(g->st, g->r_workflows, ri.namespace_, o, 0, NULL, &e);
+    kb_glue_write_end(g);
+    cJSON_Delete(o);
+    if (rc < 0) {
+      kb_log(KB_LOG_ERROR, "simulator: cannot mirror workflow %s/%s: %s", ri.namespace_,
+             ri.workflow, e.message);
+      r->wf_state = OBJ_GONE;
+      return;
+    }
+    r->wf_state = OBJ_LIVE;
+    r->wf_ns = strdup(ri.namespace_);
+    r->wf_name = strdup(ri.workflow);
+  }
+  if (!kb_k8s_peek(g->st, g->r_workflows, ri.namespace_, ri.workflow)) {
+    /* Deleted through the API: its pods stop. A KFP run stays in KFP (the
+     * API server still holds the id), so it is stopped, not freed. */
+    workflow_forget(r);
+    if (g->kfp && kb_sim_kfp_run_id_of(g->kfp, run)) kb_sim_run_terminate(g->sim, run, NULL);
+    else kb_sim_run_delete(g->sim, run, NULL);
+    return;
+  }
+  kb_glue_workflow_status(g, run, ri.namespace_, ri.workflow);
+}
+
+static void mirror_run(sim_glue *g, int run) {
+  kb_sim_run_info ri;
+  glue_run *r = kb_sim_run_get(g->sim, run, &ri) == 0 ? run_rec_gen(g, run, ri.gen)
+                                                     : run_rec(g, run);
+  if (!r) return;
+  if (owned(r)) {
+    if (r->ud && r->ops->changed) r->ops->changed(r->ud, run);
+    return;
+  }
+  kb_glue_kfp_workflow(g, run);
+}
+
+/* ---- flush ---- */
+
+void kb_glue_flush(sim_glue *g) {
+  g->demanded = 1;
+  if (g->flushing || g->stopped) return;
+  if (!g->apps_clocked && g->apps_clock) { /* as lazy as the mirror */
+    g->apps_clocked = 1;
+    kb_k8s_ctls_set_clock(g->apps, g->apps_clock);
+  }
+  g->flushing = 1;
+  kb_sim_sync(g->sim);
+  /* Owners react to their runs by changing the model, which dirties more:
+   * a few rounds settle it (anything left waits for the next idle turn). */
+  for (int round = 0; round < 8; round++) {
+    uint32_t *v;
+    size_t n = dirty_take(&g->d_runs, &v);
+    for (size_t i = 0; i < n; i++) mirror_run(g, (int)v[i]);
+    free(v);
+    n = dirty_take(&g->d_pods, &v);
+    for (size_t i = 0; i < n; i++) mirror_pod(g, (int)v[i]);
+    free(v);
+    n = dirty_take(&g->d_nodes, &v);
+    for (size_t i = 0; i < n; i++) kb_glue_mirror_node(g, (int)v[i]);
+    free(v);
+    if (g->events_dirty) mirror_events(g);
+    if (!g->d_runs.n && !g->d_pods.n && !g->d_nodes.n && !g->events_dirty) break;
+  }
+  if (!g->d_runs.n && !g->d_pods.n && !g->d_nodes.n && !g->events_dirty && g->idle_on) {
+    uv_idle_stop(&g->idle);
+    g->idle_on = 0;
+  }
+  g->flushing = 0;
+}
+
+/* ---- lifecycle ---- */
+
+void kb_glue_ctl_free(glue_ctl *c) {
+  if (c) c->free(c);
+}
+
+sim_glue *kb_glue_new(kb_sim *sim, kb_k8s_store *st, kb_sim_kfp *kfp, uv_loop_t *loop) {
+  sim_glue *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  g->sim = sim;
+  g->st = st;
+  g->kfp = kfp;
+  g->loop = loop;
+  g->rng = 0x6b62727573696dull;
+  g->r_pods = kb_k8s_store_lookup(st, "", "v1", "pods");
+  g->r_nodes = kb_k8s_store_lookup(st, "", "v1", "nodes");
+  g->r_events = kb_k8s_store_lookup(st, "", "v1", "events");
+  g->r_namespaces = kb_k8s_store_lookup(st, "", "v1", "namespaces");
+  g->r_workflows = kb_k8s_store_lookup(st, "argoproj.io", "v1alpha1", "workflows");
+  if (!g->r_pods || !g->r_nodes || !g->r_events || !g->r_namespaces || !g->r_workflows) {
+    free(g);
+    return NULL;
+  }
+  return g;
+}
+
+void kb_glue_set_kfp(sim_glue *g, kb_sim_kfp *kfp) { g->kfp = kfp; }
+
+void kb_glue_serving(sim_glue *g, kb_vclock *clock, const char *ip, int port) {
+  g->apps_clock = clock;
+  kb_k8s_ctls_set_apiserver(g->apps, ip, port);
+}
+
+int kb_glue_start(sim_glue *g) {
+  if (uv_idle_init(g->loop, &g->idle)) return -1;
+  g->idle.data = g;
+  g->idle_init = 1;
+  for (size_t i = 0; i < kb_sim_node_count(g->sim); i++) kb_glue_mirror_node(g, (int)i);
+  g->ev_next = kb_sim_event_end(g->sim);
+  g->ctl[0] = kb_glue_job_start(g);
+  g->ctl[1] = kb_glue_workflow_start(g);
+  g->ctl[2] = kb_glue_training_start(g);
+  g->ctl[3] = kb_glue_pod_start(g);
+  g->ctl[4] = kb_glue_pdb_start(g);
+  g->ctl[5] = kb_glue_nodes_start(g);
+  g->ctl[6] = kb_glue_cron_start(g);
+  g->apps = kb_k8s_ctls_start(g->st);
+  kb_sim_set_observer(g->sim, observer, g);
+  for (size_t i = 0; i < sizeof g->ctl / sizeof g->ctl[0]; i++)
+    if (!g->ctl[i]) return -1;
+  return g->apps ? 0 : -1;
+}
+
+void kb_glue_stop(sim_glue *g) {
+  if (!g || g->stopped) return;
+  g->stopped = 1;
+  kb_sim_set_observer(g->sim, NULL, NULL);
+  for (size_t i = 0; i < sizeof g->ctl / sizeof g->ctl[0]; i++) {
+    kb_glue_ctl_free(g->ctl[i]);
+    g->ctl[i] = NULL;
+  }
+  kb_k8s_ctls_free(g->apps);
+  g->apps = NULL;
+  if (g->idle_init) uv_close((uv_handle_t *)&g->idle, NULL);
+}
+
+void kb_glue_free(sim_glue *g) {
+  if (!g) return;
+  for (size_t i = 0; i < g->n_pods; i++) {
+    free(g->pods[i].ns);
+    free(g->pods[i].name);
+    free(g->pods[i].container);
+  }
+  free(g->pods);
+  for (size_t i = 0; i < g->n_runs; i++) {
+    free(g->runs[i].pods);
+    free(g->runs[i].wf_ns);
+    free(g->runs[i].wf_name);
+    free(g->runs[i].adopt_ns);
+    free(g->runs[i].adopt_name);
+  }
+  free(g->runs);
+  dirty_set *ds[] = {&g->d_pods, &g->d_nodes, &g->d_runs};
+  for (int i = 0; i < 3; i++) {
+    free(ds[i]->v);
+    free(ds[i]->flag);
+  }
+  if (g->ev_keys)
+    for (size_t i = 0; i < MAX_EVENT_OBJECTS; i++) free(g->ev_keys[i]);
+  free(g->ev_keys);
+  free(g);
+}

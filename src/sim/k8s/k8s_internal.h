@@ -1,0 +1,158 @@
+/* Shared internals of the Kubernetes object store (k8s_*.c). */
+#ifndef KB_K8S_INTERNAL_H
+#define KB_K8S_INTERNAL_H
+
+#include "kb/buf.h"
+#include "kb/k8s_store.h"
+
+typedef struct k8s_entry {
+  char *ns;   /* "" for cluster-scoped objects */
+  char *name;
+  cJSON *obj;
+} k8s_entry;
+
+/* One resource type and its objects, sorted by (ns, name). */
+typedef struct k8s_bucket {
+  kb_k8s_res res;
+  k8s_entry *v;
+  size_t n, cap;
+} k8s_bucket;
+
+typedef struct k8s_event {
+  int refs;
+  kb_k8s_event_type type;
+  int res_index;
+  uint64_t rv;
+  cJSON *obj;  /* the new state (DELETED: the last state) */
+  cJSON *prev; /* MODIFIED: the state before */
+} k8s_event;
+
+typedef struct k8s_log k8s_log;
+#define K8S_LOG_BUCKETS 1024
+
+struct kb_k8s_watch {
+  kb_k8s_store *st;
+  int res_index;
+  char *ns; /* NULL: all */
+  kb_k8s_selector *sel;
+  kb_k8s_watch_fn fn;
+  void *ud;
+  uint64_t start_rv; /* events at or before it are already known */
+  int cancelled, done;
+  kb_k8s_watch *next;
+};
+
+typedef struct k8s_pending {
+  k8s_event *ev;
+  struct k8s_pending *next;
+} k8s_pending;
+
+/* Counts of ownerReferences by owner uid (k8s_owners.c). */
+typedef struct k8s_owners k8s_owners;
+k8s_owners *kb_k8s_owners_new(void);
+void kb_k8s_owners_free(k8s_owners *o);
+void kb_k8s_owners_track(k8s_owners *o, const cJSON *obj, int delta);
+int kb_k8s_owners_has(k8s_owners *o, const char *uid);
+
+struct kb_k8s_store {
+  kb_k8s_store_config cfg;
+  char service_cidr[48]; /* cfg.service_cidr, copied */
+  k8s_owners *owners;
+  k8s_bucket **buckets;
+  size_t n_buckets;
+  uint64_t rv;
+  uint64_t rng;
+  /* watch history: a ring of the last cfg.history events */
+  k8s_event **ring;
+  size_t ring_head, ring_count;
+  uint64_t floor_rv; /* newest evicted event: resuming before it is 410 */
+  kb_k8s_watch *watches;
+  k8s_pending *pend_head, *pend_tail;
+  int dispatching;
+  /* logs */
+  k8s_log *logs[K8S_LOG_BUCKETS];
+  kb_k8s_log_fn log_fn;
+  void *log_ud;
+  /* the field manager of the API request writing now (kb_k8s_store_set_manager),
+   * NULL for the simulator's own writes: they record no managedFields */
+  const char *manager;
+};
+
+/* Store-internal write flags, beside the public KB_K8S_* ones. */
+#define K8S_MARK_DELETED 0x100 /* replace_entry: a delete sets the deletion fields */
+#define K8S_KEEP_MANAGED 0x200 /* create/update: managedFields are the caller's (apply) */
+
+/* managedFields (k8s_apply.c): the REST layer names the request's field
+ * manager around a write; the store then records, in next, the fields the
+ * write changed from old (NULL: created) as that manager's Update. */
+void kb_k8s_store_set_manager(kb_k8s_store *st, const char *manager);
+void kb_k8s_managed_record(kb_k8s_store *st, const kb_k8s_res *res, const cJSON *old, cJSON *next);
+
+/* Annotation on objects the mirror (controllers/) made for the model's own
+ * runs; argo-server's actions tell them from objects a client created. */
+#define KB_SIM_MIRRORED "sim.kbrun.io/mirrored"
+
+/* "pods" or "jobs.batch": how Status messages name a resource. */
+void kb_k8s_qualified(const kb_k8s_res *res, char *out, size_t n);
+const char *kb_k8s_meta_str(const cJSON *obj, const char *field);
+cJSON *kb_k8s_meta(cJSON *obj); /* metadata, created if missing; NULL on OOM */
+/* A dotted path ("status.phase", ".spec.x"): the node or NULL. */
+const cJSON *kb_k8s_path(const cJSON *obj, const char *path);
+/* The number or string at a dotted path, or the default / NULL (k8s_select.c). */
+double kb_k8s_path_num(const cJSON *obj, const char *path, double dflt);
+const char *kb_k8s_path_str(const cJSON *obj, const char *path);
+/* A LabelSelector ({matchLabels, matchExpressions}) as selector text;
+ * -1 when it does not fit. An empty selector is "" (everything). */
+int kb_k8s_selector_text(const cJSON *sel, char *out, size_t n);
+/* An object's annotation, or NULL (k8s_store.c). */
+const char *kb_k8s_annotation(const cJSON *obj, const char *key);
+/* Sets md[map][key] = value (map: "labels", "annotations"), creating the
+ * map, or replacing what is there that is not an object. */
+void kb_k8s_set_meta(cJSON *md, const char *map, const char *key, const char *value);
+/* Defaulting helpers (k8s_builtin.c): the object child `key`, made an
+ * object if missing or of another type; a string or number set only where
+ * absent; a 422 "Kind.group "name" is invalid: field: what". */
+cJSON *kb_k8s_obj_child(cJSON *o, const char *key);
+void kb_k8s_default_str(cJSON *o, const char *key, const char *v);
+void kb_k8s_default_num(cJSON *o, const char *key, double v);
+int kb_k8s_invalid(kb_k8s_error *err, const kb_k8s_res *res, const cJSON *obj, const char *field,
+                const char *what);
+/* Built-in defaulting and validation on create/update (k8s_builtin.c). */
+int kb_k8s_default(kb_k8s_store *st, const kb_k8s_res *res, cJSON *obj, int create,
+                kb_k8s_error *err);
+/* ObjectMeta rules (k8s_meta_valid.c), 422 in the apiserver's words:
+ * the name (a DNS-1123 label for namespaces and services, else a
+ * subdomain), label keys and values, annotation keys and total size. */
+int kb_k8s_valid_name(const kb_k8s_res *res, const char *name, kb_k8s_error *err);
+int kb_k8s_valid_meta(const kb_k8s_res *res, const cJSON *obj, kb_k8s_error *err);
+/* Fields of a served kind an update may not change (a Job's template,
+ * selector, completionMode): 422 "field is immutable". */
+int kb_k8s_immutable(const kb_k8s_res *res, const cJSON *old, const cJSON *next, kb_k8s_error *err);
+void kb_k8s_log_drop_pod(kb_k8s_store *st, const char *ns, const char *pod);
+void kb_k8s_log_free_all(kb_k8s_store *st);
+size_t kb_k8s_base64_encode(const char *in, size_t n, char *out); /* out: 4*ceil(n/3)+1 */
+
+/* The Kubernetes 1.32 schemas (k8s_schema.c, from the API's own OpenAPI
+ * document). The OpenAPI name of a kind (+ suffix, "List"):
+ * io.k8s.api.core.v1.Pod, io.argoproj.v1alpha1.Workflow for custom types. */
+void kb_k8s_schema_name(const kb_k8s_res *r, const char *suffix, char *out, size_t n);
+/* A definition by name, or NULL; the definition of a built-in kind whose
+ * group/version/kind it declares, or NULL (custom and unknown kinds). */
+const cJSON *kb_k8s_schema_def(const char *name);
+const cJSON *kb_k8s_schema_of(const kb_k8s_res *r);
+/* The definition a schema's "$ref" names (NULL stays NULL); the schema of
+ * field `key` of an object schema (its property, else its
+ * additionalProperties), or NULL. */
+const cJSON *kb_k8s_schema_resolve(const cJSON *schema);
+const cJSON *kb_k8s_schema_child(const cJSON *schema, const char *key);
+/* The fields of obj its kind's schema does not know (at any depth) and
+ * those given twice, as the apiserver's strict decoder lists them:
+ * `unknown field "spec.template.spec.containers[0].bogus", duplicate
+ * field "metadata.name"` in out (cut to n). Returns how many. */
+int kb_k8s_schema_unknown_fields(const kb_k8s_res *r, const cJSON *obj, char *out, size_t n);
+/* Adds definition `name` and every one it references, as OpenAPI v3
+ * components, to `components`; 0 if there is no such definition. */
+int kb_k8s_schema_add_closure(cJSON *components, const char *name);
+int kb_k8s_base64_decode(const char *in, char *out, size_t cap, size_t *n);
+
+#endif
