@@ -352,4 +352,31 @@ T.case("a Kubernetes-like document round trips", function()
     { pretty = true }))
 end)
 
+T.case("decode's skip leaves named members out at any depth, and still checks their text", function()
+  local text = [[{"run_id": "r1", "state": "RUNNING",
+    "pipeline_spec": {"components": {"a": [1, 2, {"deep": [[], {}]}]}, "x": "y"},
+    "run_details": [1, "two", null, true, {"pipeline_spec": 3}],
+    "state_history": [{"state": "PENDING", "pipeline_spec": {"z": 1}, "update_time": "t"}],
+    "tail": 7}]]
+  local skip = { pipeline_spec = true, run_details = true }
+  local doc = json.decode(text, { skip = skip })
+  T.same(doc, { run_id = "r1", state = "RUNNING",
+    state_history = { { state = "PENDING", update_time = "t" } }, tail = 7 })
+  -- every member but the skipped ones, exactly as a full decode has them
+  local full = json.decode(text)
+  full.pipeline_spec, full.run_details, full.state_history[1].pipeline_spec = nil, nil, nil
+  T.same(doc, full)
+  -- a scalar, an empty container and the last member can be skipped
+  T.same(json.decode('{"a": 1, "b": {}, "c": [], "d": "x"}', { skip = { a = true, b = true, d = true } }),
+    { c = {} })
+  T.same(json.decode('[{"a": 1}, {"a": [2]}, {"b": 3}]', { skip = { a = true } }), { {}, {}, { b = 3 } })
+  -- a skipped member's text is still parsed: broken JSON there is an error with its place
+  local ok, err = pcall(json.decode, '{"a": 1, "pipeline_spec": {"x": [1, 2,]}}', { skip = skip })
+  T.eq(ok, false)
+  T.contains(err.message, "at byte 38")
+  local ok2, err2 = pcall(json.decode, "{}", { skip = "pipeline_spec" })
+  T.eq(ok2, false)
+  T.contains(tostring(err2), "option 'skip' must be a set of keys")
+end)
+
 T.run()
