@@ -492,7 +492,7 @@ local function attempt(self, s, req, o, op, method, url)
   if req.raw then return true, r.body, r, elapsed end
   local doc = {}
   if r.body:find("%S") then
-    local okd, d = pcall(json.decode, r.body)
+    local okd, d = pcall(json.decode, r.body, req.skip and { skip = req.skip } or nil)
     if not okd or type(d) ~= "table" then
       return false, kb_error("protocol", string.format("%s: %s %s -> HTTP %d with a body that is "
         .. "not a JSON object (%s): %s (%s)", op, method, url, status,

@@ -181,5 +181,96 @@ T.case("run_timeout ends a stuck run: terminated, counted, cleaned up", function
   recorders.v2beta1:assert_clean()
 end)
 
+-- The server's own record of every run of a session: state and duration.
+local function server_runs(s)
+  local c = kfp.client{ host = s.url, api = s.p.api }
+  local by_id = {}
+  for _, r in ipairs(c:list_all_runs{ experiment_id = s.experiment.id }) do by_id[r.id] = r end
+  return by_id
+end
+
+-- 20 runs, the first 5 told to fail, followed to the end (not deleted).
+local function tracked_storm(api, extra)
+  metrics.clear()
+  local s = new_session(api, extra)
+  s:create_pipeline()
+  s:create_experiment()
+  target.faults{ step_fail_prob = 1 }
+  local first = s:create_runs(5)
+  s:wait_runs(first)
+  target.faults{ step_fail_prob = 0 }
+  s:create_runs(15)
+  s:wait_runs()
+  return s
+end
+
+for _, api in ipairs({ "v1beta1", "v2beta1" }) do
+  T.case("tracking = list (" .. api .. "): every run as the server has it, a GET only where a state changed", function()
+    local polled = tracked_storm(api, { num_runs = 20 })
+    local poll_gets = metrics.get("poll.run.get"):summary().count
+    polled:delete_runs()
+    polled:cleanup()
+    local s = tracked_storm(api, { num_runs = 20, tracking = "list" })
+    local truth = server_runs(s)
+    local n_failed = 0
+    for i, run in ipairs(s.runs) do
+      local r = truth[run.id]
+      T.ok(r ~= nil, "run " .. i .. " is on the server")
+      T.eq(run.state, r.state, "run " .. i .. "'s state")
+      T.ok(r.finished, "run " .. i .. " finished")
+      T.eq(run.duration, r.finished_at - r.created_at, "run " .. i .. "'s duration")
+      if run.state == "Failed" then n_failed = n_failed + 1 end
+    end
+    T.eq(n_failed, 5)
+    local gets = metrics.get("poll.run.get"):summary().count
+    local lists = metrics.get("poll.run.list"):summary().count
+    -- one GET when a run leaves the unfinished list, one more for each state
+    -- it was listed in that we had not seen (Pending -> Running: at most 2)
+    T.ok(gets >= 20 and gets <= 60, "GETs where a state changed: " .. gets)
+    T.ok(lists >= 2, "a ListRuns page per round: " .. lists)
+    T.ok(gets + lists < poll_gets, string.format("fewer calls than polling every run: %d + %d < %d",
+      gets, lists, poll_gets))
+    T.eq(s.track_unfiltered, nil, "the simulator takes the state filter")
+    s:get_runs()
+    s:delete_runs()
+    s:cleanup()
+    assert_gone(s)
+    recorders[api]:assert_clean()
+  end)
+end
+
+T.case("tracking = list: a server that refuses the state filter is listed without it, same outcome", function()
+  metrics.clear()
+  local refused = 0
+  local inner = recording_http("v2beta1")
+  local http = { request = function(self, req)
+    local f = req.query and req.query.filter
+    if req.url:match("/apis/v2beta1/runs$") and f and f:find('"IN"', 1, true) then
+      refused = refused + 1
+      return { status = 400, headers = { ["content-type"] = "application/json" },
+        body = '{"code": 3, "message": "Invalid input error: filter key state", "details": []}',
+        time = { total = 0.001 } }
+    end
+    return inner.request(self, req)
+  end }
+  local p = { host = "", api = "v2beta1", pipeline_file_url = TAXI, num_runs = 8, concurrency = 4,
+    run_status_polling_interval_sec = 30, progress = false, tracking = "list", retry = false }
+  local exp = experiment.create{ out = fs.join(tmp, "out"), name = "sim-refused" }
+  local s = storm.new(p, { exp = exp, http = http })
+  s:create_pipeline()
+  s:create_experiment()
+  s:create_runs()
+  s:wait_runs()
+  T.eq(refused, 1, "refused once, then listed without the filter")
+  T.eq(s.track_unfiltered, true)
+  local truth = server_runs(s)
+  for i, run in ipairs(s.runs) do
+    T.eq(run.state, "Succeeded", "run " .. i)
+    T.eq(run.duration, truth[run.id].finished_at - truth[run.id].created_at, "run " .. i .. "'s duration")
+  end
+  s:delete_runs()
+  s:cleanup()
+end)
+
 T.run()
 fs.remove(tmp, { recursive = true })

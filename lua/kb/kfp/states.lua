@@ -65,8 +65,23 @@ end
 -- Returns nil for anything else, and for times at or before the epoch: KFP
 -- writes "1970-01-01T00:00:00Z" for "not yet" (an unfinished run's
 -- finished_at), and Go's zero time is year 1.
+local parse_rfc3339
+
+-- Parsed times by their text: a storm's polls read the same few timestamps
+-- of every run again and again. Bounded: emptied when it holds 8192.
+local parsed, n_parsed = {}, 0
+
 function M.parse_time(s)
   if type(s) ~= "string" then return nil end
+  local t = parsed[s]
+  if t ~= nil then return t or nil end
+  t = parse_rfc3339(s)
+  if n_parsed >= 8192 then parsed, n_parsed = {}, 0 end
+  parsed[s], n_parsed = t or false, n_parsed + 1
+  return t
+end
+
+parse_rfc3339 = function(s)
   local y, mo, d, h, mi, sec, rest =
     s:match("^(%d%d%d%d)-(%d%d)-(%d%d)[Tt ](%d%d):(%d%d):(%d%d)(.*)$")
   if not y then return nil end

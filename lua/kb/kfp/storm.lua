@@ -49,6 +49,7 @@ local journal = require "kb.journal"
 local core = require "kb.core"
 local prom = require "kb.kfp.prom"
 local states = require "kb.kfp.states"
+local track = require "kb.kfp.storm_track"
 local connection = require "kb.connection"
 
 local M = {}
@@ -69,6 +70,7 @@ M.DEFAULTS = connection.params {
   timeout = 7200,                         -- the whole storm, cluster seconds (0 = none)
   run_timeout = 3600,                     -- one run, from its creation (0 = none)
   poll_all = true,                        -- poll every pending run each interval
+  tracking = "poll",                      -- poll: a GET per pending run each interval; list: ListRuns of the unfinished, a GET where a state changed
   measure_list = true,                    -- ListRuns of the experiment each interval
   scrape_metrics = true,                  -- the server's /metrics before and after
   prometheus_url = "",                    -- server figures from Prometheus instead (docs/observability.md)
@@ -174,6 +176,10 @@ local function normalize(params)
   check_number(p, "retry_budget_ratio", 0)
   check_number(p, "request_timeout", 0, true)
   if p.progress ~= "auto" then p.progress = flag(p.progress, "progress") end
+  if p.notebook then p.tracking = "poll" end
+  if p.tracking ~= "poll" and p.tracking ~= "list" then
+    bad_param("tracking must be poll or list, got %s", tostring(p.tracking))
+  end
   if p.api ~= "v1beta1" and p.api ~= "v2beta1" then
     bad_param("api must be v1beta1 or v2beta1, got %s", tostring(p.api))
   end
@@ -803,11 +809,14 @@ function Session:observe(run, r)
     duration = run.duration, observed_lag = run.observed_lag }
 end
 
+-- A status poll decodes what a run's state needs, not its pipeline spec.
+local POLL = { status_only = true }
+
 -- One status GET (poll client); false when the call failed (or polling
 -- has stopped).
 function Session:poll_one(run)
   if self.halted then return false end
-  local ok, r = pcall(self.poller.get_run, self.poller, run.id)
+  local ok, r = pcall(self.poller.get_run, self.poller, run.id, POLL)
   if not ok then
     if kb.is_cancelled(r) then error(r, 0) end
     run.poll_error, run.poll_failed = message_of(r), true
@@ -889,8 +898,15 @@ function Session:poll_pending(list, count_rounds)
   if count_rounds then self:count_round(results, #tasks) end
 end
 
+-- One round of tracking = "list" (kb.kfp.storm_track): the unfinished runs
+-- listed, a GET for each whose state changed.
+function Session:track_round(list)
+  local _, all_failed = track.round(self, list, pending)
+  self:count_round({ not all_failed }, 1, self.track_error and message_of(self.track_error))
+end
+
 -- A poll round in which every poll failed counts towards halting.
-function Session:count_round(results, n)
+function Session:count_round(results, n, fallback)
   if n == 0 or self.halted then return end
   for i = 1, n do
     if results[i] then self.failed_rounds = 0 return end
@@ -902,7 +918,7 @@ function Session:count_round(results, n)
       if pending(run) and run.poll_error then last = run.poll_error end
     end
     self:halt(string.format("every status poll failed in %d consecutive rounds", self.failed_rounds),
-      last or "?")
+      last or fallback or "?")
   end
 end
 
@@ -910,7 +926,7 @@ end
 -- number of runs listed, or nil when the call failed.
 function Session:list_runs()
   local ok, items = pcall(self.c.list_all_runs, self.c,
-    { experiment_id = self.experiment and self.experiment.id, page_size = 200 })
+    { experiment_id = self.experiment and self.experiment.id, page_size = 200, status_only = true })
   if not ok then
     if kb.is_cancelled(items) then error(items, 0) end
     return nil
@@ -1013,7 +1029,9 @@ function Session:wait_runs(list)
   while not self.halted do
     if self:count(pending, list) == 0 then break end
     if self.p.measure_list then self:list_runs() end
-    if self.p.poll_all then self:poll_pending(list, true) else self:poll_in_order(list) end
+    if self.p.tracking == "list" then self:track_round(list)
+    elseif self.p.poll_all then self:poll_pending(list, true)
+    else self:poll_in_order(list) end
     if self.halted then break end
     self:enforce_timeouts(list)
     self.progress:update()

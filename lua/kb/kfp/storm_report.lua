@@ -679,6 +679,10 @@ function Progress:update()
     io.stdout:flush()
     return
   end
+  -- counted at most once a real second: the count walks every run
+  local now = kb.time()
+  if now - (self.counted or -math.huge) < 1 then return end
+  self.counted = now
   local s = self.s
   local total = s:requested()
   local done = s:count(function(r) return r.finished or r.timed_out end)
@@ -705,6 +709,9 @@ function Progress:done()
     io.stdout:write("\r\27[K", self:line(), "\n")
     io.stdout:flush()
     self.shown = false
+  else
+    self.counted = nil -- the last quarter is logged, however soon it came
+    self:update()
   end
 end
 

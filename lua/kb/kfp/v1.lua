@@ -283,9 +283,14 @@ function V.create_run(c, a)
       "runs", "name", "name", a.name) })
 end
 
-function V.get_run(c, id)
+-- What a status poll leaves undecoded (get_run/list_runs with status_only):
+-- the pipeline's spec and manifests, tens of KB a run, never read by one.
+local STATUS_SKIP = { pipeline_runtime = true, workflow_manifest = true, pipeline_manifest = true }
+
+function V.get_run(c, id, opts)
   need_id(id, "run", "get_run")
-  return V.run(c:request{ op = "run.get", method = "GET", path = "/runs/" .. seg(id) })
+  return V.run(c:request{ op = "run.get", method = "GET", path = "/runs/" .. seg(id),
+    skip = opts and opts.status_only and STATUS_SKIP or nil })
 end
 
 function V.list_runs(c, a)
@@ -293,7 +298,8 @@ function V.list_runs(c, a)
   local q = C.list_query(a)
   if a.experiment_id then owner_query(q, "EXPERIMENT", a.experiment_id)
   else owner_query(q, "NAMESPACE", a.namespace or c.namespace) end
-  local doc = c:request{ op = "run.list", method = "GET", path = "/runs", query = q }
+  local doc = c:request{ op = "run.list", method = "GET", path = "/runs",
+    skip = a.status_only and STATUS_SKIP or nil, query = q }
   return C.page(doc, "runs", V.run)
 end
 

@@ -288,14 +288,20 @@ function V.create_run(c, a)
       "display_name", a.name) })
 end
 
-function V.get_run(c, id)
+-- What a status poll leaves undecoded (get_run/list_runs with status_only):
+-- the pipeline's spec and manifests, tens of KB a run, never read by one.
+local STATUS_SKIP = { pipeline_spec = true, run_details = true }
+
+function V.get_run(c, id, opts)
   need_id(id, "run", "get_run")
-  return V.run(c:request{ op = "run.get", method = "GET", path = "/runs/" .. seg(id) })
+  return V.run(c:request{ op = "run.get", method = "GET", path = "/runs/" .. seg(id),
+    skip = opts and opts.status_only and STATUS_SKIP or nil })
 end
 
 function V.list_runs(c, a)
   a = C.args(a, "list_runs")
   local doc = c:request{ op = "run.list", method = "GET", path = "/runs",
+    skip = a.status_only and STATUS_SKIP or nil,
     query = C.list_query(a, { experiment_id = a.experiment_id,
       namespace = a.namespace or c.namespace }) }
   return C.page(doc, "runs", V.run)
