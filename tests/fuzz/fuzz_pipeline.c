@@ -1,4 +1,4 @@
-/* Fuzz target: the simulator's pipeline expansion (src/sim/model/pipeline.c):
+/* Fuzz target: the simulator's pipeline expansion (src/sim/model/pipeline*.c):
  * compiled KFP v1 Argo workflows, v2 backend workflows and v2 IR
  * PipelineSpecs (with their platform spec) given as YAML text.
  *
