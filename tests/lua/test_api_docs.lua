@@ -33,7 +33,8 @@ local function lua_files(dir, prefix, out)
       lua_files(path, prefix .. name .. ".", out)
     elseif name:match("%.lua$") then
       local mod = prefix .. name:gsub("%.lua$", "")
-      out[#out + 1] = mod == "kb.init" and "kb" or mod
+      -- a folder's init.lua is the folder's module (kb/argo/init.lua: kb.argo)
+      out[#out + 1] = mod == "kb.init" and "kb" or mod:gsub("%.init$", "")
     end
   end
   return out
