@@ -29,10 +29,11 @@ PORT=${PORT:-$((20000 + RANDOM % 20000))}
 PIPELINE=$ROOT/tests/data/sim/v1_argo_benchmark_pipeline_10_nodes.yaml
 
 tmp=$(mktemp -d)
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 sim_pid=
 cleanup() {
   [[ -n $sim_pid ]] && kill "$sim_pid" 2>/dev/null && wait "$sim_pid" 2>/dev/null
-  rm -rf "$tmp"
+  if [[ -n ${KEEP:-} ]]; then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
 
@@ -48,7 +49,8 @@ EOF
 "$KBRUN" sim --listen "127.0.0.1:$PORT" --speed 60 --config "$tmp/sim.yaml" > "$tmp/sim.log" 2>&1 &
 sim_pid=$!
 url="http://127.0.0.1:$PORT"
-for _ in $(seq 50); do curl -fs "$url/apis/v2beta1/healthz" > /dev/null && break; sleep 0.1; done
+for _ in $(seq 300); do curl -fs "$url/apis/v2beta1/healthz" > /dev/null && break; sleep 0.1; done
+curl -fs "$url/apis/v2beta1/healthz" > /dev/null || { echo "the simulator did not start:"; cat "$tmp/sim.log"; exit 1; }
 
 # one measured command: prints "calls cpu_s rss_kb wall_s outcomes"
 measure() {
