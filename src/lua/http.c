@@ -79,7 +79,7 @@
 #include "kb/lua_modules.h"
 #include "kb/lua_util.h"
 #include "kb/rt.h"
-#include "http_internal.h"
+#include "lhttp_internal.h"
 
 #define CLIENT_META "kb.http.client"
 
@@ -192,15 +192,6 @@ enum { SLOT_HEADERS, SLOT_QUERY, SLOT_MULTIPART, SLOT_BODY, NSLOTS };
 
 static int slot(const kb_lhttp_spec *s, int which) { return s->slot + which; }
 
-static int valid_name(const char *s, size_t n) {
-  if (n == 0) return 0;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char ch = (unsigned char)s[i];
-    if (ch <= ' ' || ch >= 127 || strchr("\"(),/:;<=>?@[\\]{}", ch)) return 0;
-  }
-  return 1;
-}
-
 static void check_header_value(lua_State *L, const char *name, int idx) {
   int t = lua_type(L, idx);
   if (t != LUA_TSTRING && t != LUA_TNUMBER)
@@ -218,7 +209,7 @@ static void check_headers(lua_State *L, int tbl) {
     size_t n;
     if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "kb.http: header names must be strings");
     const char *name = lua_tolstring(L, -2, &n);
-    if (!valid_name(name, n)) luaL_error(L, "kb.http: invalid header name '%s'", name);
+    if (!kb_http_token_valid(name, n)) luaL_error(L, "kb.http: invalid header name '%s'", name);
     if (lua_istable(L, -1)) {
       lua_Integer len = luaL_len(L, -1);
       for (lua_Integer i = 1; i <= len; i++) {
@@ -426,7 +417,7 @@ static void build_spec(lua_State *L, kb_lhttp_spec *s, int opts, int body) {
     }
   }
   if (!s->url) luaL_error(L, "kb.http: a url is needed");
-  if (!valid_name(s->method, strlen(s->method)) || strlen(s->method) > 31)
+  if (!kb_http_token_valid(s->method, strlen(s->method)) || strlen(s->method) > 31)
     luaL_error(L, "kb.http: invalid method '%s'", s->method);
   if (!lua_isnil(L, slot(s, SLOT_HEADERS))) check_headers(L, slot(s, SLOT_HEADERS));
   if (!lua_isnil(L, slot(s, SLOT_QUERY))) check_query(L, slot(s, SLOT_QUERY));

@@ -1,7 +1,9 @@
 /* Shared by the two files of kb.http: http.c (clients, requests, the
- * module) and http_stream.c (streams). Not a public header. */
-#ifndef KB_LUA_HTTP_INTERNAL_H
-#define KB_LUA_HTTP_INTERNAL_H
+ * module) and http_stream.c (streams), and by kb.sim (sim.c) for its
+ * Unix-socket routes. Not a public header (src/net/http_client_internal.h
+ * is the C client's own). */
+#ifndef KB_LHTTP_INTERNAL_H
+#define KB_LHTTP_INTERNAL_H
 
 #include <lua.h>
 

@@ -285,6 +285,21 @@ static void test_headers_and_body(void) {
   result_clear(&pl);
 }
 
+/* One validator for methods and header names (kb.http uses it too). */
+static void test_tokens(void) {
+  KB_CHECK(kb_http_token_valid("GET", 3));
+  KB_CHECK(kb_http_token_valid("X-Custom_1.a~!#$%&'*+^`|", 24));
+  KB_CHECK(!kb_http_token_valid("", 0));
+  static const char *const bad[] = {"a b", "a\tb", "a:b", "a;b", "a/b", "a\"b", "a(b", "a)b",
+                                    "a,b", "a<b", "a=b", "a>b", "a?b", "a@b", "a[b", "a\\b",
+                                    "a]b", "a{b", "a}b", "a\x7f", "\xc3\xa9"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    KB_CHECK(!kb_http_token_valid(bad[i], strlen(bad[i])));
+  KB_CHECK(!kb_http_token_valid("a\0b", 3)); /* a NUL inside the length */
+  KB_CHECK(kb_http_request_new(C, "GE T", "http://127.0.0.1/") == NULL);
+  KB_CHECK(kb_http_request_new(C, "", "http://127.0.0.1/") == NULL);
+}
+
 static void test_head_and_methods(void) {
   result res = {.want_header = "x-method"};
   perform(new_request(C, "HEAD", "/echo"), &res);
@@ -968,6 +983,7 @@ int main(void) {
   KB_RUN(test_get);
   KB_RUN(test_query);
   KB_RUN(test_headers_and_body);
+  KB_RUN(test_tokens);
   KB_RUN(test_head_and_methods);
   KB_RUN(test_response_headers);
   KB_RUN(test_multipart);
