@@ -37,6 +37,9 @@ struct kb_http_request {
 
   char method[32];
   kb_buf url;         /* NUL-terminated */
+  CURLU *uh;          /* the parsed URL curl reads (CURLOPT_CURLU), kept */
+  kb_buf uh_url;      /* the URL uh holds; empty: none */
+  int uh_set;         /* uh is the handle's CURLOPT_CURLU */
   int url_has_query;
   kb_buf hdr_text;     /* "Name: value\0" lines */
   size_t nheaders;

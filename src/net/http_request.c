@@ -133,6 +133,8 @@ void kb__http_request_destroy(kb_http_request *r) {
   server_name_clear(r);
   if (r->mime) curl_mime_free(r->mime);
   if (r->easy) curl_easy_cleanup(r->easy);
+  curl_url_cleanup(r->uh);
+  kb_buf_free(&r->uh_url);
   kb_buf_free(&r->url);
   kb_buf_free(&r->hdr_text);
   kb_buf_free(&r->body);
@@ -190,6 +192,7 @@ static void request_release(kb_http_request *r) {
   }
   if (r->dirty) {
     curl_easy_reset(r->easy);
+    r->uh_set = 0;
     easy_baseline(r);
     r->dirty = 0;
   }
@@ -459,6 +462,39 @@ out:
   return err;
 }
 
+/* The URL as curl gets it. A recycled handle usually asks for the URL it
+ * asked for last time (a load loop): curl then reads the URL handle it
+ * parsed then (CURLOPT_CURLU) instead of parsing the string again per
+ * transfer. With the flags curl uses for CURLOPT_URL; a URL it refuses,
+ * and requests that rewrite their URL (redirects, tls_server_name), take
+ * the string path, so curl's own errors and behaviour are unchanged. */
+static int set_url(kb_http_request *r) {
+  CURL *e = r->easy;
+  if (!r->follow && !r->tls_server_name) {
+    int same = r->uh_url.len == r->url.len && memcmp(r->uh_url.data, r->url.data, r->url.len) == 0;
+    if (!same) {
+      /* A fresh handle: one that holds a URL takes the next as relative
+       * to it (a URL without a scheme would land on the old host's path). */
+      kb_buf_clear(&r->uh_url);
+      if (r->uh_set) curl_easy_setopt(e, CURLOPT_CURLU, (CURLU *)NULL);
+      r->uh_set = 0;
+      curl_url_cleanup(r->uh);
+      if (!(r->uh = curl_url())) return -ENOMEM;
+      same = curl_url_set(r->uh, CURLUPART_URL, r->url.data,
+                          CURLU_GUESS_SCHEME | CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK &&
+             kb_buf_append(&r->uh_url, r->url.data, r->url.len) == 0;
+    }
+    if (same) {
+      if (!r->uh_set && curl_easy_setopt(e, CURLOPT_CURLU, r->uh) != CURLE_OK) return -ENOMEM;
+      r->uh_set = 1;
+      return 0;
+    }
+  }
+  if (r->uh_set) curl_easy_setopt(e, CURLOPT_CURLU, (CURLU *)NULL);
+  r->uh_set = 0;
+  return curl_easy_setopt(e, CURLOPT_URL, r->url.data) == CURLE_OK ? 0 : -ENOMEM;
+}
+
 int kb_http_request_start(kb_http_request *r, kb_http_done_cb cb, void *ud) {
   kb_http_client *c = r->client;
   if (r->started || c->closing) return -EINVAL;
@@ -470,7 +506,7 @@ int kb_http_request_start(kb_http_request *r, kb_http_done_cb cb, void *ud) {
   r->resp_body.len = 0;
   r->resp_headers.len = 0;
   int err;
-  if (curl_easy_setopt(r->easy, CURLOPT_URL, r->url.data) != CURLE_OK) return -ENOMEM;
+  if ((err = set_url(r)) != 0) return err;
   if (r->tls_server_name && strncasecmp(r->url.data, "https:", 6) == 0 &&
       (err = apply_server_name(r)) != 0)
     return err;
