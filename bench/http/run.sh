@@ -2,29 +2,40 @@
 # bench/http/run.sh: kbrun's HTTP client against wrk and Python requests.
 #
 # Starts a private nginx (one worker, loopback, a small JSON file), then
-# runs, interleaved, RUNS times each:
+# runs, interleaved (round 1 of every client, round 2 of every client...),
+# RUNS rounds of each client in $CLIENTS:
 #   wrk      -t1 -c$CONNECTIONS for $DURATION s
 #   kbrun    bench/http/kbrun_load.lua: $CONNECTIONS tasks looping kb.http.get
+#   kb_c     build/bench/http_bench: the same loop in C over kb_http_client,
+#            no Lua (the floor of kbrun's client path)
+#   native   build/bench/http_native_bench: the same loop on libuv and
+#            http_parser without libcurl (what a native HTTP/1.1 path costs)
 #   python   bench/http/py_client.py: requests + $CONNECTIONS threads
-# and prints a markdown table of the median run (by req/s) of each client:
-# req/s, p50/p99 latency, client CPU, nginx worker CPU, peak RSS, and the
-# ratios kbrun/wrk and kbrun/python. Stops by itself (every command runs
-# under `timeout`); nginx and the temporary directory are removed on exit.
+#   base     $KBRUN_BASE running kbrun_load.lua (an older kbrun, for A/B)
+# and prints a markdown table with, per client, the median over the rounds
+# of req/s, p50/p99 latency, CPU per request (user+sys of the client
+# process alone, from /usr/bin/time, over the requests it completed),
+# client CPU %, nginx worker CPU % and peak RSS, then the ratios against
+# wrk. Stops by itself (every command runs under `timeout`); nginx and the
+# temporary directory are removed on exit.
 #
-#   bench/http/run.sh                       # 3 x 10 s each, ~2 minutes
+#   bench/http/run.sh                       # 5 x 10 s each, ~4 minutes
 #   DURATION=5 RUNS=1 bench/http/run.sh     # quick look
-#   KBRUN=build-asan/kbrun bench/http/run.sh
+#   CLIENTS="wrk kbrun base" KBRUN_BASE=/tmp/kbrun-old bench/http/run.sh   # A/B
 #
-# Environment: DURATION (10), CONNECTIONS (64), RUNS (3), KBRUN (first of
-# build/kbrun, build-*/kbrun that exists), WRK (wrk), NGINX (/usr/sbin/nginx),
-# PYTHON (/usr/bin/python3, which has python3-requests), PORT (a free one).
+# Environment: DURATION (10), CONNECTIONS (64), RUNS (5), CLIENTS ("wrk
+# kbrun kb_c native python", plus base when KBRUN_BASE is set), KBRUN (first
+# of build/kbrun, build-*/kbrun that exists), KB_C and KB_NATIVE
+# (bench/http_bench and bench/http_native_bench beside it),
+# KBRUN_BASE, WRK (wrk), NGINX (/usr/sbin/nginx), PYTHON (/usr/bin/python3,
+# which has python3-requests), PORT (a free one).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 DURATION=${DURATION:-10}
 CONNECTIONS=${CONNECTIONS:-64}
-RUNS=${RUNS:-3}
+RUNS=${RUNS:-5}
 WRK=${WRK:-wrk}
 NGINX=${NGINX:-/usr/sbin/nginx}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -89,12 +100,12 @@ to_ms() {
     printf "%.3f", n }'
 }
 
-# measure NAME RUN COMMAND...: one run; appends
-# "name run rps p50_ms p99_ms client_cpu% nginx_cpu% rss_mb" to results.
+# measure NAME RUN COMMAND...: one run; appends "name run rps p50_ms p99_ms
+# client_cpu% nginx_cpu% rss_mb requests cpu_us_per_request" to results.
 measure() {
   local name=$1 run=$2
   shift 2
-  local w0 w1 rps p50 p99
+  local w0 w1 rps p50 p99 reqs
   w0=$(cpu_ticks "$WORKER")
   if ! /usr/bin/time -f "%U %S %e %M" -o "$TMP/time.txt" \
       timeout $((DURATION + 60)) "$@" > "$TMP/out.txt" 2>&1; then
@@ -105,57 +116,92 @@ measure() {
   w1=$(cpu_ticks "$WORKER")
   if [ "$name" = wrk ]; then
     rps=$(awk '/^Requests\/sec:/ { print $2 }' "$TMP/out.txt")
+    reqs=$(awk '/ requests in / { print $1 }' "$TMP/out.txt")
     p50=$(to_ms "$(awk '$1 == "50%" { print $2 }' "$TMP/out.txt")")
     p99=$(to_ms "$(awk '$1 == "99%" { print $2 }' "$TMP/out.txt")")
   else
     local line
-    line=$(grep -E '^(kbrun_load|py_client) ' "$TMP/out.txt" | tail -1)
+    line=$(grep -E '^(kbrun_load|py_client|http_bench) ' "$TMP/out.txt" | tail -1)
     rps=$(sed -E 's/.* rps=([0-9.]+).*/\1/' <<< "$line")
+    reqs=$(sed -E 's/.* requests=([0-9]+).*/\1/' <<< "$line")
     p50=$(sed -E 's/.* p50_ms=([0-9.]+).*/\1/' <<< "$line")
     p99=$(sed -E 's/.* p99_ms=([0-9.]+).*/\1/' <<< "$line")
   fi
   read -r user sys elapsed rss_kb < "$TMP/time.txt"
   awk -v n="$name" -v r="$run" -v rps="$rps" -v p50="$p50" -v p99="$p99" \
-      -v u="$user" -v s="$sys" -v e="$elapsed" -v rss="$rss_kb" \
+      -v u="$user" -v s="$sys" -v e="$elapsed" -v rss="$rss_kb" -v q="$reqs" \
       -v w="$((w1 - w0))" -v hz="$CLK_TCK" -v d="$DURATION" 'BEGIN {
-    printf "%s %s %s %s %s %.0f %.0f %.1f\n", n, r, rps, p50, p99,
-      100 * (u + s) / e, 100 * (w / hz) / d, rss / 1024 }' >> "$TMP/results.txt"
-  tail -1 "$TMP/results.txt" | awk '{ printf "  %-7s run %s: %8.0f req/s  p50 %7.3f ms  p99 %7.3f ms\n", $1, $2, $3, $4, $5 }' >&2
+    printf "%s %s %s %s %s %.0f %.0f %.1f %d %.2f\n", n, r, rps, p50, p99,
+      100 * (u + s) / e, 100 * (w / hz) / d, rss / 1024, q, (q > 0 ? 1e6 * (u + s) / q : 0) }' \
+    >> "$TMP/results.txt"
+  tail -1 "$TMP/results.txt" | awk '{ printf "  %-7s run %s: %8.0f req/s  p50 %7.3f ms  p99 %7.3f ms  %6.2f us CPU/request\n", $1, $2, $3, $4, $5, $10 }' >&2
 }
 
-echo "kbrun: $KBRUN" >&2
-echo "nginx on $URL (worker pid $WORKER); $RUNS x ${DURATION}s per client, $CONNECTIONS connections" >&2
-: > "$TMP/results.txt"
-for run in $(seq "$RUNS"); do
-  measure wrk "$run" "$WRK" -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$URL"
-  measure kbrun "$run" "$KBRUN" -q -o "$TMP/out" "$HERE/kbrun_load.lua" \
-    url="$URL" connections="$CONNECTIONS" duration="$DURATION"
-  measure python "$run" "$PYTHON" "$HERE/py_client.py" \
-    --url "$URL" --threads "$CONNECTIONS" --duration "$DURATION"
+KB_C=${KB_C:-$(dirname "$KBRUN")/bench/http_bench}
+KB_NATIVE=${KB_NATIVE:-$(dirname "$KBRUN")/bench/http_native_bench}
+if [ -z "${CLIENTS:-}" ]; then
+  CLIENTS="wrk kbrun kb_c native python"
+  [ -n "${KBRUN_BASE:-}" ] && CLIENTS="$CLIENTS base"
+fi
+for name in $CLIENTS; do
+  case $name in
+    wrk|kbrun|python) ;;
+    kb_c) [ -x "$KB_C" ] || { echo "run.sh: $KB_C not found (cmake --build BUILD --target http_bench, or set KB_C)" >&2; exit 2; } ;;
+    native) [ -x "$KB_NATIVE" ] || { echo "run.sh: $KB_NATIVE not found (cmake --build BUILD --target http_native_bench, or set KB_NATIVE)" >&2; exit 2; } ;;
+    base) [ -x "${KBRUN_BASE:-}" ] || { echo "run.sh: client base needs KBRUN_BASE=path/to/kbrun" >&2; exit 2; } ;;
+    *) echo "run.sh: unknown client '$name' (expected wrk, kbrun, kb_c, native, python, base)" >&2; exit 2 ;;
+  esac
 done
 
-# ---- report: the median run (by req/s) of each client --------------------------
-median() { # NAME -> its median result line
-  grep "^$1 " "$TMP/results.txt" | sort -k3,3 -g | awk '{ l[NR] = $0 } END { if (NR) print l[int((NR + 1) / 2)] }'
+echo "kbrun: $KBRUN${KBRUN_BASE:+, base: $KBRUN_BASE}" >&2
+echo "nginx on $URL (worker pid $WORKER); $RUNS x ${DURATION}s per client ($CLIENTS), $CONNECTIONS connections" >&2
+: > "$TMP/results.txt"
+for run in $(seq "$RUNS"); do
+  for name in $CLIENTS; do
+    case $name in
+      wrk) measure wrk "$run" "$WRK" -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$URL" ;;
+      kbrun) measure kbrun "$run" "$KBRUN" -q -o "$TMP/out" "$HERE/kbrun_load.lua" \
+          url="$URL" connections="$CONNECTIONS" duration="$DURATION" ;;
+      base) measure base "$run" "$KBRUN_BASE" -q -o "$TMP/out" "$HERE/kbrun_load.lua" \
+          url="$URL" connections="$CONNECTIONS" duration="$DURATION" ;;
+      kb_c) measure kb_c "$run" "$KB_C" "$URL" connections="$CONNECTIONS" duration="$DURATION" ;;
+      native) measure native "$run" "$KB_NATIVE" "$URL" connections="$CONNECTIONS" duration="$DURATION" ;;
+      python) measure python "$run" "$PYTHON" "$HERE/py_client.py" \
+          --url "$URL" --threads "$CONNECTIONS" --duration "$DURATION" ;;
+    esac
+  done
+done
+
+# ---- report: per client, the median over its rounds of each column ---------------
+median_of() { # NAME COLUMN -> the median of that column over NAME's runs
+  awk -v n="$1" -v c="$2" '$1 == n { print $c }' "$TMP/results.txt" | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else if (NR) print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
-WRK_LINE=$(median wrk)
-KB_LINE=$(median kbrun)
-PY_LINE=$(median python)
 
 echo
 echo "HTTP GET of a small JSON file from nginx (1 worker), $CONNECTIONS connections," \
-  "${DURATION}s, median of $RUNS runs by req/s; $(nproc) CPUs: $(uname -srm)"
+  "${DURATION}s, medians over $RUNS rounds; $(nproc) CPUs: $(uname -srm)"
 echo
-echo "| client | req/s | p50 ms | p99 ms | client CPU % | nginx CPU % | peak RSS MB |"
-echo "|---|---:|---:|---:|---:|---:|---:|"
-for line in "$WRK_LINE" "$KB_LINE" "$PY_LINE"; do
-  [ -n "$line" ] && awk '{ printf "| %s | %.0f | %.3f | %.3f | %s | %s | %s |\n", $1, $3, $4, $5, $6, $7, $8 }' <<< "$line"
+echo "| client | req/s | p50 ms | p99 ms | CPU µs/request | client CPU % | nginx CPU % | peak RSS MB |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+for name in $CLIENTS; do
+  grep -q "^$name " "$TMP/results.txt" || continue
+  printf '| %s | %.0f | %.3f | %.3f | %.2f | %.0f | %.0f | %.1f |\n' "$name" \
+    "$(median_of "$name" 3)" "$(median_of "$name" 4)" "$(median_of "$name" 5)" \
+    "$(median_of "$name" 10)" "$(median_of "$name" 6)" "$(median_of "$name" 7)" "$(median_of "$name" 8)"
 done
 echo
-awk -v w="$(awk '{ print $3 }' <<< "$WRK_LINE")" -v k="$(awk '{ print $3 }' <<< "$KB_LINE")" \
-    -v p="$(awk '{ print $3 }' <<< "$PY_LINE")" 'BEGIN {
-  if (w > 0 && k > 0) printf "kbrun/wrk = %.2f (target >= 0.5)\n", k / w
-  if (p > 0 && k > 0) printf "kbrun/python = %.1f\n", k / p }'
+WRK_RPS=$(median_of wrk 3)
+WRK_CPU=$(median_of wrk 10)
+for name in $CLIENTS; do
+  [ "$name" = wrk ] && continue
+  grep -q "^$name " "$TMP/results.txt" || continue
+  awk -v n="$name" -v wr="${WRK_RPS:-0}" -v wc="${WRK_CPU:-0}" -v r="$(median_of "$name" 3)" \
+      -v c="$(median_of "$name" 10)" 'BEGIN {
+    if (wr > 0 && wc > 0) printf "%s/wrk: %.2fx the req/s, %.2fx the CPU per request\n", n, r / wr, c / wc }'
+done
+awk -v p="$(median_of python 3)" -v k="$(median_of kbrun 3)" 'BEGIN {
+  if (p > 0 && k > 0) printf "kbrun/python: %.1fx the req/s\n", k / p }'
 echo
-echo "all runs (client run req/s p50_ms p99_ms client_cpu% nginx_cpu% rss_mb):"
+echo "all runs (client run req/s p50_ms p99_ms client_cpu% nginx_cpu% rss_mb requests cpu_us/request):"
 sed 's/^/  /' "$TMP/results.txt"

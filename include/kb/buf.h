@@ -37,6 +37,11 @@ int kb_buf_appendf(kb_buf *b, const char *fmt, ...)
 /* Forgets the contents but keeps the memory for reuse. */
 void kb_buf_clear(kb_buf *b);
 
+/* Forgets the contents; keeps the memory for reuse unless it grew beyond
+ * `keep` bytes (a recycled buffer that once held a huge body gives it
+ * back). */
+void kb_buf_reset(kb_buf *b, size_t keep);
+
 /* Hands the contents to the caller (who frees them with free()) and leaves
  * the buffer empty. Returns NULL for a buffer that never allocated. */
 char *kb_buf_detach(kb_buf *b, size_t *len);

@@ -312,6 +312,10 @@ const char *kb_http_response_header(const kb_http_response *resp, const char *na
  * wanted to write (snprintf-style). */
 size_t kb_http_url_redact(const char *url, char *out, size_t outsz);
 
+/* True if s[0..n) is an HTTP token (RFC 9110 tchar: a method or a header
+ * name): not empty, printable ASCII without blanks and separators. */
+int kb_http_token_valid(const char *s, size_t n);
+
 /* Appends s percent-encoded (RFC 3986 unreserved kept) to out, which must
  * have room for 3 * len + 1 bytes. Returns the number of bytes written. */
 size_t kb_http_percent_encode(char *out, const char *s, size_t len);

@@ -25,6 +25,11 @@ void kb_buf_clear(kb_buf *b) {
   if (b->data) b->data[0] = '\0';
 }
 
+void kb_buf_reset(kb_buf *b, size_t keep) {
+  if (b->cap > keep) kb_buf_free(b);
+  else kb_buf_clear(b);
+}
+
 int kb_buf_reserve(kb_buf *b, size_t extra) {
   if (extra >= SIZE_MAX - b->len) return -1;
   size_t need = b->len + extra + 1; /* + NUL */

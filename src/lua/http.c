@@ -46,7 +46,8 @@
  *
  * The response: { status = 200, headers = {...}, body = "...",
  *   version = "1.1" | "2", time = { dns, connect, tls, ttfb, total } }
- * (plus redirects and url when redirects were followed). Header names are
+ * (plus redirects and url when redirects were followed; headers and time
+ * are built when first read: src/lua/http_response.c). Header names are
  * lower-case; a repeated header's values are joined with ", ", except
  * set-cookie, which is always a list of strings. Times are scenario seconds:
  * dns/connect/tls are the durations of those phases (0 on a reused
@@ -79,7 +80,7 @@
 #include "kb/lua_modules.h"
 #include "kb/lua_util.h"
 #include "kb/rt.h"
-#include "http_internal.h"
+#include "lhttp_internal.h"
 
 #define CLIENT_META "kb.http.client"
 
@@ -192,15 +193,6 @@ enum { SLOT_HEADERS, SLOT_QUERY, SLOT_MULTIPART, SLOT_BODY, NSLOTS };
 
 static int slot(const kb_lhttp_spec *s, int which) { return s->slot + which; }
 
-static int valid_name(const char *s, size_t n) {
-  if (n == 0) return 0;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char ch = (unsigned char)s[i];
-    if (ch <= ' ' || ch >= 127 || strchr("\"(),/:;<=>?@[\\]{}", ch)) return 0;
-  }
-  return 1;
-}
-
 static void check_header_value(lua_State *L, const char *name, int idx) {
   int t = lua_type(L, idx);
   if (t != LUA_TSTRING && t != LUA_TNUMBER)
@@ -218,7 +210,7 @@ static void check_headers(lua_State *L, int tbl) {
     size_t n;
     if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "kb.http: header names must be strings");
     const char *name = lua_tolstring(L, -2, &n);
-    if (!valid_name(name, n)) luaL_error(L, "kb.http: invalid header name '%s'", name);
+    if (!kb_http_token_valid(name, n)) luaL_error(L, "kb.http: invalid header name '%s'", name);
     if (lua_istable(L, -1)) {
       lua_Integer len = luaL_len(L, -1);
       for (lua_Integer i = 1; i <= len; i++) {
@@ -426,7 +418,7 @@ static void build_spec(lua_State *L, kb_lhttp_spec *s, int opts, int body) {
     }
   }
   if (!s->url) luaL_error(L, "kb.http: a url is needed");
-  if (!valid_name(s->method, strlen(s->method)) || strlen(s->method) > 31)
+  if (!kb_http_token_valid(s->method, strlen(s->method)) || strlen(s->method) > 31)
     luaL_error(L, "kb.http: invalid method '%s'", s->method);
   if (!lua_isnil(L, slot(s, SLOT_HEADERS))) check_headers(L, slot(s, SLOT_HEADERS));
   if (!lua_isnil(L, slot(s, SLOT_QUERY))) check_query(L, slot(s, SLOT_QUERY));
@@ -566,173 +558,13 @@ static int build_request(lua_State *L, kb_http_request *r, const kb_lhttp_spec *
 
 /* ---- completion ----------------------------------------------------------------------- */
 
-void kb__lhttp_push_headers(lua_State *L, const kb_http_response *resp) {
-  char small[64];
-  lua_createtable(L, 0, 8);
-  size_t pos = 0;
-  kb_http_header h;
-  while (kb_http_header_next(resp->headers, resp->headers_len, &pos, &h)) {
-    luaL_Buffer big;
-    char *name = h.name_len <= sizeof small ? small : luaL_buffinitsize(L, &big, h.name_len);
-    for (size_t i = 0; i < h.name_len; i++) {
-      char ch = h.name[i];
-      name[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
-    }
-    if (name == small) lua_pushlstring(L, name, h.name_len);
-    else luaL_pushresultsize(&big, h.name_len);
-    int is_cookie = h.name_len == 10 && memcmp(name == small ? small : lua_tostring(L, -1),
-                                               "set-cookie", 10) == 0;
-    lua_pushvalue(L, -1);
-    int t = lua_rawget(L, -3);
-    if (is_cookie) {
-      if (t == LUA_TNIL) {
-        lua_pop(L, 1);
-        lua_createtable(L, 2, 0);
-        lua_pushvalue(L, -2);
-        lua_pushvalue(L, -2);
-        lua_rawset(L, -5);
-      }
-      lua_pushlstring(L, h.value, h.value_len);
-      lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
-      lua_pop(L, 2);
-      continue;
-    }
-    if (t == LUA_TNIL) {
-      lua_pop(L, 1);
-      lua_pushlstring(L, h.value, h.value_len);
-    } else {
-      lua_pushliteral(L, ", ");
-      lua_pushlstring(L, h.value, h.value_len);
-      lua_concat(L, 3);
-    }
-    lua_rawset(L, -3);
-  }
-}
-
-void kb__lhttp_set_number(lua_State *L, const char *k, double v) {
-  lua_pushnumber(L, v);
-  lua_setfield(L, -2, k);
-}
-
-/* ms of one "key=MS" parameter in a Server-Timing value, or -1. */
-static double timing_param(const char *v, size_t len, const char *key) {
-  size_t klen = strlen(key);
-  for (size_t i = 0; i + klen < len; i++) {
-    if (v[i] != ';' || strncmp(v + i + 1, key, klen) != 0) continue;
-    char num[32];
-    size_t from = i + 1 + klen, n = len - from < sizeof num - 1 ? len - from : sizeof num - 1;
-    memcpy(num, v + from, n);
-    num[n] = '\0';
-    double ms = strtod(num, NULL);
-    return ms > 0 ? ms : 0.0;
-  }
-  return -1;
-}
-
-kb__lhttp_sim_timing kb__lhttp_sim_timing_of(const kb_http_response *resp) {
-  size_t len;
-  const char *v = kb_http_response_header(resp, "Server-Timing", &len);
-  if (!v || len < 9 || strncmp(v, "kbrun-sim", 9) != 0) return KB__LHTTP_NOT_SIM;
-  double dur = timing_param(v, len, "dur="), sim = timing_param(v, len, "sim=");
-  if (dur < 0) return KB__LHTTP_NOT_SIM;
-  return (kb__lhttp_sim_timing){dur / 1e3, sim >= 0 ? sim / 1e3 : -1};
-}
-
-/* Real seconds as scenario seconds. From the simulator (embedded, or a
- * standalone `kbrun sim` on its own clock) the latency its model held the
- * response counts as the modelled latency in simulated time, whatever
- * this runtime's clock; the rest (this machine's loopback, parsing,
- * scheduling) is real overhead and counts as real seconds, like network
- * time to a real cluster. Scaling it too would inflate every latency by
- * overhead * speed. Other servers' answers take the runtime clock's rate. */
-double kb__lhttp_to_scenario(kb_rt *rt, double real, kb__lhttp_sim_timing sim) {
-  double speed = kb_vclock_speed(kb_rt_clock(rt));
-  if (sim.hold < 0) return speed == 1.0 ? real : kb_rt_scenario_seconds(rt, real);
-  double modelled = sim.modelled >= 0 ? sim.modelled : sim.hold * speed;
-  /* The simulator answers holds below a timer tick at once, so real may be
-   * shorter than hold: the modelled time still counts in full. */
-  return modelled + (real > sim.hold ? real - sim.hold : 0);
-}
-
-/* A response's time table. On a fast-forwarding clock every request's
- * time is what the clock saw pass (total_clock): the modelled latency for
- * the embedded simulator, real time for a real server. Else real seconds
- * converted by kb__lhttp_to_scenario. A stream's head has no total yet. */
-void kb__lhttp_push_times(lua_State *L, kb_rt *rt, const kb_http_timings *t,
-                          kb__lhttp_sim_timing sim, int with_total) {
-  lua_createtable(L, 0, 5);
-  if (t->clock >= 0) {
-    kb__lhttp_set_number(L, "dns", 0);
-    kb__lhttp_set_number(L, "connect", 0);
-    kb__lhttp_set_number(L, "tls", 0);
-    kb__lhttp_set_number(L, "ttfb", t->clock);
-    if (with_total) kb__lhttp_set_number(L, "total", t->clock);
-    return;
-  }
-  kb__lhttp_sim_timing none = sim.hold >= 0 ? (kb__lhttp_sim_timing){0, 0} : sim;
-  kb__lhttp_set_number(L, "dns", kb__lhttp_to_scenario(rt, t->dns, none));
-  kb__lhttp_set_number(L, "connect", kb__lhttp_to_scenario(rt, t->connect, none));
-  kb__lhttp_set_number(L, "tls", kb__lhttp_to_scenario(rt, t->tls, none));
-  kb__lhttp_set_number(L, "ttfb", kb__lhttp_to_scenario(rt, t->ttfb, sim));
-  if (with_total) kb__lhttp_set_number(L, "total", kb__lhttp_to_scenario(rt, t->total, sim));
-}
-
-void kb__lhttp_push_version(lua_State *L, int version) {
-  switch (version) {
-  case 10: lua_pushliteral(L, "1.0"); break;
-  case 20: lua_pushliteral(L, "2"); break;
-  case 30: lua_pushliteral(L, "3"); break;
-  default: lua_pushliteral(L, "1.1"); break;
-  }
-}
-
-static void push_response(lua_State *L, kb_rt *rt, const kb_http_response *resp) {
-  lua_createtable(L, 0, 6);
-  lua_pushinteger(L, resp->status);
-  lua_setfield(L, -2, "status");
-  kb__lhttp_push_headers(L, resp);
-  lua_setfield(L, -2, "headers");
-  lua_pushlstring(L, resp->body, resp->body_len);
-  lua_setfield(L, -2, "body");
-  kb__lhttp_push_version(L, resp->http_version);
-  lua_setfield(L, -2, "version");
-  kb__lhttp_push_times(L, rt, &resp->time, kb__lhttp_sim_timing_of(resp), 1);
-  lua_setfield(L, -2, "time");
-  if (resp->redirects > 0) {
-    lua_pushinteger(L, resp->redirects);
-    lua_setfield(L, -2, "redirects");
-    lua_pushstring(L, resp->url);
-    lua_setfield(L, -2, "url");
-  }
-}
-
-
-void kb__lhttp_push_error_text(lua_State *L, const char *cls, const kb_lhttp_err_text *e) {
-  kb_error_new(L, cls, "%s", e->message);
-  lua_pushstring(L, e->url);
-  lua_setfield(L, -2, "url");
-  lua_pushinteger(L, e->curl_code);
-  lua_setfield(L, -2, "curl_code");
-  lua_pushstring(L, e->detail);
-  lua_setfield(L, -2, "detail");
-  lua_pushstring(L, e->hint);
-  lua_setfield(L, -2, "hint");
-  lua_pushstring(L, e->method);
-  lua_setfield(L, -2, "method");
-}
-
-void kb__lhttp_push_error(lua_State *L, const kb_http_response *resp) {
-  kb_lhttp_err_text e = {resp->message, resp->safe_url, resp->detail, resp->hint, resp->method,
-                resp->curl_code};
-  kb__lhttp_push_error_text(L, kb_http_error_name(resp->error), &e);
-}
 
 /* push_result(r): the response table, or the error object. Protected. */
 static int push_result(lua_State *L) {
   kb_http_request *r = lua_touserdata(L, 1);
   const kb_http_response *resp = kb_http_request_response(r);
   if (resp->error) kb__lhttp_push_error(L, resp);
-  else push_response(L, kb_rt_from_lua(L), resp);
+  else kb__lhttp_push_response(L, kb_rt_from_lua(L), resp);
   return 1;
 }
 
@@ -964,6 +796,7 @@ static const luaL_Reg http_functions[] = {
 int luaopen_kb_http(lua_State *L) {
   kb_new_class(L, CLIENT_META, client_methods, client_meta);
   kb__lhttp_stream_register(L);
+  kb__lhttp_response_register(L);
   luaL_newlib(L, http_functions);
   return 1;
 }

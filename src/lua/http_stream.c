@@ -28,10 +28,11 @@
 
 #include <lauxlib.h>
 
+#include "kb/buf.h"
 #include "kb/http_client.h"
 #include "kb/lua_util.h"
 #include "kb/rt.h"
-#include "http_internal.h"
+#include "lhttp_internal.h"
 
 #define STREAM_META "kb.http.stream"
 /* Body bytes buffered for read()/lines() before the transfer pauses: the
@@ -51,8 +52,8 @@ typedef struct lstream {
   int wait;           /* WAIT_* of the waiter */
   int state;          /* ST_* */
   int held;           /* the transfer is paused for our buffer */
-  char *buf;          /* received, not read yet: buf[off..len) */
-  size_t off, len, cap;
+  kb_buf buf;         /* received, not read yet: buf.data[off..buf.len) */
+  size_t off;
   long status;
   int version;
   kb__lhttp_sim_timing sim; /* the simulator's modelled hold, or not the simulator */
@@ -69,51 +70,40 @@ typedef struct lstream {
   long redirects;
 } lstream;
 
-static size_t buffered(const lstream *st) { return st->len - st->off; }
+static size_t buffered(const lstream *st) { return st->buf.len - st->off; }
 
+/* Appends to the unread bytes, first moving them to the front when the
+ * buffer would have to grow otherwise. */
 static int buf_append(lstream *st, const char *p, size_t n) {
-  if (st->len + n > st->cap && st->off > 0) {
-    memmove(st->buf, st->buf + st->off, st->len - st->off);
-    st->len -= st->off;
+  kb_buf *b = &st->buf;
+  if (st->off > 0 && b->len + n >= b->cap) {
+    memmove(b->data, b->data + st->off, b->len - st->off);
+    b->len -= st->off;
     st->off = 0;
   }
-  if (st->len + n > st->cap) {
-    size_t cap = st->cap ? st->cap : 4096;
-    while (cap < st->len + n) cap *= 2;
-    char *b = realloc(st->buf, cap);
-    if (!b) return -1;
-    st->buf = b;
-    st->cap = cap;
-  }
-  memcpy(st->buf + st->len, p, n);
-  st->len += n;
-  return 0;
+  return kb_buf_append(b, p, n);
 }
 
 static void buf_consume(lstream *st, size_t n) {
   st->off += n;
-  if (st->off < st->len) return;
-  st->off = st->len = 0;
-  if (st->cap > 2 * STREAM_BUFFER_MAX) { /* after an unusually long line */
-    free(st->buf);
-    st->buf = NULL;
-    st->cap = 0;
-  }
+  if (st->off < st->buf.len) return;
+  st->off = 0;
+  kb_buf_reset(&st->buf, 2 * STREAM_BUFFER_MAX); /* freed after an unusually long line */
 }
 
 /* Pushes everything buffered as one string. */
 static void push_all(lua_State *L, lstream *st) {
-  lua_pushlstring(L, st->buf + st->off, buffered(st));
+  lua_pushlstring(L, st->buf.data + st->off, buffered(st));
   buf_consume(st, buffered(st));
 }
 
 /* Pushes the next complete line (without its "\n") if there is one; the
  * search starts at `from` (bytes before it hold no "\n"). */
 static int push_line(lua_State *L, lstream *st, size_t from) {
-  const char *nl = from < st->len ? memchr(st->buf + from, '\n', st->len - from) : NULL;
+  const char *nl = from < st->buf.len ? memchr(st->buf.data + from, '\n', st->buf.len - from) : NULL;
   if (!nl) return 0;
-  size_t n = (size_t)(nl - (st->buf + st->off));
-  lua_pushlstring(L, st->buf + st->off, n);
+  size_t n = (size_t)(nl - (st->buf.data + st->off));
+  lua_pushlstring(L, st->buf.data + st->off, n);
   buf_consume(st, n + 1);
   return 1;
 }
@@ -258,7 +248,7 @@ static int on_stream_data(kb_http_request *r, const char *data, size_t len, void
    * last len of the buffer) can end one. */
   if (st->waiter && !st->pending &&
       (st->wait == WAIT_CHUNK ||
-       (st->wait == WAIT_LINE && memchr(st->buf + st->len - len, '\n', len)))) {
+       (st->wait == WAIT_LINE && memchr(st->buf.data + st->buf.len - len, '\n', len)))) {
     stream_wake(st);
     return 0;
   }
@@ -323,9 +313,8 @@ static void cancel_read(void *op) {
 static void stream_close(lstream *st) {
   if (st->r) kb_http_request_cancel(st->r);
   st->r = NULL;
-  free(st->buf);
-  st->buf = NULL;
-  st->off = st->len = st->cap = 0;
+  kb_buf_free(&st->buf);
+  st->off = 0;
   free(st->err_buf);
   st->err_buf = NULL;
   free(st->head_buf);

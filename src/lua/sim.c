@@ -29,7 +29,7 @@
 #include "kb/lua_util.h"
 #include "kb/rt.h"
 #include "kb/sim_server.h"
-#include "http_internal.h"
+#include "lhttp_internal.h"
 
 #define SIM_META "kb.sim.server"
 

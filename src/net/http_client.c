@@ -30,7 +30,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "http_internal.h"
+#include "http_client_internal.h"
 
 static void client_destroy(kb_http_client *c);
 

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "http_internal.h"
+#include "http_client_internal.h"
 #include "kb/redact.h"
 
 const char *kb_http_error_name(kb_http_error e) {
@@ -164,20 +164,20 @@ void kb__http_describe_error(kb_http_request *r, CURLcode rc) {
     const char *text = r->errbuf[0] ? r->errbuf : curl_easy_strerror(rc);
     kb_redact(text, strlen(text), detail, sizeof detail);
   }
-  write_hint(hint, sizeof hint, resp->error, rc, r->url.p);
+  write_hint(hint, sizeof hint, resp->error, rc, r->url.data);
 
-  hbuf *b = &r->msg;
+  kb_buf *b = &r->msg;
   b->len = 0;
-  size_t ulen = kb_http_url_redact(r->url.p, NULL, 0);
+  size_t ulen = kb_http_url_redact(r->url.data, NULL, 0);
   size_t dlen = strlen(detail), hlen = strlen(hint);
   size_t mlen = strlen(r->method) + 1 + ulen + 2 + dlen + (hlen ? hlen + 3 : 0);
-  if (hbuf_reserve(b, ulen + dlen + hlen + mlen + 4) != 0) {
+  if (kb_buf_reserve(b, ulen + dlen + hlen + mlen + 4) != 0) {
     resp->message = resp->detail = resp->safe_url = curl_easy_strerror(rc);
     resp->hint = "";
     return;
   }
-  char *p = b->p;
-  kb_http_url_redact(r->url.p, p, ulen + 1);
+  char *p = b->data;
+  kb_http_url_redact(r->url.data, p, ulen + 1);
   char *d = p + ulen + 1;
   memcpy(d, detail, dlen + 1);
   char *h = d + dlen + 1;

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "http_internal.h"
+#include "http_client_internal.h"
 #include "kb/log.h"
 #include "kb/version.h"
 
@@ -38,7 +38,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud) {
     r->body_too_large = 1;
     return 0;
   }
-  return hbuf_append(&r->resp_body, p, len) == 0 ? len : 0;
+  return kb_buf_append(&r->resp_body, p, len) == 0 ? len : 0;
 }
 
 static size_t on_header(char *p, size_t size, size_t n, void *ud) {
@@ -52,7 +52,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud) {
     return len;
   }
   if (len <= 2) return len; /* the blank line closing the header block */
-  return hbuf_append(&r->resp_headers, p, len) == 0 ? len : 0;
+  return kb_buf_append(&r->resp_headers, p, len) == 0 ? len : 0;
 }
 
 /* A streamed body: stored until drain() hands it to on_data. Refusing a
@@ -65,7 +65,7 @@ static size_t on_stream_body(char *p, size_t size, size_t n, void *ud) {
     r->paused = r->was_paused = 1;
     return CURL_WRITEFUNC_PAUSE;
   }
-  if (hbuf_append(&r->resp_body, p, len) != 0) return 0;
+  if (kb_buf_append(&r->resp_body, p, len) != 0) return 0;
   if (r->head_state == HEAD_NONE) r->head_state = HEAD_READY; /* body bytes: the head was final */
   kb__http_stream_queue(r);
   return len;
@@ -133,13 +133,15 @@ void kb__http_request_destroy(kb_http_request *r) {
   server_name_clear(r);
   if (r->mime) curl_mime_free(r->mime);
   if (r->easy) curl_easy_cleanup(r->easy);
-  hbuf_free(&r->url);
-  hbuf_free(&r->hdr_text);
-  hbuf_free(&r->body);
-  hbuf_free(&r->resp_body);
-  hbuf_free(&r->spare);
-  hbuf_free(&r->resp_headers);
-  hbuf_free(&r->msg);
+  curl_url_cleanup(r->uh);
+  kb_buf_free(&r->uh_url);
+  kb_buf_free(&r->url);
+  kb_buf_free(&r->hdr_text);
+  kb_buf_free(&r->body);
+  kb_buf_free(&r->resp_body);
+  kb_buf_free(&r->spare);
+  kb_buf_free(&r->resp_headers);
+  kb_buf_free(&r->msg);
   free(r->hdr_nodes);
   free(r);
 }
@@ -164,7 +166,7 @@ static kb_http_request *request_alloc(kb_http_client *c) {
 }
 
 static void stream_clear(kb_http_request *r) {
-  hbuf_reset(&r->spare, KEEP_LARGE);
+  kb_buf_reset(&r->spare, KEEP_LARGE);
   r->stream = 0;
   r->on_head = NULL;
   r->on_data = NULL;
@@ -190,15 +192,16 @@ static void request_release(kb_http_request *r) {
   }
   if (r->dirty) {
     curl_easy_reset(r->easy);
+    r->uh_set = 0;
     easy_baseline(r);
     r->dirty = 0;
   }
-  hbuf_reset(&r->url, KEEP_SMALL);
-  hbuf_reset(&r->hdr_text, KEEP_SMALL);
-  hbuf_reset(&r->body, KEEP_LARGE);
-  hbuf_reset(&r->resp_body, KEEP_LARGE);
-  hbuf_reset(&r->resp_headers, KEEP_SMALL);
-  hbuf_reset(&r->msg, KEEP_SMALL);
+  kb_buf_reset(&r->url, KEEP_SMALL);
+  kb_buf_reset(&r->hdr_text, KEEP_SMALL);
+  kb_buf_reset(&r->body, KEEP_LARGE);
+  kb_buf_reset(&r->resp_body, KEEP_LARGE);
+  kb_buf_reset(&r->resp_headers, KEEP_SMALL);
+  kb_buf_reset(&r->msg, KEEP_SMALL);
   if (r->stream) stream_clear(r);
   r->max_body = 0;
   r->body_too_large = 0;
@@ -215,32 +218,15 @@ static void request_release(kb_http_request *r) {
   c->nfree++;
 }
 
-static int valid_token(const char *s, size_t n) {
-  if (n == 0) return 0;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char ch = (unsigned char)s[i];
-    if (ch <= ' ' || ch >= 127 || strchr("\"(),/:;<=>?@[\\]{}", ch)) return 0;
-  }
-  return 1;
-}
-
-static int put_cstr(hbuf *b, const char *s, size_t n) {
-  if (hbuf_reserve(b, n + 1) != 0) return -1;
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-  return 0;
-}
-
 kb_http_request *kb_http_request_new(kb_http_client *c, const char *method, const char *url) {
   size_t mlen = strlen(method);
-  if (c->closing || !valid_token(method, mlen) || mlen >= sizeof ((kb_http_request *)0)->method)
+  if (c->closing || !kb_http_token_valid(method, mlen) || mlen >= sizeof ((kb_http_request *)0)->method)
     return NULL;
   kb_http_request *r = request_alloc(c);
   if (!r) return NULL;
   memcpy(r->method, method, mlen + 1);
   size_t ulen = strcspn(url, "#");
-  if (put_cstr(&r->url, url, ulen) != 0) {
+  if (kb_buf_append(&r->url, url, ulen) != 0) {
     request_release(r);
     return NULL;
   }
@@ -252,38 +238,39 @@ kb_http_request *kb_http_request_new(kb_http_client *c, const char *method, cons
 
 int kb_http_request_add_query(kb_http_request *r, const char *name, size_t name_len,
                               const char *value, size_t value_len) {
-  hbuf *u = &r->url;
-  if (hbuf_reserve(u, 3 * (name_len + value_len) + 3) != 0) return -ENOMEM;
-  char last = u->len ? u->p[u->len - 1] : '\0';
-  if (!r->url_has_query) u->p[u->len++] = '?';
-  else if (last != '?' && last != '&') u->p[u->len++] = '&';
+  kb_buf *u = &r->url;
+  if (kb_buf_reserve(u, 3 * (name_len + value_len) + 3) != 0) return -ENOMEM;
+  char last = u->len ? u->data[u->len - 1] : '\0';
+  if (!r->url_has_query) u->data[u->len++] = '?';
+  else if (last != '?' && last != '&') u->data[u->len++] = '&';
   r->url_has_query = 1;
-  u->len += kb_http_percent_encode(u->p + u->len, name, name_len);
-  u->p[u->len++] = '=';
-  u->len += kb_http_percent_encode(u->p + u->len, value, value_len);
+  u->len += kb_http_percent_encode(u->data + u->len, name, name_len);
+  u->data[u->len++] = '=';
+  u->len += kb_http_percent_encode(u->data + u->len, value, value_len);
   return 0;
 }
 
 int kb_http_request_add_header(kb_http_request *r, const char *name, const char *value) {
   size_t nlen = strlen(name), vlen = value ? strlen(value) : 0;
-  if (!valid_token(name, nlen)) return -EINVAL;
+  if (!kb_http_token_valid(name, nlen)) return -EINVAL;
   if (value && strpbrk(value, "\r\n")) return -EINVAL; /* no header injection */
-  hbuf *b = &r->hdr_text;
-  if (hbuf_reserve(b, nlen + vlen + 3) != 0) return -ENOMEM;
-  memcpy(b->p + b->len, name, nlen);
+  kb_buf *b = &r->hdr_text;
+  if (kb_buf_reserve(b, nlen + vlen + 3) != 0) return -ENOMEM;
+  memcpy(b->data + b->len, name, nlen);
   b->len += nlen;
   /* curl's syntax: "Name;" sends an empty header, "Name:" removes one. */
   if (!value) {
-    b->p[b->len++] = ':';
+    b->data[b->len++] = ':';
   } else if (vlen == 0) {
-    b->p[b->len++] = ';';
+    b->data[b->len++] = ';';
   } else {
-    b->p[b->len++] = ':';
-    b->p[b->len++] = ' ';
-    memcpy(b->p + b->len, value, vlen);
+    b->data[b->len++] = ':';
+    b->data[b->len++] = ' ';
+    memcpy(b->data + b->len, value, vlen);
     b->len += vlen;
   }
-  b->p[b->len++] = '\0';
+  b->data[b->len++] = '\0';
+  b->data[b->len] = '\0'; /* kb_buf's terminator, past the line's own */
   r->nheaders++;
   return 0;
 }
@@ -291,7 +278,7 @@ int kb_http_request_add_header(kb_http_request *r, const char *name, const char 
 int kb_http_request_has_header(const kb_http_request *r, const char *name) {
   size_t nlen = strlen(name);
   for (size_t pos = 0; pos < r->hdr_text.len;) {
-    const char *line = r->hdr_text.p + pos;
+    const char *line = r->hdr_text.data + pos;
     size_t n = strlen(line);
     if (n > nlen && (line[nlen] == ':' || line[nlen] == ';') &&
         strncasecmp(line, name, nlen) == 0)
@@ -302,8 +289,8 @@ int kb_http_request_has_header(const kb_http_request *r, const char *name) {
 }
 
 int kb_http_request_set_body(kb_http_request *r, const void *data, size_t len) {
-  r->body.len = 0;
-  if (put_cstr(&r->body, data, len) != 0) return -ENOMEM;
+  kb_buf_clear(&r->body);
+  if (kb_buf_append(&r->body, data, len) != 0) return -ENOMEM;
   r->has_body = 1;
   return 0;
 }
@@ -406,7 +393,7 @@ static int build_header_list(kb_http_request *r) {
     r->hdr_nodes = nodes;
     r->hdr_nodes_cap = n;
   }
-  char *line = r->hdr_text.p;
+  char *line = r->hdr_text.data;
   for (size_t i = 0; i < n; i++) {
     r->hdr_nodes[i].data = line;
     r->hdr_nodes[i].next = i + 1 < n ? &r->hdr_nodes[i + 1] : NULL;
@@ -430,7 +417,7 @@ static int set_method(kb_http_request *r) {
     rc = curl_easy_setopt(e, CURLOPT_MIMEPOST, r->mime);
   } else if (r->has_body || wants_body) {
     rc = curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body.len);
-    if (rc == CURLE_OK) rc = curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body.p ? r->body.p : "");
+    if (rc == CURLE_OK) rc = curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body.data ? r->body.data : "");
   }
   if (rc == CURLE_OK && !is_post) rc = curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, m);
   return rc == CURLE_OK ? 0 : -ENOMEM;
@@ -446,7 +433,7 @@ static int apply_server_name(kb_http_request *r) {
   char line[1024], hostport[600];
   struct curl_slist *ct;
   int err = -EINVAL;
-  if (!u || curl_url_set(u, CURLUPART_URL, r->url.p, 0) != CURLUE_OK ||
+  if (!u || curl_url_set(u, CURLUPART_URL, r->url.data, 0) != CURLUE_OK ||
       curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
       curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK ||
       curl_url_set(u, CURLUPART_HOST, r->tls_server_name, 0) != CURLUE_OK ||
@@ -475,6 +462,39 @@ out:
   return err;
 }
 
+/* The URL as curl gets it. A recycled handle usually asks for the URL it
+ * asked for last time (a load loop): curl then reads the URL handle it
+ * parsed then (CURLOPT_CURLU) instead of parsing the string again per
+ * transfer. With the flags curl uses for CURLOPT_URL; a URL it refuses,
+ * and requests that rewrite their URL (redirects, tls_server_name), take
+ * the string path, so curl's own errors and behaviour are unchanged. */
+static int set_url(kb_http_request *r) {
+  CURL *e = r->easy;
+  if (!r->follow && !r->tls_server_name) {
+    int same = r->uh_url.len == r->url.len && memcmp(r->uh_url.data, r->url.data, r->url.len) == 0;
+    if (!same) {
+      /* A fresh handle: one that holds a URL takes the next as relative
+       * to it (a URL without a scheme would land on the old host's path). */
+      kb_buf_clear(&r->uh_url);
+      if (r->uh_set) curl_easy_setopt(e, CURLOPT_CURLU, (CURLU *)NULL);
+      r->uh_set = 0;
+      curl_url_cleanup(r->uh);
+      if (!(r->uh = curl_url())) return -ENOMEM;
+      same = curl_url_set(r->uh, CURLUPART_URL, r->url.data,
+                          CURLU_GUESS_SCHEME | CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK &&
+             kb_buf_append(&r->uh_url, r->url.data, r->url.len) == 0;
+    }
+    if (same) {
+      if (!r->uh_set && curl_easy_setopt(e, CURLOPT_CURLU, r->uh) != CURLE_OK) return -ENOMEM;
+      r->uh_set = 1;
+      return 0;
+    }
+  }
+  if (r->uh_set) curl_easy_setopt(e, CURLOPT_CURLU, (CURLU *)NULL);
+  r->uh_set = 0;
+  return curl_easy_setopt(e, CURLOPT_URL, r->url.data) == CURLE_OK ? 0 : -ENOMEM;
+}
+
 int kb_http_request_start(kb_http_request *r, kb_http_done_cb cb, void *ud) {
   kb_http_client *c = r->client;
   if (r->started || c->closing) return -EINVAL;
@@ -486,8 +506,8 @@ int kb_http_request_start(kb_http_request *r, kb_http_done_cb cb, void *ud) {
   r->resp_body.len = 0;
   r->resp_headers.len = 0;
   int err;
-  if (curl_easy_setopt(r->easy, CURLOPT_URL, r->url.p) != CURLE_OK) return -ENOMEM;
-  if (r->tls_server_name && strncasecmp(r->url.p, "https:", 6) == 0 &&
+  if ((err = set_url(r)) != 0) return err;
+  if (r->tls_server_name && strncasecmp(r->url.data, "https:", 6) == 0 &&
       (err = apply_server_name(r)) != 0)
     return err;
   if ((err = set_method(r)) != 0 || (err = build_header_list(r)) != 0) return err;
@@ -607,9 +627,9 @@ static void fill_head(kb_http_request *r) {
   resp->redirects = 0;
   curl_easy_getinfo(e, CURLINFO_REDIRECT_COUNT, &resp->redirects);
   curl_easy_getinfo(e, CURLINFO_EFFECTIVE_URL, &url);
-  resp->url = url ? url : r->url.p;
+  resp->url = url ? url : r->url.data;
   fill_timings(r, &resp->time);
-  resp->headers = r->resp_headers.p ? r->resp_headers.p : "";
+  resp->headers = r->resp_headers.data ? r->resp_headers.data : "";
   resp->headers_len = r->resp_headers.len;
   resp->method = r->method;
 }
@@ -648,13 +668,13 @@ static int deliver_head(kb_http_request *r) {
  * and curl then appends to resp_body before curl_easy_pause returns. */
 static int deliver_data(kb_http_request *r) {
   kb_http_client *c = r->client;
-  hbuf out = r->resp_body;
+  kb_buf out = r->resp_body;
   r->resp_body = r->spare;
-  r->spare = (hbuf){0};
+  r->spare = (kb_buf){0};
   c->delivering = r;
-  int rc = r->on_data(r, out.p, out.len, r->stream_ud);
+  int rc = r->on_data(r, out.data, out.len, r->stream_ud);
   if (c->delivering != r) {
-    hbuf_free(&out); /* r is gone or recycled: the buffer is ours alone */
+    kb_buf_free(&out); /* r is gone or recycled: the buffer is ours alone */
     return DELIVER_GONE;
   }
   c->delivering = NULL;
@@ -690,9 +710,9 @@ void kb__http_request_finish(kb_http_request *r, CURLcode rc) {
   if (r->stream && stream_flush(r, rc) != 0) return;
   kb_http_response *resp = &r->resp;
   fill_head(r);
-  if (hbuf_reserve(&r->resp_body, 1) == 0) r->resp_body.p[r->resp_body.len] = '\0';
-  resp->body = r->resp_body.p ? r->resp_body.p : "";
-  resp->body_len = r->resp_body.p ? r->resp_body.len : 0;
+  if (kb_buf_reserve(&r->resp_body, 0) == 0) r->resp_body.data[r->resp_body.len] = '\0';
+  resp->body = r->resp_body.data ? r->resp_body.data : "";
+  resp->body_len = r->resp_body.data ? r->resp_body.len : 0;
   fill_outcome(r, rc);
   r->cb(r, resp, r->ud);
 }

@@ -1,44 +1,21 @@
-/* Text helpers of the HTTP client: growable buffers, percent-encoding,
+/* Text helpers of the HTTP client: header tokens, percent-encoding,
  * response header parsing and URL redaction. */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "http_internal.h"
+#include "http_client_internal.h"
 #include "kb/redact.h"
 
-/* ---- buffers ---------------------------------------------------------------- */
+/* ---- tokens ------------------------------------------------------------------ */
 
-int hbuf_reserve(hbuf *b, size_t extra) {
-  if (b->cap - b->len >= extra) return 0;
-  size_t cap = b->cap ? b->cap : 256;
-  while (cap - b->len < extra) {
-    if (cap > ((size_t)-1) / 2) return -1;
-    cap *= 2;
+int kb_http_token_valid(const char *s, size_t n) {
+  if (n == 0) return 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (ch <= ' ' || ch >= 127 || strchr("\"(),/:;<=>?@[\\]{}", ch)) return 0;
   }
-  char *p = realloc(b->p, cap);
-  if (!p) return -1;
-  b->p = p;
-  b->cap = cap;
-  return 0;
-}
-
-int hbuf_append(hbuf *b, const void *data, size_t len) {
-  if (hbuf_reserve(b, len) != 0) return -1;
-  if (len) memcpy(b->p + b->len, data, len);
-  b->len += len;
-  return 0;
-}
-
-void hbuf_reset(hbuf *b, size_t keep) {
-  b->len = 0;
-  if (b->cap > keep) hbuf_free(b);
-}
-
-void hbuf_free(hbuf *b) {
-  free(b->p);
-  b->p = NULL;
-  b->len = b->cap = 0;
+  return 1;
 }
 
 /* ---- percent-encoding --------------------------------------------------------- */

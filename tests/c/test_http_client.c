@@ -285,6 +285,21 @@ static void test_headers_and_body(void) {
   result_clear(&pl);
 }
 
+/* One validator for methods and header names (kb.http uses it too). */
+static void test_tokens(void) {
+  KB_CHECK(kb_http_token_valid("GET", 3));
+  KB_CHECK(kb_http_token_valid("X-Custom_1.a~!#$%&'*+^`|", 24));
+  KB_CHECK(!kb_http_token_valid("", 0));
+  static const char *const bad[] = {"a b", "a\tb", "a:b", "a;b", "a/b", "a\"b", "a(b", "a)b",
+                                    "a,b", "a<b", "a=b", "a>b", "a?b", "a@b", "a[b", "a\\b",
+                                    "a]b", "a{b", "a}b", "a\x7f", "\xc3\xa9"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    KB_CHECK(!kb_http_token_valid(bad[i], strlen(bad[i])));
+  KB_CHECK(!kb_http_token_valid("a\0b", 3)); /* a NUL inside the length */
+  KB_CHECK(kb_http_request_new(C, "GE T", "http://127.0.0.1/") == NULL);
+  KB_CHECK(kb_http_request_new(C, "", "http://127.0.0.1/") == NULL);
+}
+
 static void test_head_and_methods(void) {
   result res = {.want_header = "x-method"};
   perform(new_request(C, "HEAD", "/echo"), &res);
@@ -499,6 +514,62 @@ static void on_many(kb_http_request *r, const kb_http_response *resp, void *ud) 
   many_done++;
   if (resp->status == 200 && resp->body_len == 5) many_ok++;
   kb_http_request_free(r);
+}
+
+/* A recycled handle keeps the parsed URL of its last request (curl reads
+ * it instead of parsing the string again): each request must still go to
+ * its own URL, whatever came before on the handle. */
+static void test_url_handle_reuse(void) {
+  kb_http_client *c = kb_http_client_new(&E.loop, NULL);
+  static const char *const targets[] = {"/echo?i=1", "/echo?i=1", "/echo?i=2", "/echo",
+                                        "/echo?i=1", "/redirect/1", "/echo?i=3"};
+  for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
+    result res = {.want_header = "x-target"};
+    perform(new_request(c, "GET", targets[i]), &res);
+    if (!strncmp(targets[i], "/redirect/", 10)) {
+      KB_CHECK(res.status == 302);
+    } else {
+      KB_CHECK(res.status == 200);
+      KB_CHECK_STR(res.header, targets[i]);
+    }
+    result_clear(&res);
+  }
+  /* One that rewrites its URL (redirects followed), then plain ones again. */
+  kb_http_options o = KB_HTTP_OPTIONS_INIT;
+  o.follow_redirects = 1;
+  result on = {0};
+  kb_http_request *r = new_request(c, "GET", "/redirect/2");
+  KB_CHECK(kb_http_request_set_options(r, &o) == 0);
+  perform(r, &on);
+  KB_CHECK(on.status == 200 && on.redirects == 2);
+  result_clear(&on);
+  result again = {.want_header = "x-target"};
+  perform(new_request(c, "GET", "/echo?i=1"), &again);
+  KB_CHECK(again.status == 200);
+  KB_CHECK_STR(again.header, "/echo?i=1");
+  result_clear(&again);
+  /* No scheme: guessed as http, as curl does for a URL string. */
+  char url[256];
+  snprintf(url, sizeof url, "127.0.0.1:%d/echo?g=1", E.port);
+  result guessed = {.want_header = "x-target"};
+  perform(kb_http_request_new(c, "GET", url), &guessed);
+  KB_CHECK(guessed.status == 200);
+  KB_CHECK_STR(guessed.header, "/echo?g=1");
+  result_clear(&guessed);
+  /* A URL the parser refuses fails as it did (the string path), and the
+   * handle then serves a good URL again. */
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/a b", E.port);
+  result bad = {0};
+  perform(kb_http_request_new(c, "GET", url), &bad);
+  KB_CHECK(bad.error == KB_HTTP_ERR_OTHER);
+  KB_CHECK(strstr(bad.message, "check the URL") != NULL);
+  result_clear(&bad);
+  result good = {.want_header = "x-target"};
+  perform(new_request(c, "GET", "/echo?i=4"), &good);
+  KB_CHECK_STR(good.header, "/echo?i=4");
+  result_clear(&good);
+  kb_http_client_free(c);
+  uv_run(&E.loop, UV_RUN_NOWAIT);
 }
 
 static void test_many_in_flight(void) {
@@ -968,6 +1039,7 @@ int main(void) {
   KB_RUN(test_get);
   KB_RUN(test_query);
   KB_RUN(test_headers_and_body);
+  KB_RUN(test_tokens);
   KB_RUN(test_head_and_methods);
   KB_RUN(test_response_headers);
   KB_RUN(test_multipart);
@@ -976,6 +1048,7 @@ int main(void) {
   KB_RUN(test_timeout);
   KB_RUN(test_cancel);
   KB_RUN(test_reuse);
+  KB_RUN(test_url_handle_reuse);
   KB_RUN(test_max_body);
   KB_RUN(test_many_in_flight);
   KB_RUN(test_free_with_requests_in_flight);

@@ -51,6 +51,51 @@ T.case("GET: status, body, headers, version and timings", function()
   end)
 end)
 
+T.case("a response's headers and time are built when read, and look as if they always were", function()
+  with_server(function()
+    return 200, "ok", { ["X-A"] = "1", ["Set-Cookie"] = "c=1" }
+  end, function(srv)
+    -- pairs sees every field, built before the traversal starts
+    local r = http.get(srv.url .. "/p")
+    local keys = {}
+    for k, v in pairs(r) do
+      T.eq(type(k), "string", "no private key shows")
+      keys[#keys + 1] = k
+      if k == "headers" then T.eq(v["x-a"], "1") end
+      if k == "time" then T.ok(v.total > 0 and v.ttfb <= v.total, "time table in pairs") end
+    end
+    table.sort(keys)
+    T.eq(table.concat(keys, ","), "body,headers,status,time,version")
+    -- read once, the same table every time; a script's own change stands
+    local r2 = http.get(srv.url .. "/q")
+    local h = r2.headers
+    T.eq(r2.headers, h)
+    T.eq(h["set-cookie"][1], "c=1")
+    r2.headers = nil
+    T.eq(r2.headers, nil, "a removed field is not rebuilt")
+    T.eq(type(r2.time), "table")
+    r2.time = "mine"
+    T.eq(r2.time, "mine")
+    local n = 0
+    for _ in pairs(r2) do n = n + 1 end
+    T.eq(n, 4, "status, body, version, time (headers removed)")
+    -- assigned before it was ever read: the script's value wins
+    local r3 = http.get(srv.url .. "/r")
+    r3.time = 7
+    T.eq(r3.time, 7)
+    T.eq(r3.headers["x-a"], "1")
+    T.eq(r3.other, nil)
+    T.eq(r3[1], nil)
+    local r4 = http.get(srv.url .. "/s")
+    r4.time = 8
+    for k, v in pairs(r4) do
+      if k == "time" then T.eq(v, 8, "pairs keeps the script's value") end
+    end
+    T.eq(r4.time, 8)
+    T.eq(r4.headers["x-a"], "1")
+  end)
+end)
+
 T.case("HTTP error statuses are returned, not raised", function()
   with_server(function(req)
     return tonumber(req.path:sub(2)), "status " .. req.path:sub(2)

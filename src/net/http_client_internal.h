@@ -1,25 +1,15 @@
 /* Private structures of the HTTP client, shared by http_client.c (the curl
- * multi <-> libuv glue), http_request.c (request objects) and http_error.c
- * (error classification). Nothing outside src/net/ includes this file. */
-#ifndef KB_HTTP_INTERNAL_H
-#define KB_HTTP_INTERNAL_H
+ * multi <-> libuv glue), http_request.c (request objects), http_error.c
+ * (error classification) and http_text.c. Nothing outside src/net/
+ * includes this file (src/lua/lhttp_internal.h is kb.http's own). */
+#ifndef KB_HTTP_CLIENT_INTERNAL_H
+#define KB_HTTP_CLIENT_INTERNAL_H
 
 #include <curl/curl.h>
 
+#include "kb/buf.h"
 #include "kb/http_client.h"
 #include "kb/vclock.h"
-
-/* A growable byte buffer whose memory is kept across reuses. */
-typedef struct hbuf {
-  char *p;
-  size_t len, cap;
-} hbuf;
-
-int hbuf_reserve(hbuf *b, size_t extra);
-int hbuf_append(hbuf *b, const void *data, size_t len);
-/* Empties b, giving its memory back if it grew beyond keep bytes. */
-void hbuf_reset(hbuf *b, size_t keep);
-void hbuf_free(hbuf *b);
 
 /* One socket curl uses. It lives from the moment the socket is opened (our
  * CURLOPT_OPENSOCKETFUNCTION) to the moment curl closes it (our
@@ -46,22 +36,25 @@ struct kb_http_request {
   void *ud;
 
   char method[32];
-  hbuf url;          /* NUL-terminated */
+  kb_buf url;         /* NUL-terminated */
+  CURLU *uh;          /* the parsed URL curl reads (CURLOPT_CURLU), kept */
+  kb_buf uh_url;      /* the URL uh holds; empty: none */
+  int uh_set;         /* uh is the handle's CURLOPT_CURLU */
   int url_has_query;
-  hbuf hdr_text;     /* "Name: value\0" lines */
+  kb_buf hdr_text;     /* "Name: value\0" lines */
   size_t nheaders;
   struct curl_slist *hdr_nodes; /* built from hdr_text at start */
   size_t hdr_nodes_cap;
-  hbuf body;
+  kb_buf body;
   int has_body;
   curl_mime *mime;
   char *tls_server_name;            /* owned; applied at start */
   struct curl_slist *connect_to;    /* owned; the real host for tls_server_name */
 
-  hbuf resp_body;    /* the body; for a stream, what awaits on_data */
+  kb_buf resp_body;    /* the body; for a stream, what awaits on_data */
   size_t max_body;   /* plain requests: most body bytes kept; 0 = no limit */
   int body_too_large; /* on_body refused a piece past max_body */
-  hbuf resp_headers;
+  kb_buf resp_headers;
   int follow;        /* follow_redirects: a 3xx with Location is not final */
 
   /* Streaming (kb_http_request_set_stream); all 0 for a plain request. */
@@ -69,7 +62,7 @@ struct kb_http_request {
   kb_http_head_cb on_head;
   kb_http_data_cb on_data;
   void *stream_ud;
-  hbuf spare;        /* the other half of resp_body while on_data runs */
+  kb_buf spare;        /* the other half of resp_body while on_data runs */
   int head_state;    /* HEAD_NONE, HEAD_READY (not delivered), HEAD_SENT */
   long head_status;  /* of the response whose headers are arriving */
   int head_location; /* that response has a Location header */
@@ -85,7 +78,7 @@ struct kb_http_request {
   kb_vtimer deadline; /* the timeout on a fast-forwarding clock */
   double clock_start; /* fast-forwarding clock's time at start, or -1 */
   int sock_errno;    /* errno of a failed socket() in OPENSOCKETFUNCTION */
-  hbuf msg;          /* error message, redacted URL, hint */
+  kb_buf msg;          /* error message, redacted URL, hint */
   kb_http_response resp;
   char errbuf[CURL_ERROR_SIZE];
 };

@@ -1,7 +1,9 @@
 /* Shared by the two files of kb.http: http.c (clients, requests, the
- * module) and http_stream.c (streams). Not a public header. */
-#ifndef KB_LUA_HTTP_INTERNAL_H
-#define KB_LUA_HTTP_INTERNAL_H
+ * module) and http_stream.c (streams), and by kb.sim (sim.c) for its
+ * Unix-socket routes. Not a public header (src/net/http_client_internal.h
+ * is the C client's own). */
+#ifndef KB_LHTTP_INTERNAL_H
+#define KB_LHTTP_INTERNAL_H
 
 #include <lua.h>
 
@@ -42,7 +44,11 @@ kb_http_request *kb__lhttp_new_request(lua_State *L, kb_http_client *c, const kb
 void kb__lhttp_route(lua_State *L, const char *origin, const char *path);
 int kb__lhttp_raise_start_error(lua_State *L, int err, const char *method);
 
-/* Response fields and errors, as kb.http.request pushes them. */
+/* http_response.c: response fields and errors, as kb.http.request pushes
+ * them. The response table builds headers and time when first read. */
+void kb__lhttp_push_response(lua_State *L, kb_rt *rt, const kb_http_response *resp);
+/* The response tables' metatable (luaopen_kb_http). */
+void kb__lhttp_response_register(lua_State *L);
 void kb__lhttp_push_headers(lua_State *L, const kb_http_response *resp);
 void kb__lhttp_push_version(lua_State *L, int version);
 void kb__lhttp_set_number(lua_State *L, const char *k, double v);
