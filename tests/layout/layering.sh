@@ -2,7 +2,10 @@
 # The link graph keeps the layering of docs/design-notes.md: no library of
 # the build calls a function of a layer above it (or beside it). For every
 # static library, each undefined symbol that another kbrun library defines
-# must come from a layer this one may use. Usage: layering.sh BUILD_DIR
+# must come from a layer this one may use. And every symbol a layer exports
+# carries the kb_ prefix (luaopen_kb_* too: the name Lua prescribes for the
+# opener of module kb.*), but for kb_k8s_pb, which protoc-c generates from
+# the Kubernetes .proto files. Usage: layering.sh BUILD_DIR
 set -euo pipefail
 build="${1:?usage: layering.sh BUILD_DIR}"
 
@@ -40,6 +43,12 @@ for a in "$build"/libkb_*.a; do
 done
 
 bad=0
+unprefixed=$(awk '$2 != "k8s_pb" && $1 !~ /^(kb_|luaopen_kb_)/ {print "  " $2 ": " $1}' "$defs")
+if [[ -n $unprefixed ]]; then
+  echo "layering: exported symbols without the kb_ prefix:"
+  echo "$unprefixed"
+  bad=1
+fi
 for l in "${!uses[@]}"; do
   allowed=$(closure "$l")
   while read -r obj sym owner; do
@@ -52,4 +61,4 @@ for l in "${!uses[@]}"; do
 done
 n=$(wc -l < "$defs")
 ((bad)) && exit 1
-echo "layering: ${#uses[@]} layers, $n exported symbols, no call goes upwards"
+echo "layering: ${#uses[@]} layers, $n exported symbols, all kb_, no call goes upwards"
