@@ -27,152 +27,10 @@
 #include <strings.h>
 #include <time.h>
 
-#include <http_parser.h>
-
-#include "kb/buf.h"
-#include "kb/http_server.h"
 #include "kb/log.h"
+#include "http_server_internal.h"
 
-#define READ_BUF_SIZE (64 * 1024)
-#define MAX_BUFFERED (256 * 1024)        /* waiting input before reads pause */
-#define WRITE_HIGH_WATER (1024 * 1024)   /* queued output before parsing pauses */
-
-#define DEFAULT_MAX_HEADER_SIZE (64 * 1024)
-#define DEFAULT_MAX_HEADERS 100
-#define DEFAULT_MAX_BODY_SIZE ((size_t)64 * 1024 * 1024)
-#define DEFAULT_IDLE_TIMEOUT_MS 60000
-#define DEFAULT_HEADER_TIMEOUT_MS 10000
-#define DEFAULT_BODY_TIMEOUT_MS 60000
-#define DEFAULT_MAX_CONNECTIONS 4096
-#define REFUSAL_LOG_EVERY_MS 10000 /* one log line per this long while refusing */
-#define DEFAULT_LINGER_MS 2000
-#define DEFAULT_BACKLOG 4096
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
-
-/* ---- intrusive lists ---------------------------------------------------------- */
-
-typedef struct qlink {
-  struct qlink *prev, *next;
-} qlink;
-
-static void link_init(qlink *l) { l->prev = l->next = l; }
-static int link_empty(const qlink *l) { return l->next == l; }
-
-static void link_append(qlink *head, qlink *l) {
-  l->next = head;
-  l->prev = head->prev;
-  head->prev->next = l;
-  head->prev = l;
-}
-
-static void link_remove(qlink *l) {
-  l->prev->next = l->next;
-  l->next->prev = l->prev;
-  link_init(l);
-}
-
-/* ---- structures ---------------------------------------------------------------- */
-
-typedef struct conn conn;
-
-typedef enum { REQ_PARSING, REQ_HANDLER, REQ_STREAMING } req_state;
-typedef enum { BODY_FIXED, BODY_CHUNKED, BODY_RAW, BODY_NONE } body_mode;
-
-struct kb_httpd_req {
-  conn *conn;            /* NULL once the connection is closed */
-  req_state state;
-  kb_buf head;           /* target, header names and values, path, query;
-                            NUL-separated, pointers made at headers_complete */
-  size_t *hoff;          /* name and value offsets into head, per header */
-  size_t nheaders, hoff_cap;
-  kb_httpd_header *headers;
-  const char *target, *path, *query, *method;
-  kb_buf body;
-  int version;           /* 10, 11 */
-  int in_field;          /* the last header piece parsed was a name */
-  int headers_done;
-  int keep_alive, head_only, close_after;
-  body_mode mode;        /* of the response being streamed */
-  kb_httpd_req_fn on_abort, on_drain;
-  void *abort_ud, *drain_ud;
-  uint64_t handed_ns;    /* when the handler got it, for Server-Timing */
-  double timing_ms;      /* Server-Timing value set by the owner, or < 0 */
-  double modelled_ms;    /* its ";sim=" value, or < 0 for none */
-  char remote[72];
-};
-
-struct conn {
-  union {             /* a TCP or a Unix-socket connection: both are streams */
-    uv_tcp_t tcp;
-    uv_pipe_t pipe;
-    uv_stream_t stream;
-    uv_handle_t handle;
-  } io;
-  int is_unix;
-  uv_shutdown_t shutdown;
-  http_parser parser;
-  kb_httpd *srv;
-  qlink all;              /* in srv->conns */
-  qlink ready;            /* in srv->ready while it should resume parsing */
-  kb_httpd_req *req;     /* being parsed, or being answered */
-  char *in;              /* input that waits for the current request */
-  size_t in_len, in_cap;
-  size_t header_bytes;
-  uint64_t last_active;  /* uv_now of the accept, the last response or the
-                            last write drained: the idle timeout's start */
-  uint64_t req_begun;    /* uv_now of the current request's first byte */
-  uint64_t headers_at;   /* uv_now of its end of headers (body deadline) */
-  uint64_t deadline;     /* lingering or resetting: give up then */
-  int writes;            /* uv_write requests in flight */
-  int reject_status;     /* why a parser callback refused the request */
-  int reading, closing, lingering, resetting;
-  char remote[72];
-};
-
-struct kb_httpd {
-  uv_loop_t *loop;
-  kb_httpd_config cfg;
-  kb_httpd_handler_fn handler;
-  void *ud;
-  uv_tcp_t listener;
-  uv_pipe_t unix_listener;
-  int unix_init;
-  uv_timer_t sweep;      /* idle timeouts and linger deadlines */
-  uv_idle_t idle;        /* resumes connections listed in ready */
-  int listener_init;
-  int port;
-  int closing;
-  int handles;           /* open libuv handles; freed at zero when closing */
-  qlink conns, ready;
-  kb_httpd_closed_fn closed;
-  void *closed_ud;
-  kb_httpd_stats stats;
-  uint64_t refused_logged_at; /* uv_now of the last "refusing" log line */
-  uint64_t refused_unlogged;  /* refusals since that line */
-  int refused_logged;
-  time_t date_sec;
-  char date[64];
-  char rbuf[READ_BUF_SIZE];
-};
-
-/* uv_buf_init takes an unsigned int; bodies may be larger. */
-static uv_buf_t mkbuf(const void *p, size_t len) {
-  uv_buf_t b;
-  b.base = (char *)p;
-  b.len = len;
-  return b;
-}
-
-typedef struct write_req {
-  uv_write_t req;
-  conn *conn;
-  char data[];
-} write_req;
-
-static void conn_close(conn *c);
 static void conn_shutdown(conn *c);
-static void conn_reset_now(conn *c);
 static void conn_schedule(conn *c);
 static void conn_on_close(uv_handle_t *h);
 
@@ -199,7 +57,7 @@ static kb_httpd_req *req_new(conn *c) {
   return r;
 }
 
-static void req_free(kb_httpd_req *r) {
+void kb_httpd_req_free(kb_httpd_req *r) {
   kb_buf_free(&r->head);
   kb_buf_free(&r->body);
   free(r->hoff);
@@ -207,24 +65,23 @@ static void req_free(kb_httpd_req *r) {
   free(r);
 }
 
-static int req_gone(const kb_httpd_req *r) { return r->conn == NULL || r->conn->closing; }
 
 /* Finishing a request whose client is gone only releases it. */
-static int req_release_gone(kb_httpd_req *r) {
+int kb_httpd_req_release_gone(kb_httpd_req *r) {
   if (r->conn) r->conn->req = NULL; /* its close callback must not abort it */
-  req_free(r);
+  kb_httpd_req_free(r);
   return KB_HTTPD_EGONE;
 }
 
 /* The owner finished the response and it is queued: the connection moves
  * on to the next request, or closes. */
-static void req_finish(kb_httpd_req *r) {
+void kb_httpd_req_finish(kb_httpd_req *r) {
   conn *c = r->conn;
   kb_httpd *s = c->srv;
   int keep = r->keep_alive && !r->close_after && !s->closing;
   c->req = NULL;
   s->stats.responses++;
-  req_free(r);
+  kb_httpd_req_free(r);
   c->last_active = uv_now(s->loop);
   if (!keep) conn_shutdown(c);
   else if (c->in_len || !c->reading) conn_schedule(c);
@@ -238,12 +95,12 @@ static void conn_on_write(uv_write_t *w, int status) {
   free(wr);
   c->writes--;
   if (status < 0) {
-    conn_close(c);
+    kb_httpd_conn_close(c);
     return;
   }
   if (c->closing) return;
   if (c->resetting) {
-    if (c->writes == 0) conn_reset_now(c);
+    if (c->writes == 0) kb_httpd_conn_reset_now(c);
     return;
   }
   size_t queued = uv_stream_get_write_queue_size(&c->io.stream);
@@ -259,7 +116,7 @@ static void conn_on_write(uv_write_t *w, int status) {
 
 /* Sends bufs in order after anything queued. Returns 0 or a UV_* error (the
  * caller closes the connection). */
-static int conn_write(conn *c, const uv_buf_t *bufs, unsigned n) {
+int kb_httpd_conn_write(conn *c, const uv_buf_t *bufs, unsigned n) {
   size_t total = 0, done = 0;
   for (unsigned i = 0; i < n; i++) total += bufs[i].len;
   if (total == 0) return 0;
@@ -293,21 +150,21 @@ static int conn_write(conn *c, const uv_buf_t *bufs, unsigned n) {
   return 0;
 }
 
-static int conn_write_str(conn *c, const char *s, size_t len) {
+int kb_httpd_conn_write_str(conn *c, const char *s, size_t len) {
   uv_buf_t b = mkbuf(s, len);
-  return conn_write(c, &b, 1);
+  return kb_httpd_conn_write(c, &b, 1);
 }
 
 /* ---- closing a connection --------------------------------------------------------------- */
 
-static void conn_close(conn *c) {
+void kb_httpd_conn_close(conn *c) {
   if (c->closing) return;
   c->closing = 1;
   link_remove(&c->ready);
   uv_close(&c->io.handle, conn_on_close);
 }
 
-static void conn_reset_now(conn *c) {
+void kb_httpd_conn_reset_now(conn *c) {
   if (c->closing) return;
   c->closing = 1;
   link_remove(&c->ready);
@@ -317,7 +174,7 @@ static void conn_reset_now(conn *c) {
 
 static void conn_on_shutdown(uv_shutdown_t *sh, int status) {
   conn *c = sh->data;
-  if (status < 0) conn_close(c);
+  if (status < 0) kb_httpd_conn_close(c);
 }
 
 static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
@@ -326,7 +183,7 @@ static void conn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 static void conn_start_reading(conn *c) {
   if (c->reading || c->closing) return;
   if (uv_read_start(&c->io.stream, conn_alloc, conn_on_read) == 0) c->reading = 1;
-  else conn_close(c);
+  else kb_httpd_conn_close(c);
 }
 
 /* After a final response: FIN once the queued writes are out, then keep
@@ -339,7 +196,7 @@ static void conn_shutdown(conn *c) {
   link_remove(&c->ready);
   c->shutdown.data = c;
   if (uv_shutdown(&c->shutdown, &c->io.stream, conn_on_shutdown) != 0) {
-    conn_close(c);
+    kb_httpd_conn_close(c);
     return;
   }
   conn_start_reading(c);
@@ -362,7 +219,7 @@ static void conn_on_close(uv_handle_t *h) {
   free(c);
   if (r) {
     if (r->state == REQ_PARSING) {
-      req_free(r);
+      kb_httpd_req_free(r);
     } else {
       r->conn = NULL;
       s->stats.aborted++;
@@ -501,7 +358,7 @@ static int on_headers_complete(http_parser *p) {
     if (strcasecmp(expect, "100-continue") != 0) return reject(c, 417);
     if (r->version >= 11 && (chunked || sized)) {
       static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-      if (conn_write_str(c, cont, sizeof cont - 1)) return reject(c, 503);
+      if (kb_httpd_conn_write_str(c, cont, sizeof cont - 1)) return reject(c, 503);
     }
   }
   if (sized && kb_buf_reserve(&r->body, (size_t)p->content_length)) return reject(c, 503);
@@ -557,7 +414,7 @@ static void conn_reject(conn *c, enum http_errno e) {
     break;
   }
   if (c->req && c->req->state == REQ_PARSING) {
-    req_free(c->req);
+    kb_httpd_req_free(c->req);
     c->req = NULL;
   }
   s->stats.rejected++;
@@ -566,7 +423,7 @@ static void conn_reject(conn *c, enum http_errno e) {
                    "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
                    "Content-Length: %zu\r\nConnection: close\r\n\r\n%s\n",
                    status, http_status_str((enum http_status)status), strlen(why) + 1, why);
-  if (conn_write_str(c, msg, (size_t)n) < 0) conn_close(c);
+  if (kb_httpd_conn_write_str(c, msg, (size_t)n) < 0) kb_httpd_conn_close(c);
   else conn_shutdown(c);
 }
 
@@ -654,7 +511,7 @@ static void conn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   conn *c = st->data;
   if (nread == 0) return;
   if (nread < 0) { /* EOF or error: the client is gone */
-    conn_close(c);
+    kb_httpd_conn_close(c);
     return;
   }
   if (c->lingering || c->resetting) return;
@@ -667,7 +524,7 @@ static void conn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   }
   if (len == 0 || c->closing || c->lingering || c->resetting) return;
   if (conn_buffer(c, data, len)) {
-    conn_close(c);
+    kb_httpd_conn_close(c);
     return;
   }
   if (conn_can_parse(c)) conn_drain_input(c);
@@ -712,9 +569,9 @@ static void on_sweep(uv_timer_t *t) {
     conn *c = container_of(l, conn, all); /* closing does not unlink yet */
     if (c->closing) continue;
     if (c->resetting) {
-      if (now >= c->deadline) conn_reset_now(c);
+      if (now >= c->deadline) kb_httpd_conn_reset_now(c);
     } else if (c->lingering) {
-      if (now >= c->deadline) conn_close(c);
+      if (now >= c->deadline) kb_httpd_conn_close(c);
     } else if (c->req && c->req->state != REQ_PARSING) {
       continue; /* the owner is answering: no timeout, watches are long */
     } else if (c->req) { /* a request arriving: its headers, then its body, have deadlines */
@@ -729,7 +586,7 @@ static void on_sweep(uv_timer_t *t) {
       continue; /* a response still leaving: not idle */
     } else if (now - c->last_active >= s->cfg.idle_timeout_ms) {
       s->stats.idle_closed++;
-      conn_close(c);
+      kb_httpd_conn_close(c);
     }
   }
 }
@@ -822,7 +679,7 @@ static void refuse(conn *c) {
                              "too many connections\n";
   uv_buf_t b = mkbuf(busy, sizeof busy - 1);
   uv_try_write(&c->io.stream, &b, 1);
-  conn_close(c);
+  kb_httpd_conn_close(c);
 }
 
 static void on_connection(uv_stream_t *ls, int status) {
@@ -840,7 +697,7 @@ static void on_connection(uv_stream_t *ls, int status) {
   s->handles++;
   s->stats.open_connections++;
   if (uv_accept(ls, &c->io.stream) != 0) {
-    conn_close(c);
+    kb_httpd_conn_close(c);
     return;
   }
   s->stats.connections++;
@@ -913,231 +770,5 @@ void kb_httpd_close(kb_httpd *s, kb_httpd_closed_fn closed, void *ud) {
   uv_close((uv_handle_t *)&s->sweep, on_handle_closed);
   uv_close((uv_handle_t *)&s->idle, on_handle_closed);
   for (qlink *l = s->conns.next; l != &s->conns; l = l->next)
-    conn_close(container_of(l, conn, all));
-}
-
-/* ---- request accessors ---------------------------------------------------------- */
-
-const char *kb_httpd_req_method(const kb_httpd_req *r) { return r->method; }
-const char *kb_httpd_req_target(const kb_httpd_req *r) { return r->target; }
-const char *kb_httpd_req_path(const kb_httpd_req *r) { return r->path; }
-const char *kb_httpd_req_query(const kb_httpd_req *r) { return r->query; }
-int kb_httpd_req_version(const kb_httpd_req *r) { return r->version; }
-size_t kb_httpd_req_header_count(const kb_httpd_req *r) { return r->nheaders; }
-const char *kb_httpd_req_remote(const kb_httpd_req *r) { return r->remote; }
-int kb_httpd_req_gone(const kb_httpd_req *r) { return req_gone(r); }
-
-void kb_httpd_req_set_timing(kb_httpd_req *r, double ms, double modelled_ms) {
-  r->timing_ms = ms;
-  r->modelled_ms = modelled_ms;
-}
-
-const kb_httpd_header *kb_httpd_req_header_at(const kb_httpd_req *r, size_t i) {
-  return i < r->nheaders ? &r->headers[i] : NULL;
-}
-
-const char *kb_httpd_req_body(const kb_httpd_req *r, size_t *len) {
-  if (len) *len = r->body.len;
-  return r->body.data ? r->body.data : "";
-}
-
-int kb_httpd_req_on_abort(kb_httpd_req *r, kb_httpd_req_fn cb, void *ud) {
-  if (req_gone(r)) return KB_HTTPD_EGONE;
-  r->on_abort = cb;
-  r->abort_ud = ud;
-  return 0;
-}
-
-void kb_httpd_req_close_after(kb_httpd_req *r) { r->close_after = 1; }
-
-size_t kb_httpd_req_write_queue(const kb_httpd_req *r) {
-  if (req_gone(r)) return 0;
-  return uv_stream_get_write_queue_size(&r->conn->io.stream);
-}
-
-int kb_httpd_req_on_drain(kb_httpd_req *r, kb_httpd_req_fn cb, void *ud) {
-  if (req_gone(r)) return KB_HTTPD_EGONE;
-  if (kb_httpd_req_write_queue(r) == 0) return 0;
-  r->on_drain = cb;
-  r->drain_ud = ud;
-  return 1;
-}
-
-/* ---- responding ----------------------------------------------------------------------------- */
-
-static int valid_response(int status, const kb_httpd_header *h, size_t n) {
-  if (status < 100 || status > 999) return 0;
-  for (size_t i = 0; i < n; i++) {
-    if (!h[i].name || !h[i].value || !h[i].name[0]) return 0;
-    if (strpbrk(h[i].name, "\r\n: \t") || strpbrk(h[i].value, "\r\n")) return 0;
-  }
-  return 1;
-}
-
-static int has_token(const char *value, const char *token) {
-  size_t tl = strlen(token);
-  for (const char *p = value; *p;) {
-    while (*p == ' ' || *p == '\t' || *p == ',') p++;
-    const char *e = p;
-    while (*e && *e != ',') e++;
-    const char *te = e;
-    while (te > p && (te[-1] == ' ' || te[-1] == '\t')) te--;
-    if ((size_t)(te - p) == tl && strncasecmp(p, token, tl) == 0) return 1;
-    p = e;
-  }
-  return 0;
-}
-
-static const char *http_date(kb_httpd *s) {
-  static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
-  static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-  time_t now = s->cfg.date_now ? (time_t)s->cfg.date_now(s->cfg.date_now_ud) : time(NULL);
-  if (now != s->date_sec) {
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    snprintf(s->date, sizeof s->date, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday % 7],
-             tm.tm_mday, months[tm.tm_mon % 12], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
-             tm.tm_sec);
-    s->date_sec = now;
-  }
-  return s->date;
-}
-
-/* Status line and headers for r. Decides whether the connection closes
- * after this response (r->close_after). */
-static int build_head(kb_buf *b, kb_httpd_req *r, int status, const kb_httpd_header *h,
-                      size_t n, body_mode mode, size_t len) {
-  kb_httpd *s = r->conn->srv;
-  int close = !r->keep_alive || r->close_after || s->closing || mode == BODY_RAW;
-  int has_date = s->cfg.no_date;
-  const char *reason = http_status_str((enum http_status)status);
-  if (reason[0] == '<') reason = "Unknown";
-  int e = kb_buf_appendf(b, "HTTP/1.1 %d %s\r\n", status, reason);
-  for (size_t i = 0; i < n && !e; i++) {
-    const char *name = h[i].name;
-    if (strcasecmp(name, "Connection") == 0) {
-      if (has_token(h[i].value, "close")) close = 1;
-      continue;
-    }
-    if (strcasecmp(name, "Content-Length") == 0 || strcasecmp(name, "Transfer-Encoding") == 0)
-      continue;
-    if (strcasecmp(name, "Date") == 0) has_date = 1;
-    e = kb_buf_appendf(b, "%s: %s\r\n", name, h[i].value);
-  }
-  if (!e && !has_date) e = kb_buf_appendf(b, "Date: %s\r\n", http_date(s));
-  double ms = r->timing_ms >= 0 ? r->timing_ms : (double)(uv_hrtime() - r->handed_ns) / 1e6;
-  if (!e && s->cfg.server_timing && r->modelled_ms >= 0)
-    e = kb_buf_appendf(b, "Server-Timing: %s;dur=%.6f;sim=%.6f\r\n", s->cfg.server_timing, ms,
-                       r->modelled_ms);
-  else if (!e && s->cfg.server_timing)
-    e = kb_buf_appendf(b, "Server-Timing: %s;dur=%.6f\r\n", s->cfg.server_timing, ms);
-  if (!e && s->cfg.on_response) s->cfg.on_response(r, status, ms, s->cfg.on_response_ud);
-  if (!e && mode == BODY_FIXED) e = kb_buf_appendf(b, "Content-Length: %zu\r\n", len);
-  if (!e && mode == BODY_CHUNKED) e = kb_buf_appendf(b, "Transfer-Encoding: chunked\r\n");
-  if (!e && close) e = kb_buf_appendf(b, "Connection: close\r\n");
-  else if (!e && r->version == 10) e = kb_buf_appendf(b, "Connection: keep-alive\r\n");
-  if (!e) e = kb_buf_append(b, "\r\n", 2);
-  r->close_after = close;
-  return e ? UV_ENOMEM : 0;
-}
-
-static int status_has_body(int status) { return status >= 200 && status != 204 && status != 304; }
-
-int kb_httpd_respond(kb_httpd_req *r, int status, const kb_httpd_header *headers, size_t n,
-                     const void *body, size_t len) {
-  if (req_gone(r)) return req_release_gone(r);
-  if (r->state != REQ_HANDLER) return KB_HTTPD_ESTATE;
-  if (!valid_response(status, headers, n) || (len && !body)) return KB_HTTPD_EINVAL;
-  conn *c = r->conn;
-  int with_body = status_has_body(status);
-  kb_buf head = KB_BUF_INIT;
-  int rc = build_head(&head, r, status, headers, n, with_body ? BODY_FIXED : BODY_NONE, len);
-  if (rc) {
-    kb_buf_free(&head);
-    return rc;
-  }
-  uv_buf_t bufs[2] = {mkbuf(head.data, head.len), mkbuf(body, len)};
-  rc = conn_write(c, bufs, with_body && !r->head_only && len ? 2 : 1);
-  kb_buf_free(&head);
-  if (rc < 0) {
-    c->srv->stats.aborted++;
-    conn_close(c);
-    return req_release_gone(r);
-  }
-  req_finish(r);
-  return 0;
-}
-
-int kb_httpd_stream_begin(kb_httpd_req *r, int status, const kb_httpd_header *headers,
-                          size_t n) {
-  if (req_gone(r)) {
-    if (r->state == REQ_HANDLER) r->state = REQ_STREAMING;
-    return KB_HTTPD_EGONE;
-  }
-  if (r->state != REQ_HANDLER) return KB_HTTPD_ESTATE;
-  if (!valid_response(status, headers, n)) return KB_HTTPD_EINVAL;
-  body_mode mode = !status_has_body(status) ? BODY_NONE
-                   : r->version >= 11      ? BODY_CHUNKED
-                                           : BODY_RAW;
-  kb_buf head = KB_BUF_INIT;
-  int rc = build_head(&head, r, status, headers, n, mode, 0);
-  if (rc == 0) rc = conn_write_str(r->conn, head.data, head.len) < 0 ? KB_HTTPD_EGONE : 0;
-  kb_buf_free(&head);
-  if (rc == UV_ENOMEM) return rc;
-  r->state = REQ_STREAMING;
-  r->mode = r->head_only ? BODY_NONE : mode;
-  if (rc) conn_close(r->conn); /* the abort callback follows */
-  return rc;
-}
-
-int kb_httpd_stream_write(kb_httpd_req *r, const void *data, size_t len) {
-  if (req_gone(r)) return KB_HTTPD_EGONE;
-  if (r->state != REQ_STREAMING) return KB_HTTPD_ESTATE;
-  if (len == 0 || r->mode == BODY_NONE) return 0;
-  char size[24];
-  uv_buf_t bufs[3];
-  unsigned nb = 0;
-  if (r->mode == BODY_CHUNKED) {
-    int sl = snprintf(size, sizeof size, "%zx\r\n", len);
-    bufs[nb++] = mkbuf(size, (size_t)sl);
-  }
-  bufs[nb++] = mkbuf(data, len);
-  if (r->mode == BODY_CHUNKED) bufs[nb++] = mkbuf("\r\n", 2);
-  if (conn_write(r->conn, bufs, nb) < 0) {
-    conn_close(r->conn);
-    return KB_HTTPD_EGONE;
-  }
-  return 0;
-}
-
-int kb_httpd_stream_end(kb_httpd_req *r) {
-  if (req_gone(r)) return req_release_gone(r);
-  if (r->state != REQ_STREAMING) return KB_HTTPD_ESTATE;
-  conn *c = r->conn;
-  if (r->mode == BODY_CHUNKED && conn_write_str(c, "0\r\n\r\n", 5) < 0) {
-    c->srv->stats.aborted++;
-    conn_close(c);
-    return req_release_gone(r);
-  }
-  req_finish(r);
-  return 0;
-}
-
-int kb_httpd_reset(kb_httpd_req *r, const void *partial, size_t len) {
-  if (req_gone(r)) return req_release_gone(r);
-  conn *c = r->conn;
-  c->req = NULL;
-  req_free(r);
-  c->resetting = 1;
-  c->in_len = 0;
-  c->deadline = uv_now(c->srv->loop) + c->srv->cfg.linger_ms;
-  link_remove(&c->ready);
-  if (c->reading) {
-    uv_read_stop(&c->io.stream);
-    c->reading = 0;
-  }
-  if (len && partial && conn_write_str(c, partial, len) < 0) conn_close(c);
-  else if (c->writes == 0) conn_reset_now(c);
-  return 0;
+    kb_httpd_conn_close(container_of(l, conn, all));
 }
