@@ -123,7 +123,10 @@ Store.__index = Store
 
 local function wrap(store, err)
   if type(err) == "table" and err.class == "db" then
-    err.message = secrets.scrub(format("results database %s: %s", store.name, err.message))
+    local msg = tostring(err.message):gsub("^kb%.db%.%a+: ", "")
+    if msg:find(store.name, 1, true) then msg = "results database " .. msg
+    else msg = format("results database %s: %s", store.name, msg) end
+    err.message = secrets.scrub(msg)
   end
   return err
 end
@@ -514,7 +517,9 @@ end
 
 --- rdb.configure{out =, url =}: where rdb.record writes (see target_for).
 function M.configure(opts)
+  M.close()
   active.target = M.target_for(opts.out, opts.url)
+  active.failed, active.failures = false, {}
 end
 
 --- rdb.record(doc, dir) -> id or nil: records one experiment in the
@@ -542,6 +547,9 @@ end
 
 --- rdb.failures() -> { {id, error} }: the experiments rdb.record could not write.
 function M.failures() return active.failures end
+
+--- rdb.active_target() -> the configured target as given (nil: off).
+function M.active_target() return active.target end
 
 --- rdb.active_name() -> the configured database, as messages name it (nil: off).
 function M.active_name() return active.target and M.describe(active.target) or nil end
