@@ -49,7 +49,7 @@ CREATE TABLE experiments (
   clock_kind TEXT, clock_mode TEXT, clock_speed DOUBLE PRECISION, seed BIGINT,
   started_at TEXT, finished_at TEXT, duration DOUBLE PRECISION,
   kbrun TEXT, lua TEXT, host TEXT, os TEXT, kernel TEXT, cpus INTEGER,
-  target TEXT, dir TEXT, result TEXT, recorded_at TEXT NOT NULL);
+  target TEXT, dir TEXT, result TEXT, recorded_at TEXT NOT NULL, seq BIGINT NOT NULL);
 CREATE INDEX experiments_scenario ON experiments (scenario, started_at);
 CREATE TABLE params (
   experiment_id TEXT NOT NULL, name TEXT NOT NULL, value TEXT,
@@ -276,8 +276,9 @@ end
 
 local INSERT_EXPERIMENT = [[INSERT INTO experiments (id, scenario, scenario_file, sweep, cell, cell_key,
   rep, status, verdict, exit_code, error, clock_kind, clock_mode, clock_speed, seed, started_at,
-  finished_at, duration, kbrun, lua, host, os, kernel, cpus, target, dir, result, recorded_at)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)]]
+  finished_at, duration, kbrun, lua, host, os, kernel, cpus, target, dir, result, recorded_at, seq)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+  (SELECT coalesce(max(seq), 0) + 1 FROM experiments))]]
 local INSERT_METRIC = [[INSERT INTO metrics (experiment_id, key, name, kind, labels, count, min, max,
   mean, stddev, p50, p90, p95, p99, p999, saturated, value, histogram)
   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)]]
@@ -375,7 +376,7 @@ end
 -- ---- reading ------------------------------------------------------------------------
 
 --- store:experiments([filter]) -> rows of the experiments table, oldest
--- first (started_at, then id). filter: scenario (name), since (an ISO date
+-- first (started_at, then the order they were recorded in: seq). filter: scenario (name), since (an ISO date
 -- or time: experiments started at or after it), status, limit (the most
 -- recent N), id.
 function Store:experiments(filter)
@@ -388,7 +389,7 @@ function Store:experiments(filter)
   local sql = "SELECT id, scenario, sweep, cell, status, verdict, exit_code, seed, started_at, finished_at, "
     .. "duration, clock_kind, kbrun, target, dir, (SELECT count(*) FROM runs r WHERE r.experiment_id = e.id) AS runs "
     .. "FROM experiments e" .. (#where > 0 and (" WHERE " .. table.concat(where, " AND ")) or "")
-    .. " ORDER BY started_at DESC, id DESC"
+    .. " ORDER BY started_at DESC, seq DESC"
   if filter.limit then sql = sql .. " LIMIT " .. math.tointeger(filter.limit) end
   local rows = self:exec(sql, #params > 0 and params or nil)
   local out = json.array()
@@ -444,7 +445,7 @@ function Store:baseline(spec, scenario, exclude)
   end
   if n < 1 then error({ class = "usage", message = "--baseline last:N wants N >= 1" }, 0) end
   local rows = self:exec("SELECT id FROM experiments WHERE scenario = ? AND status = 'passed' AND id <> ? "
-    .. "ORDER BY started_at DESC, id DESC", { scenario or "", exclude or "" })
+    .. "ORDER BY started_at DESC, seq DESC", { scenario or "", exclude or "" })
   local row = rows[n]
   if not row then
     error({ class = "usage", message = format("--baseline %s: results database %s holds %d passed "
