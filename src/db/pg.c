@@ -27,7 +27,7 @@ static void copy_message(char *err, size_t errlen, const char *prefix, const cha
   size_t len = strlen(err);
   while (len > 0 && (err[len - 1] == '\n' || err[len - 1] == ' ')) err[--len] = '\0';
   for (char *p = err; *p; p++)
-    if (*p == '\n') *p = ' ';
+    if (*p == '\n' || *p == '\t') *p = ' ';
 }
 
 static void pause_ms(int ms) {
