@@ -32,6 +32,7 @@ end
 function M.report(args)
   local usage = [[
 usage: kbrun report [--rebuild] DIR...
+       kbrun report --history [-o DIR | --db URL] [--metric M:STAT ...]   (kbrun report --history --help)
 
 Rebuilds result/report.html of each DIR: an experiment folder, a sweep folder
 (its cells' reports, then sweep.html), or a folder of them (an experiments
@@ -44,6 +45,9 @@ result.json (and a storm's runs.csv, latencies.csv) rebuilt from the journal.
 
 Prints the path of every page written. Exit codes: 0 done; 1 a folder could
 not be rebuilt; 2 usage error, or a DIR that holds no experiment or sweep.]]
+  for _, a in ipairs(args.argv) do
+    if a == "--history" then return M.report_history(args) end -- the results database's trend page
+  end
   local dirs, force = {}, false
   for _, a in ipairs(args.argv) do
     if a == "--rebuild" then force = true
@@ -342,6 +346,7 @@ local function results_command(name)
   end
 end
 M.history = results_command("history")
+M.report_history = results_command("report_history")
 M.db = results_command("db")
 
 M["k8s-job"] = M.k8s_job -- src/main.c looks subcommands up by their command-line name

@@ -279,6 +279,73 @@ function M.db(args)
   usage("db: unknown command '%s' (import or query)", sub)
 end
 
+-- ---- kbrun report --history --------------------------------------------------------
+
+M.REPORT_HISTORY_USAGE = [==[
+usage: kbrun report --history [-o DIR | --db URL] [--scenario NAME] [--since DATE] [--limit N]
+                    [--metric NAME[:STAT]]... [--tolerance T] [--test mw|ks|none] [--alpha A] [--html FILE]
+
+Writes a self-contained HTML page of metrics over the experiments of the
+results database: one plot per metric (oldest experiment first), the
+regressions marked (each experiment against the one before, as kbrun
+history --metric judges them), and a table of every value.
+
+  --metric M        a metric as kbrun history's --metric; repeatable (default:
+                    the p99 of every histogram of the most recent experiment, at
+                    most 12, and success_rate)
+  --html FILE       where the page goes (default DIR/history.html; with --db and
+                    no -o, ./history.html)
+  other options     as kbrun history (kbrun history --help)
+
+Prints the page's path. Exit codes: 0 written; 1 it could not be written; 2
+usage error, no database, or no experiment has any of the metrics.]==]
+
+function M.report_history(args)
+  local argv, metrics = {}, {}
+  local i = 1
+  while i <= #args.argv do
+    local a = args.argv[i]
+    if a == "--metric" then
+      if args.argv[i + 1] == nil then usage("report --history: --metric needs a value") end
+      metrics[#metrics + 1] = args.argv[i + 1]
+      i = i + 1
+    elseif a ~= "--history" then
+      argv[#argv + 1] = a
+    end
+    i = i + 1
+  end
+  local spec = {}
+  for k, v in pairs(HISTORY_SPEC) do spec[k] = v end
+  spec["--metric"], spec["--json"], spec["--html"] = nil, nil, "value"
+  local opts, rest = parse(argv, spec, "report --history")
+  if opts["--help"] or opts["-h"] then io.stdout:write(M.REPORT_HISTORY_USAGE, "\n") return 0 end
+  if #rest > 0 then usage("report --history: unexpected argument '%s' (the database is -o DIR or --db URL)", rest[1]) end
+  local filter = M.filter_of(opts)
+  local list = {}
+  for _, m in ipairs(metrics) do
+    local name, stat = trend.parse_metric(m)
+    list[#list + 1] = { metric = name, stat = stat }
+  end
+  local store = M.open(opts, false)
+  local page = require "kb.results.history_page"
+  local ok, html, series = pcall(function()
+    if #list == 0 then list = page.default_metrics(store, filter) end
+    return page.html(store, list, filter, { source = store.name })
+  end)
+  store:close()
+  if not ok then error(html, 0) end
+  if #series == 0 then
+    local names = {}
+    for _, m in ipairs(list) do names[#names + 1] = m.metric end
+    usage("report --history: no experiment in %s has %s", store.name,
+      #names > 0 and table.concat(names, ", ") or "any metric")
+  end
+  local path = opts["--html"] or fs.join(opts["--out"] or (opts["--db"] and "." or "experiments"), "history.html")
+  fs.write(path, html)
+  print(path)
+  return 0
+end
+
 -- ---- kbrun compare --baseline ------------------------------------------------------
 
 --- cli.baseline_compare(spec, b, opts, compare_opts) -> report: compares
