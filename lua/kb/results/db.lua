@@ -166,6 +166,9 @@ function Store:version()
 end
 
 function Store:migrate()
+  -- the usual case, one statement: the schema is this kbrun's already
+  local ok, v = pcall(self.version, self)
+  if ok and v == M.SCHEMA_VERSION then return end
   self:transaction(function()
     if self.kind == "postgresql" then
       -- two kbruns creating the schema at once: one after the other
@@ -279,16 +282,36 @@ local INSERT_EXPERIMENT = [[INSERT INTO experiments (id, scenario, scenario_file
   finished_at, duration, kbrun, lua, host, os, kernel, cpus, target, dir, result, recorded_at, seq)
   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
   (SELECT coalesce(max(seq), 0) + 1 FROM experiments))]]
-local INSERT_METRIC = [[INSERT INTO metrics (experiment_id, key, name, kind, labels, count, min, max,
-  mean, stddev, p50, p90, p95, p99, p999, saturated, value, histogram)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)]]
-local INSERT_LABEL = "INSERT INTO metric_labels (experiment_id, key, label, value) VALUES (?, ?, ?, ?)"
-local INSERT_PARAM = "INSERT INTO params (experiment_id, name, value) VALUES (?, ?, ?)"
-local INSERT_THRESHOLD = [[INSERT INTO thresholds (experiment_id, position, metric, stat, op,
-  limit_value, actual, passed, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)]]
-local INSERT_RUN = [[INSERT INTO runs (experiment_id, idx, run_id, name, state, outcome, created_at,
-  finished_at, duration, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)]]
-local INSERT_COORD = "INSERT INTO cell_coordinates (experiment_id, name, value) VALUES (?, ?, ?)"
+-- The child rows: one multi-row INSERT per table (and per 400 rows), not
+-- one statement per row: a round trip each on PostgreSQL (bench/results_db.md).
+local INSERT_METRICS = { "INSERT INTO metrics (experiment_id, key, name, kind, labels, count, min, max, "
+  .. "mean, stddev, p50, p90, p95, p99, p999, saturated, value, histogram)", 18 }
+local INSERT_LABELS = { "INSERT INTO metric_labels (experiment_id, key, label, value)", 4 }
+local INSERT_PARAMS = { "INSERT INTO params (experiment_id, name, value)", 3 }
+local INSERT_THRESHOLDS = { "INSERT INTO thresholds (experiment_id, position, metric, stat, op, "
+  .. "limit_value, actual, passed, kind)", 9 }
+local INSERT_RUNS = { "INSERT INTO runs (experiment_id, idx, run_id, name, state, outcome, created_at, "
+  .. "finished_at, duration, error)", 10 }
+local INSERT_COORDS = { "INSERT INTO cell_coordinates (experiment_id, name, value)", 3 }
+local BATCH = 400
+
+-- Inserts rows (lists of spec[2] values each) with as few statements as
+-- the batch size allows.
+function Store:insert_rows(spec, rows)
+  local head, ncols = spec[1], spec[2]
+  local tuple = "(" .. string.rep("?, ", ncols - 1) .. "?)"
+  for first = 1, #rows, BATCH do
+    local last = math.min(#rows, first + BATCH - 1)
+    local params, tuples = {}, {}
+    for r = first, last do
+      local row = rows[r]
+      for c = 1, ncols do params[#params + 1] = row[c] end
+      tuples[#tuples + 1] = tuple
+    end
+    params.n = #tuples * ncols
+    self:exec(head .. " VALUES " .. table.concat(tuples, ", "), params)
+  end
+end
 
 local function sorted_pairs(t)
   local keys = {}
@@ -322,53 +345,64 @@ function Store:record(doc, dir, opts)
   local clock = type(doc.clock) == "table" and doc.clock or {}
   local scenario = type(doc.scenario) == "table" and doc.scenario or {}
   local runs = read_runs(dir)
+  -- the rows, built before the transaction opens (it holds the write lock)
+  local experiment = {
+    id, str(scenario.name or (cell and doc.sweep) or nil), str(scenario.file),
+    cell and str(doc.sweep) or NULL, cell and str(doc.cell) or NULL, cell and str(doc.key) or NULL,
+    cell and int(doc["repeat"]) or NULL,
+    str(doc.status), verdict_of(doc.thresholds), int(doc.exit_code), str(doc.error),
+    str(clock.kind), str(clock.mode), num(clock.speed), int(doc.seed),
+    str(doc.started_at), str(doc.finished_at), num(doc.duration or doc.elapsed),
+    str(doc.kbrun or env.kbrun), str(env.lua), str(env.host), str(env.os), str(env.kernel), int(env.cpus),
+    target_of(result), dir and str(fs.abspath(dir)) or NULL,
+    (result ~= nil and result ~= NULL) and json.encode(result, { sort_keys = true }) or NULL,
+    os.date("!%Y-%m-%dT%H:%M:%SZ"),
+  }
+  local params, metrics, labels, thresholds, run_rows, coords = {}, {}, {}, {}, {}, {}
+  for name, value in sorted_pairs(type(doc.params) == "table" and doc.params or {}) do
+    params[#params + 1] = { id, tostring(name), json.encode(value) }
+  end
+  for _, m in ipairs(type(snapshot) == "table" and snapshot.metrics or {}) do
+    local s = type(m.summary) == "table" and m.summary or {}
+    metrics[#metrics + 1] = { id, str(m.key), str(m.name or m.key), str(m.kind),
+      json.encode(m.labels or {}, { sort_keys = true }),
+      int(s.count), num(s.min), num(s.max), num(s.mean), num(s.stddev), num(s.p50), num(s.p90),
+      num(s.p95), num(s.p99), num(s.p999), int(s.saturated), num(m.value), str(m.encoded) }
+    for label, value in sorted_pairs(type(m.labels) == "table" and m.labels or {}) do
+      labels[#labels + 1] = { id, str(m.key), tostring(label), str(value) }
+    end
+  end
+  for i, t in ipairs(type(doc.thresholds) == "table" and doc.thresholds or {}) do
+    thresholds[#thresholds + 1] = { id, i, str(t.name), str(t.stat), str(t.op), num(t.limit),
+      num(t.actual), t.passed and 1 or 0, str(t.kind) }
+  end
+  local function opt(v) return empty(v) and NULL or v end
+  for i, r in ipairs(runs or {}) do
+    run_rows[#run_rows + 1] = { id, math.tointeger(tonumber(r.index)) or i, opt(r.id), opt(r.name),
+      opt(r.state), opt(r.outcome), opt(r.created_at), opt(r.finished_at), tonumber(r.duration) or NULL,
+      opt(r.error) }
+  end
+  if cell and type(doc.key) == "string" then
+    local okk, c = pcall(json.decode, doc.key)
+    for name, value in sorted_pairs(okk and type(c) == "table" and c or {}) do
+      coords[#coords + 1] = { id, tostring(name), json.encode(value) }
+    end
+  end
   self:transaction(function()
-    for _, t in ipairs(CHILD_TABLES) do
-      self:exec("DELETE FROM " .. t .. " WHERE experiment_id = ?", { id })
-    end
-    self:exec("DELETE FROM experiments WHERE id = ?", { id })
-    self:exec(INSERT_EXPERIMENT, {
-      id, str(scenario.name or (cell and doc.sweep) or nil), str(scenario.file),
-      cell and str(doc.sweep) or NULL, cell and str(doc.cell) or NULL, cell and str(doc.key) or NULL,
-      cell and int(doc["repeat"]) or NULL,
-      str(doc.status), verdict_of(doc.thresholds), int(doc.exit_code), str(doc.error),
-      str(clock.kind), str(clock.mode), num(clock.speed), int(doc.seed),
-      str(doc.started_at), str(doc.finished_at), num(doc.duration or doc.elapsed),
-      str(doc.kbrun or env.kbrun), str(env.lua), str(env.host), str(env.os), str(env.kernel), int(env.cpus),
-      target_of(result), dir and str(fs.abspath(dir)) or NULL,
-      (result ~= nil and result ~= NULL) and json.encode(result, { sort_keys = true }) or NULL,
-      os.date("!%Y-%m-%dT%H:%M:%SZ"),
-    })
-    for name, value in sorted_pairs(type(doc.params) == "table" and doc.params or {}) do
-      self:exec(INSERT_PARAM, { id, tostring(name), json.encode(value) })
-    end
-    for _, m in ipairs(type(snapshot) == "table" and snapshot.metrics or {}) do
-      local s = type(m.summary) == "table" and m.summary or {}
-      self:exec(INSERT_METRIC, { id, m.key, m.name or m.key, m.kind,
-        json.encode(m.labels or {}, { sort_keys = true }),
-        int(s.count), num(s.min), num(s.max), num(s.mean), num(s.stddev), num(s.p50), num(s.p90),
-        num(s.p95), num(s.p99), num(s.p999), int(s.saturated), num(m.value), str(m.encoded) })
-      for label, value in sorted_pairs(type(m.labels) == "table" and m.labels or {}) do
-        self:exec(INSERT_LABEL, { id, m.key, tostring(label), str(value) })
+    -- an experiment recorded before (an import again): replaced
+    if self:exec("SELECT 1 AS x FROM experiments WHERE id = ?", { id })[1] then
+      for _, t in ipairs(CHILD_TABLES) do
+        self:exec("DELETE FROM " .. t .. " WHERE experiment_id = ?", { id })
       end
+      self:exec("DELETE FROM experiments WHERE id = ?", { id })
     end
-    for i, t in ipairs(type(doc.thresholds) == "table" and doc.thresholds or {}) do
-      self:exec(INSERT_THRESHOLD, { id, i, str(t.name), str(t.stat), str(t.op), num(t.limit),
-        num(t.actual), t.passed and 1 or 0, str(t.kind) })
-    end
-    for i, r in ipairs(runs or {}) do
-      self:exec(INSERT_RUN, { id, math.tointeger(tonumber(r.index)) or i, empty(r.id) and NULL or r.id,
-        empty(r.name) and NULL or r.name, empty(r.state) and NULL or r.state,
-        empty(r.outcome) and NULL or r.outcome, empty(r.created_at) and NULL or r.created_at,
-        empty(r.finished_at) and NULL or r.finished_at, tonumber(r.duration) or NULL,
-        empty(r.error) and NULL or r.error })
-    end
-    if cell and type(doc.key) == "string" then
-      local okk, coords = pcall(json.decode, doc.key)
-      for name, value in sorted_pairs(okk and type(coords) == "table" and coords or {}) do
-        self:exec(INSERT_COORD, { id, tostring(name), json.encode(value) })
-      end
-    end
+    self:exec(INSERT_EXPERIMENT, experiment)
+    self:insert_rows(INSERT_PARAMS, params)
+    self:insert_rows(INSERT_METRICS, metrics)
+    self:insert_rows(INSERT_LABELS, labels)
+    self:insert_rows(INSERT_THRESHOLDS, thresholds)
+    self:insert_rows(INSERT_RUNS, run_rows)
+    self:insert_rows(INSERT_COORDS, coords)
   end)
   return id
 end
