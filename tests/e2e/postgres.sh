@@ -99,6 +99,46 @@ for d in folders:
 assert n > 20, n
 PY
 
+# docs/results.md's Grafana panels, on the server, against the folders' files
+"$KBRUN" db query --db "$URL" --json "SELECT e.id, e.kbrun AS release, e.started_at::timestamptz AS time,
+       m.p50, m.p90, m.p99
+FROM experiments e JOIN metrics m ON m.experiment_id = e.id
+WHERE e.scenario = 'taxi_50runs' AND m.key = 'run.create'
+ORDER BY e.started_at" >"$WORK/panel1.json" 2>"$WORK/e"; expect_code $? 0 "panel: latency percentiles"
+"$KBRUN" db query --db "$URL" --json "SELECT e.started_at::timestamptz AS time, e.id,
+       CAST(json_extract_path_text(e.result::json, 'success_rate') AS DOUBLE PRECISION) AS success_rate,
+       avg(CASE WHEN r.state = 'Succeeded' THEN 1.0 ELSE 0.0 END) AS from_runs
+FROM experiments e JOIN runs r ON r.experiment_id = e.id
+GROUP BY e.id, e.started_at, e.result ORDER BY e.started_at" >"$WORK/panel2.json" 2>"$WORK/e"; expect_code $? 0 "panel: success rate"
+"$KBRUN" db query --db "$URL" --json "SELECT e.started_at::timestamptz AS time, e.id,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY r.duration) AS p50,
+       percentile_cont(0.9) WITHIN GROUP (ORDER BY r.duration) AS p90,
+       count(*) AS runs
+FROM experiments e JOIN runs r ON r.experiment_id = e.id
+WHERE r.duration IS NOT NULL
+GROUP BY e.id, e.started_at ORDER BY e.started_at" >"$WORK/panel3.json" 2>"$WORK/e"; expect_code $? 0 "panel: run duration"
+python3 - "$WORK" "$OUT" <<'PY' || fail "the Grafana panels' queries differ from the folders"
+import json, sys, os, csv
+work, out = sys.argv[1], sys.argv[2]
+p1 = json.load(open(work + "/panel1.json")); p2 = json.load(open(work + "/panel2.json")); p3 = json.load(open(work + "/panel3.json"))
+assert len(p1) == len(p2) == len(p3) == 2, (len(p1), len(p2), len(p3))
+def pct(xs, q):  # percentile_cont: linear between closest ranks
+    xs = sorted(xs); k = (len(xs) - 1) * q; f = int(k)
+    return xs[f] if f + 1 >= len(xs) else xs[f] + (xs[f + 1] - xs[f]) * (k - f)
+by_id = lambda rows: {r["id"]: r for r in rows}
+b2, c3 = by_id(p2), by_id(p3)
+for a, b, c in [(a, b2[a["id"]], c3[a["id"]]) for a in p1]:
+    doc = json.load(open(os.path.join(out, a["id"], "result", "result.json")))
+    runs = list(csv.DictReader(open(os.path.join(out, a["id"], "result", "runs.csv"))))
+    s = [m for m in doc["metrics"]["metrics"] if m["key"] == "run.create"][0]["summary"]
+    assert (a["p50"], a["p90"], a["p99"]) == (s["p50"], s["p90"], s["p99"]) and a["release"] == doc["kbrun"]
+    assert b["success_rate"] == doc["result"]["success_rate"]
+    assert abs(b["from_runs"] - sum(r["state"] == "Succeeded" for r in runs) / len(runs)) < 1e-12
+    d = [float(r["duration"]) for r in runs if r["duration"]]
+    assert abs(c["p50"] - pct(d, 0.5)) < 1e-9 and abs(c["p90"] - pct(d, 0.9)) < 1e-9 and c["runs"] == len(d), (c, pct(d, .5))
+    assert a["time"].startswith(doc["started_at"][:10])
+PY
+
 # the same schema as SQLite's
 "$KBRUN" -q -o "$WORK/lite" "$TAXI" num_runs=2 >/dev/null 2>&1
 "$KBRUN" db query -o "$WORK/lite" --csv "SELECT m.name AS t, p.name AS c FROM sqlite_master m, pragma_table_info(m.name) p WHERE m.type = 'table' ORDER BY 1, 2" >"$WORK/lite.cols"

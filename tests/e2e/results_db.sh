@@ -85,6 +85,28 @@ expect_in "$WORK/e" "--baseline last:5: results database $OUT/kbrun.db holds"
 "$KBRUN" history -o "$OUT" --metric run.create --tolerance 10% >"$WORK/trend3" 2>&1
 grep "$slow" "$WORK/trend3" | grep -q "REGRESSED" || { fail "the degraded run is not marked REGRESSED"; cat "$WORK/trend3" >&2; }
 
+# docs/results.md's queries on SQLite: the success rate, the failed thresholds
+"$KBRUN" db query -o "$OUT" --json "SELECT e.id, json_extract(e.result, '\$.success_rate') AS success_rate,
+  avg(CASE WHEN r.state = 'Succeeded' THEN 1.0 ELSE 0.0 END) AS from_runs
+  FROM experiments e JOIN runs r ON r.experiment_id = e.id GROUP BY e.id, e.started_at, e.result ORDER BY e.started_at" \
+  >"$WORK/sr.json"; expect_code $? 0 "success-rate query"
+"$KBRUN" db query -o "$OUT" --json "SELECT e.started_at, e.id, t.metric, t.stat, t.op, t.limit_value, t.actual
+  FROM thresholds t JOIN experiments e ON e.id = t.experiment_id WHERE t.passed = 0 ORDER BY e.started_at DESC" \
+  >"$WORK/th.json"; expect_code $? 0 "failed-thresholds query"
+python3 - "$WORK/sr.json" "$WORK/th.json" "$OUT" "$slow" <<'PY' || fail "the example queries differ from the folders"
+import json, sys, os, csv
+sr, th, out, slow = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3], sys.argv[4]
+assert len(sr) == 3
+for r in sr:
+    doc = json.load(open(os.path.join(out, r["id"], "result", "result.json")))
+    runs = list(csv.DictReader(open(os.path.join(out, r["id"], "result", "runs.csv"))))
+    assert r["success_rate"] == doc["result"]["success_rate"]
+    assert abs(r["from_runs"] - sum(x["state"] == "Succeeded" for x in runs) / len(runs)) < 1e-12
+doc = json.load(open(os.path.join(out, slow, "result", "result.json")))
+failed = [t for t in doc["thresholds"] if not t["passed"]]
+assert failed and [(t["id"], t["metric"], t["actual"]) for t in th] == [(slow, t["name"], t["actual"]) for t in failed], (th, failed)
+PY
+
 # db import: folders written without a database
 OLD="$WORK/old"
 "$KBRUN" -q -o "$OLD" --seed 4 --results-db off "$TAXI" num_runs=5 >/dev/null 2>&1
