@@ -1,6 +1,6 @@
 -- What the results database costs (see bench/results_db.md):
 --   kbrun -q -o /tmp/kb-bench bench/results_db.lua [pairs=15] [records=30] [pg=postgresql://...]
--- 1. Wall time of a whole `kbrun scenarios/taxi_50runs.lua` (the 50-run
+-- 1. Wall and CPU time (user + system, the child's) of a whole `kbrun scenarios/taxi_50runs.lua` (the 50-run
 --    storm on the embedded simulator) with --results-db off and with the
 --    default <out>/kbrun.db (and with pg= a PostgreSQL URL), alternating,
 --    `pairs` times each: medians.
@@ -32,24 +32,31 @@ local function run(p)
   local work = fs.tmpdir("kb-bench-rdb-")
   local modes = { { name = "off", db = "off" }, { name = "sqlite", db = nil } }
   if p.pg ~= "" then modes[#modes + 1] = { name = "postgresql", db = p.pg } end
-  local walls = {}
-  for _, m in ipairs(modes) do walls[m.name] = {} end
+  local walls, cpus = {}, {}
+  for _, m in ipairs(modes) do walls[m.name], cpus[m.name] = {}, {} end
   for i = 1, p.pairs do
     for _, m in ipairs(modes) do
       local cmd = { bin, "-q", "-o", fs.join(work, m.name), "--seed", tostring(i), taxi }
       if m.db then table.insert(cmd, 2, "--results-db") table.insert(cmd, 3, m.db) end
+      -- the child's CPU (user + system) from the shell's `times`: on a
+      -- loaded machine the steadier figure
+      local quoted = {}
+      for k, a in ipairs(cmd) do quoted[k] = "'" .. a:gsub("'", "'\\''") .. "'" end
       local t0 = kb.time()
-      local r = kb.process.run { cmd = cmd, timeout = 120 }
+      local r = kb.process.run { cmd = { "bash", "-c", table.concat(quoted, " ") .. " >/dev/null || exit 1; times" }, timeout = 120 }
       local dt = kb.time() - t0
       assert(r.code == 0, r.stderr)
+      local um, us, sm, ss = r.stdout:match("\n(%d+)m([%d.]+)s (%d+)m([%d.]+)s%s*$")
       table.insert(walls[m.name], dt)
+      table.insert(cpus[m.name], tonumber(um) * 60 + tonumber(us) + tonumber(sm) * 60 + tonumber(ss))
     end
   end
-  io.stdout:write(string.format("taxi_50runs wall time, median of %d (alternating):\n", p.pairs))
-  local base = median(walls.off)
+  io.stdout:write(string.format("taxi_50runs, whole process, median of %d (alternating):\n", p.pairs))
+  local base, cbase = median(walls.off), median(cpus.off)
   for _, m in ipairs(modes) do
-    local med = median(walls[m.name])
-    io.stdout:write(string.format("  %-11s %7.1f ms  (%+.1f%% vs off)\n", m.name, med * 1000, (med / base - 1) * 100))
+    local med, cmed = median(walls[m.name]), median(cpus[m.name])
+    io.stdout:write(string.format("  %-11s wall %7.1f ms (%+.1f%%)  CPU %7.1f ms (%+.1f%% vs off)\n", m.name,
+      med * 1000, (med / base - 1) * 100, cmed * 1000, (cmed / cbase - 1) * 100))
   end
 
   -- 2. per experiment, in process

@@ -74,6 +74,11 @@ int kb_db_exec(kb_db *db, const char *sql, int nparams, const kb_db_value *param
 void kb_db_close(kb_db *db);
 const char *kb_db_strstatus(int status);
 
+/* sql with every '?' outside quoted text and -- comments numbered $1, $2,
+ * ... (PostgreSQL's placeholders), in a malloc'ed string the caller frees
+ * (NULL when out of memory); *count is set to how many there were. */
+char *kb_db_number_placeholders(const char *sql, int *count);
+
 /* Backends (src/db/sqlite.c, src/db/pg.c): what kb_db_open dispatches to. */
 typedef struct kb_db_ops {
   const char *kind;

@@ -1,5 +1,6 @@
 /* kb_db: dispatch to the SQLite or PostgreSQL backend (include/kb/db.h). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kb/db.h"
@@ -52,4 +53,34 @@ const char *kb_db_strstatus(int status) {
   case KB_DB_STOP: return "stop";
   default: return "error";
   }
+}
+
+char *kb_db_number_placeholders(const char *sql, int *count) {
+  size_t len = strlen(sql);
+  /* each '?' (1 byte) becomes at most "$32767" (6 bytes) */
+  char *out = malloc(len * 6 + 1);
+  if (!out) return NULL;
+  char *o = out;
+  int n = 0;
+  char quote = 0;
+  for (const char *p = sql; *p; p++) {
+    if (quote) {
+      *o++ = *p;
+      if (*p == quote) quote = 0;
+    } else if (*p == '\'' || *p == '"') {
+      quote = *p;
+      *o++ = *p;
+    } else if (*p == '-' && p[1] == '-') {
+      while (*p && *p != '\n') *o++ = *p++;
+      if (!*p) break;
+      *o++ = *p;
+    } else if (*p == '?' && n < 32767) {
+      o += sprintf(o, "$%d", ++n);
+    } else {
+      *o++ = *p;
+    }
+  }
+  *o = '\0';
+  *count = n;
+  return out;
 }

@@ -35,36 +35,6 @@ static void pause_ms(int ms) {
   while (nanosleep(&ts, &ts) != 0) {}
 }
 
-/* '?' outside quotes and comments becomes $1, $2, ...; NULL when out of memory. */
-static char *number_placeholders(const char *sql, int *count) {
-  size_t len = strlen(sql);
-  char *out = malloc(len * 4 + 1);
-  if (!out) return NULL;
-  char *o = out;
-  int n = 0;
-  char quote = 0;
-  for (const char *p = sql; *p; p++) {
-    if (quote) {
-      *o++ = *p;
-      if (*p == quote) quote = 0;
-    } else if (*p == '\'' || *p == '"') {
-      quote = *p;
-      *o++ = *p;
-    } else if (*p == '-' && p[1] == '-') {
-      while (*p && *p != '\n') *o++ = *p++;
-      if (!*p) break;
-      *o++ = *p;
-    } else if (*p == '?' && n < 9999) {
-      o += sprintf(o, "$%d", ++n);
-    } else {
-      *o++ = *p;
-    }
-  }
-  *o = '\0';
-  *count = n;
-  return out;
-}
-
 static int value_type(Oid oid) {
   switch (oid) {
   case 16: /* bool */
@@ -136,7 +106,7 @@ static int pg_exec(kb_db *base, const char *sql, int nparams, const kb_db_value 
     return result_status(p, PQexec(p->conn, sql), fn, ud, err, errlen);
   }
   int count = 0;
-  char *numbered = number_placeholders(sql, &count);
+  char *numbered = kb_db_number_placeholders(sql, &count);
   if (!numbered) {
     snprintf(err, errlen, "postgresql: out of memory");
     return KB_DB_NOMEM;
