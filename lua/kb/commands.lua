@@ -283,20 +283,23 @@ thresholds evaluated again (docs/scale-out.md).
   -o, --out OUT     where the merged experiment goes (default: the folder of
                     the first input)
   --name NAME       its name instead of <scenario>-merged
+  --results-db URL  where the merged experiment is also recorded (default
+                    OUT/kbrun.db; off: nowhere; docs/results.md)
   --force           merge even with missing, repeated or mismatched shards
                     (the warnings are recorded in merge.warnings)
   -h, --help        this text
 
 Exit codes: 0 merged; 1 refused (other scenarios or parameters, missing or
-overlapping shards) or unreadable input; 2 usage error.]]
+overlapping shards) or unreadable input; 2 usage error; 3 merged, but the
+results database could not record it.]]
   local dirs, opts = {}, {}
   local argv, i = args.argv, 1
   while i <= #argv do
     local a = argv[i]
-    if a == "-o" or a == "--out" or a == "--name" then
+    if a == "-o" or a == "--out" or a == "--name" or a == "--results-db" then
       i = i + 1
       if argv[i] == nil then return fail(2, "merge: %s needs a value", a) end
-      opts[a == "--name" and "name" or "out"] = argv[i]
+      opts[a == "--name" and "name" or (a == "--results-db" and "results_db" or "out")] = argv[i]
     elseif a == "--force" then opts.force = true
     elseif a == "-h" or a == "--help" then io.stdout:write(usage, "\n") return core.exit(0)
     elseif a:sub(1, 1) == "-" then return fail(2, "merge: unknown option '%s'\n%s", a, synopsis(usage))
@@ -311,6 +314,14 @@ overlapping shards) or unreadable input; 2 usage error.]]
     io.stderr:write("kbrun: merge: not merged (kept per shard): ", table.concat(doc.merge.unmerged, ", "), "\n")
   end
   print(exp.dir)
+  -- the merged experiment in the results database, as a run's (docs/results.md)
+  local rdb = require "kb.results.db"
+  rdb.configure { out = exp.out, url = opts.results_db }
+  rdb.record(doc, exp.dir)
+  rdb.close()
+  if #rdb.failures() > 0 then
+    return fail(3, "merge: results not fully saved: %s: %s", rdb.active_name(), rdb.failures()[1].error)
+  end
   core.exit(0)
 end
 

@@ -348,6 +348,19 @@ T.case("N shard processes merged equal the unsharded run exactly", function()
   T.eq(merged.merge.shards, 3)
   T.eq(#merged.merge.warnings, 0, "no warnings (the report was written)")
   T.eq(#merged.merge.unmerged, 0)
+  -- recorded in the merge folder's results database, as a run is (docs/results.md)
+  local store = require("kb.results.db").open(kb.fs.join(out, "kbrun.db"), { create = false })
+  local row = store:exec("SELECT id, status, (SELECT count(*) FROM metrics m WHERE m.experiment_id = e.id) AS n "
+    .. "FROM experiments e")
+  T.eq(#row, 1)
+  T.eq(row[1].id, merged.experiment_id)
+  T.eq(row[1].status, "passed")
+  T.eq(row[1].n, #merged.metrics.metrics)
+  local back = store:document(merged.experiment_id)
+  for _, x in ipairs(back.metrics.metrics) do
+    if x.kind == "histogram" then T.eq(x.encoded, mm[x.key].encoded, x.key .. " in the database") end
+  end
+  store:close()
   T.eq(#merged.shards, 3)
 
   -- Shards that do not add up are refused, with what is wrong.
