@@ -277,7 +277,8 @@ function Sweep:write_cell_result(run, status, elapsed, registry, err, figures)
   }
   local okw, werr = pcall(run.exp.write_json, run.exp, "result", "result.json", doc)
   if not okw then log.warn("sweep %s: %s: result.json: %s", self.name, run.exp_id, message_of(werr)) end
-  require("kb.results.db").record(doc, run.exp.dir) -- the cell with its coordinates (docs/results.md)
+  -- the cell with its coordinates, and sweep.csv's columns (docs/results.md)
+  require("kb.results.db").record(doc, run.exp.dir, { columns = { params = self.param_names, metrics = self.def.metrics } })
 end
 
 -- Runs one repeat of one cell unless the journal has it; returns its record.

@@ -126,6 +126,16 @@ done
 "$KBRUN" db query --db "$WORK/imported.db" "SELECT count(*) AS n FROM runs" >"$WORK/q2"
 expect_in "$WORK/q2" "10"
 
+# Kubebench's report.csv made again from the database equals the folder's
+KB="$WORK/kb"
+"$KBRUN" -q -o "$KB" "$SRC/scenarios/kubebench_tf_cnn.lua" >/dev/null 2>&1 || fail "kubebench run 1"
+"$KBRUN" -q -o "$KB" "$SRC/scenarios/kubebench_tf_cnn.lua" num_worker=2 >/dev/null 2>&1 || fail "kubebench run 2"
+"$KBRUN" db export -o "$KB" report "$WORK/report.csv"; expect_code $? 0 "db export report"
+cmp -s "$WORK/report.csv" "$KB/report.csv" || { fail "report.csv from the database differs"; diff "$WORK/report.csv" "$KB/report.csv" >&2; }
+[ "$(wc -l <"$WORK/report.csv")" = 3 ] || fail "report.csv: not 2 rows"
+"$KBRUN" db export -o "$OUT" report >/dev/null 2>"$WORK/e"; expect_code $? 2 "db export report without Kubebench"
+expect_in "$WORK/e" "no Kubebench experiment in $OUT/kbrun.db"
+
 # bad input
 "$KBRUN" db query --db "$WORK/imported.db" "SELECT nope FROM experiments" >/dev/null 2>"$WORK/e"
 expect_code $? 1 "a bad query"

@@ -265,8 +265,8 @@ T.case("sweep cells are recorded with their coordinates", function()
   rdb.configure { url = path }
   local r = require("kb.sweep").run {
     name = "grid", out = out, seed = 3, print = false, metrics = { "score" },
-    matrix = { a = { 1, 2 }, b = { "x", "y" } },
-    run = function(cell) return { score = cell.a * 10 + #cell.b } end,
+    params = { fixed = 0.5 }, matrix = { a = { 1, 2 }, b = { "x", "yy" } },
+    run = function(cell) return { score = cell.a * 10 + #cell.b, nested = { ratio = cell.a / 3 } } end,
   }
   T.eq(r.runs, 4)
   T.eq(#rdb.failures(), 0)
@@ -290,7 +290,20 @@ T.case("sweep cells are recorded with their coordinates", function()
     T.eq(json.decode(c.result).score, doc.metrics.score)
     T.eq(c.status, doc.status)
   end
+  -- sweep.csv made again from the database equals the sweep's own, also
+  -- after an import of the folder into a new database
+  local cli = require "kb.results.cli"
+  local want = fs.read(fs.join(out, "grid", "sweep.csv"))
+  T.eq(cli.sweep_csv(store, "grid"), want)
   store:close()
+  local again = rdb.open(fs.join(out, "imported.db"))
+  local imported = rdb.import(again, fs.join(out, "grid"))
+  T.eq(#imported, 4)
+  T.eq(cli.sweep_csv(again, "grid"), want)
+  local e = T.raises(function() cli.sweep_csv(again, "nope") end)
+  T.eq(e.class, "usage")
+  T.contains(e.message, "no sweep 'nope' in " .. fs.join(out, "imported.db"))
+  again:close()
   rdb.configure { url = before or "off" }
   fs.remove(out, { recursive = true })
 end)

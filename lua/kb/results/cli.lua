@@ -186,6 +186,7 @@ end
 M.DB_USAGE = [==[
 usage: kbrun db import [-o DIR | --db URL] FOLDER...
        kbrun db query [-o DIR | --db URL] [--csv | --json] SQL
+       kbrun db export [-o DIR | --db URL] sweep NAME [FILE] | report [FILE]
 
 import: records every experiment FOLDER is or holds (an experiment folder, a
 sweep's cells, an experiments folder) from its result/result.json and
@@ -193,6 +194,8 @@ result/runs.csv, also folders written before the database existed;
 importing a folder again replaces its records.
 query: runs SQL on the database and prints the rows as a table (or CSV, or
 JSON). The schema and example queries: docs/results.md.
+export: makes a sweep's sweep.csv, or Kubebench's report.csv, again from
+the database (into FILE, or on stdout).
 
   -o, --out DIR     the experiments folder whose kbrun.db to use (default ./experiments)
       --db URL      another database: a SQLite file or postgresql://...
@@ -275,8 +278,69 @@ function M.db(args)
       io.stdout:write(format("(%d row%s)\n", #rows, #rows == 1 and "" or "s"))
     end
     return 0
+  elseif sub == "export" then
+    local what, name, file
+    if rest[1] == "sweep" then what, name, file = "sweep", rest[2], rest[3]
+    elseif rest[1] == "report" then what, file = "report", rest[2]
+    else usage("db export: sweep NAME [FILE] or report [FILE]") end
+    if what == "sweep" and not name then usage("db export sweep: which sweep? (kbrun db export sweep NAME [FILE])") end
+    local store = M.open(opts, false)
+    local ok, text = pcall(what == "sweep" and M.sweep_csv or M.report_csv, store, name)
+    store:close()
+    if not ok then error(text, 0) end
+    if file then fs.write(file, text) else io.stdout:write(text) end
+    return 0
   end
-  usage("db: unknown command '%s' (import or query)", sub)
+  usage("db: unknown command '%s' (import, query or export)", sub)
+end
+
+--- cli.sweep_csv(store, name) -> the text of sweep NAME's sweep.csv, from
+-- its cells in the database (kb.sweep.report's columns and order: the
+-- sweep's parameters, its metrics first, then the rest sorted).
+function M.sweep_csv(store, name)
+  local rows = store:exec("SELECT id, cell, rep, seed, status, error, result, sweep_columns FROM experiments "
+    .. "WHERE sweep = ? ORDER BY seq", { name })
+  if #rows == 0 then usage("db export: no sweep '%s' in %s", name, store.name) end
+  local columns = { params = {}, metrics = {} }
+  local records = {}
+  for _, r in ipairs(rows) do
+    if r.sweep_columns then columns = json.decode(r.sweep_columns) end
+    -- what the sweep's journal holds as done: finished cells, not interrupted ones
+    if r.status == "ok" or r.status == "failed" then
+      local params = {}
+      for _, p in ipairs(store:exec("SELECT name, value FROM params WHERE experiment_id = ?", { r.id })) do
+        params[p.name] = json.decode(p.value)
+      end
+      local figures = r.result and json.decode(r.result) or {}
+      records[#records + 1] = { id = r.cell, ["repeat"] = r.rep, seed = r.seed, status = r.status,
+        params = params, metrics = type(figures) == "table" and figures or {}, error = r.error,
+        index = tonumber(r.cell:match("^c(%d+)")) or 0, sub = tonumber(r.cell:match("%.s(%d+)$")) }
+    end
+  end
+  local report = require "kb.sweep.report"
+  return report.csv_text(report.sorted(records), columns.params, report.metric_names(records, columns.metrics))
+end
+
+--- cli.report_csv(store) -> the text of Kubebench's report.csv, from the
+-- Kubebench experiments in the database (kb.kubebench's rows and writer),
+-- oldest first.
+function M.report_csv(store)
+  local kubebench, kreport = require "kb.kubebench", require "kb.kubebench.report"
+  local dir = fs.tmpdir("kb-report-csv-")
+  local path = fs.join(dir, "report.csv")
+  local ok, err = pcall(function()
+    for _, e in ipairs(store:exec("SELECT result FROM experiments WHERE result IS NOT NULL ORDER BY started_at, seq")) do
+      local r = json.decode(e.result)
+      if type(r) == "table" and r.job_kind ~= nil and r.experiment_id ~= nil then
+        kreport.append(path, kubebench.report_row(r))
+      end
+    end
+  end)
+  local text = ok and fs.exists(path) == "file" and fs.read(path) or nil
+  fs.remove(dir, { recursive = true })
+  if not ok then error(err, 0) end
+  if not text then usage("db export report: no Kubebench experiment in %s", store.name) end
+  return text
 end
 
 -- ---- kbrun report --history --------------------------------------------------------

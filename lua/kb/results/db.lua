@@ -49,7 +49,8 @@ CREATE TABLE experiments (
   clock_kind TEXT, clock_mode TEXT, clock_speed DOUBLE PRECISION, seed BIGINT,
   started_at TEXT, finished_at TEXT, duration DOUBLE PRECISION,
   kbrun TEXT, lua TEXT, host TEXT, os TEXT, kernel TEXT, cpus INTEGER,
-  target TEXT, dir TEXT, result TEXT, recorded_at TEXT NOT NULL, seq BIGINT NOT NULL);
+  target TEXT, dir TEXT, result TEXT, recorded_at TEXT NOT NULL, seq BIGINT NOT NULL,
+  sweep_columns TEXT);
 CREATE INDEX experiments_scenario ON experiments (scenario, started_at);
 CREATE TABLE params (
   experiment_id TEXT NOT NULL, name TEXT NOT NULL, value TEXT,
@@ -279,8 +280,8 @@ end
 
 local INSERT_EXPERIMENT = [[INSERT INTO experiments (id, scenario, scenario_file, sweep, cell, cell_key,
   rep, status, verdict, exit_code, error, clock_kind, clock_mode, clock_speed, seed, started_at,
-  finished_at, duration, kbrun, lua, host, os, kernel, cpus, target, dir, result, recorded_at, seq)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+  finished_at, duration, kbrun, lua, host, os, kernel, cpus, target, dir, result, recorded_at, sweep_columns, seq)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
   (SELECT coalesce(max(seq), 0) + 1 FROM experiments))]]
 -- The child rows: one multi-row INSERT per table (and per 400 rows), not
 -- one statement per row: a round trip each on PostgreSQL (bench/results_db.md).
@@ -327,10 +328,26 @@ end
 
 local function empty(v) return v == nil or v == "" end
 
+-- sweep.csv's columns for a cell: what the sweep says (opts.columns), else
+-- what its sweep-report.json says (a folder imported after the sweep).
+local function sweep_columns(columns, dir)
+  if not columns and dir then
+    local path = fs.join(fs.dirname(fs.abspath(dir)), "sweep-report.json")
+    if fs.exists(path) == "file" then
+      local ok, info = pcall(json.decode, fs.read(path))
+      if ok and type(info) == "table" then columns = { params = info.params, metrics = info.metrics } end
+    end
+  end
+  if type(columns) ~= "table" then return NULL end
+  return json.encode({ params = json.array(columns.params or {}), metrics = json.array(columns.metrics or {}) })
+end
+
 --- store:record(doc, dir [, opts]) -> id: writes one experiment, replacing
 -- a previous record of the same id, in one transaction. doc: the
 -- experiment's result.json document (a run's, a merged one, a sweep
--- cell's); dir: its folder (a storm's result/runs.csv is read from it).
+-- cell's); dir: its folder (a storm's result/runs.csv is read from it);
+-- opts.columns: a sweep cell's {params, metrics}, sweep.csv's columns
+-- (else read from the sweep folder's sweep-report.json).
 function Store:record(doc, dir, opts)
   opts = opts or {}
   doc = scrubbed(doc)
@@ -357,6 +374,7 @@ function Store:record(doc, dir, opts)
     target_of(result), dir and str(fs.abspath(dir)) or NULL,
     (result ~= nil and result ~= NULL) and json.encode(result, { sort_keys = true }) or NULL,
     os.date("!%Y-%m-%dT%H:%M:%SZ"),
+    cell and sweep_columns(opts.columns, dir) or NULL,
   }
   local params, metrics, labels, thresholds, run_rows, coords = {}, {}, {}, {}, {}, {}
   for name, value in sorted_pairs(type(doc.params) == "table" and doc.params or {}) do
@@ -557,11 +575,11 @@ function M.configure(opts)
   active.failed, active.failures = false, {}
 end
 
---- rdb.record(doc, dir) -> id or nil: records one experiment in the
+--- rdb.record(doc, dir [, opts]) -> id or nil: records one experiment in the
 -- configured database (opened on first use, kept open). A failure is
 -- logged once with the database's message and kept (rdb.failures()); the
 -- folder's files are never touched by it.
-function M.record(doc, dir)
+function M.record(doc, dir, opts)
   if not active.target then return nil end
   if active.failed then
     active.failures[#active.failures + 1] = { id = M.id_of(doc), error = active.failed }
@@ -569,7 +587,7 @@ function M.record(doc, dir)
   end
   local ok, id = pcall(function()
     if not active.store then active.store = M.open(active.target) end
-    return active.store:record(doc, dir)
+    return active.store:record(doc, dir, opts)
   end)
   if ok then return id end
   local msg = message_of(id)
