@@ -258,6 +258,40 @@ T.case("two kbrun processes writing the same database at once both succeed", fun
   fs.remove(out, { recursive = true })
 end)
 
+T.case("a locked database: waited for, retried, and a writer that waits succeeds", function()
+  local out = fs.tmpdir("kb-rdb-busy-")
+  local path = fs.join(out, "kbrun.db")
+  rdb.open(path):close()
+  -- another writer holds the lock
+  local holder = kdb.open(path)
+  holder:exec("BEGIN IMMEDIATE")
+  local h2 = kdb.open(path, { busy_timeout = 20 })
+  local ok, err = pcall(h2.exec, h2, "BEGIN IMMEDIATE")
+  T.eq(ok, false)
+  T.eq(err.code, "busy")
+  T.contains(err.message, "database is locked")
+  h2:close()
+  local store = rdb.open(path, { busy_timeout = 20 })
+  local doc = { experiment_id = "locked-1", scenario = { name = "s" }, status = "passed",
+    metrics = { version = 1, metrics = {} }, params = {} }
+  ok, err = pcall(store.record, store, doc)
+  T.eq(ok, false, "every attempt found the lock")
+  T.eq(err.code, "busy")
+  T.contains(err.message, "results database " .. path)
+  -- a kbrun run meanwhile waits for the lock, and records once it is free
+  local task = kb.spawn(kbrun, { "-q", "-o", out, TAXI, "num_runs=3" })
+  kb.sleep(1.5)
+  T.eq(task:done(), false, "kbrun waits while the lock is held")
+  holder:exec("ROLLBACK")
+  local r = task:wait()
+  T.eq(r.code, 0, r.stderr)
+  store:record(doc) -- free now
+  T.eq(#store:experiments(), 2)
+  store:close()
+  holder:close()
+  fs.remove(out, { recursive = true })
+end)
+
 T.case("sweep cells are recorded with their coordinates", function()
   local out = fs.tmpdir("kb-rdb-sweep-")
   local path = fs.join(out, "cells.db")

@@ -203,7 +203,7 @@ function M.open(target, opts)
     db_error("missing", "no results database at %s (kbrun writes one per experiments folder; "
       .. "`kbrun db import DIR` makes one from existing folders)", name)
   end
-  local ok, h = pcall(kdb.open, target, { create = opts.create ~= false,
+  local ok, h = pcall(kdb.open, target, { create = opts.create ~= false, busy_timeout = opts.busy_timeout,
     connect_attempts = opts.connect_attempts, retry_delay = opts.retry_delay })
   if not ok then
     local store = { name = name }
