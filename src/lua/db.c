@@ -96,29 +96,59 @@ typedef struct {
   int rows;  /* stack index of the rows table */
   int cols;  /* of the column names (filled at the first row) */
   int count;
+  int failed; /* building a row raised (out of memory): its error is on the stack */
+  int ncols;
+  const char *const *names;
+  const kb_db_value *vals;
 } collect;
 
-static int on_row(void *ud, int ncols, const char *const *names, const kb_db_value *vals) {
-  collect *c = ud;
-  lua_State *L = c->L;
+/* Builds one row into rows (argument 1) and, the first time, the column
+ * names into cols (argument 2); collect is argument 3. Runs under
+ * lua_pcall: a Lua error must not unwind through the database library,
+ * which is in the middle of a statement. */
+static int build_row(lua_State *L) {
+  collect *c = lua_touserdata(L, 3);
   if (c->count == 0) {
-    for (int i = 0; i < ncols; i++) {
-      lua_pushstring(L, names[i]);
-      lua_rawseti(L, c->cols, i + 1);
+    for (int i = 0; i < c->ncols; i++) {
+      lua_pushstring(L, c->names[i]);
+      lua_rawseti(L, 2, i + 1);
     }
   }
-  lua_createtable(L, 0, ncols);
-  for (int i = 0; i < ncols; i++) {
-    const kb_db_value *v = &vals[i];
+  lua_createtable(L, 0, c->ncols);
+  for (int i = 0; i < c->ncols; i++) {
+    const kb_db_value *v = &c->vals[i];
     switch (v->type) {
     case KB_DB_INT: lua_pushinteger(L, v->i); break;
     case KB_DB_REAL: lua_pushnumber(L, v->d); break;
     case KB_DB_TEXT: lua_pushlstring(L, v->s, v->len); break;
     default: continue;
     }
-    lua_setfield(L, -2, names[i]);
+    lua_setfield(L, -2, c->names[i]);
   }
-  lua_rawseti(L, c->rows, ++c->count);
+  lua_rawseti(L, 1, c->count + 1);
+  return 0;
+}
+
+static int on_row(void *ud, int ncols, const char *const *names, const kb_db_value *vals) {
+  collect *c = ud;
+  lua_State *L = c->L;
+  c->ncols = ncols;
+  c->names = names;
+  c->vals = vals;
+  if (!lua_checkstack(L, 6)) {
+    lua_pushliteral(L, "kb.db: out of stack space for a row");
+    c->failed = 1;
+    return 1;
+  }
+  lua_pushcfunction(L, build_row);
+  lua_pushvalue(L, c->rows);
+  lua_pushvalue(L, c->cols);
+  lua_pushlightuserdata(L, c);
+  if (lua_pcall(L, 3, 0, 0) != LUA_OK) {
+    c->failed = 1; /* the error stays on the stack for l_exec */
+    return 1;
+  }
+  c->count++;
   return 0;
 }
 
@@ -138,13 +168,10 @@ static int l_exec(lua_State *L) {
   if (n > 0) to_values(L, 3, vals, n);
   lua_newtable(L);
   lua_newtable(L);
-  collect c = {L, lua_gettop(L) - 1, lua_gettop(L), 0};
+  collect c = {L, lua_gettop(L) - 1, lua_gettop(L), 0, 0, 0, NULL, NULL};
   char err[ERR_LEN];
-  /* rows are built on the stack of this call: a Lua error while building
-   * (out of memory) unwinds through the C core, which holds nothing that
-   * is not freed with its statement or the handle */
-  lua_checkstack(L, 8);
   int rc = kb_db_exec(h->db, sql, n, vals, on_row, &c, err, sizeof err);
+  if (c.failed) return lua_error(L); /* the statement is finished; now raise */
   if (rc != KB_DB_OK) return raise_status(L, rc, "kb.db.exec", err);
   kb_mark_array(L, c.rows);
   kb_mark_array(L, c.cols);
