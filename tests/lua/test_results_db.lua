@@ -241,6 +241,37 @@ T.case("a database from a newer kbrun is refused, with a clear message", functio
   fs.remove(out, { recursive = true })
 end)
 
+T.case("an older schema is migrated, in one transaction, keeping its rows", function()
+  local out = fs.tmpdir("kb-rdb-migrate-")
+  local path = fs.join(out, "kbrun.db")
+  local store = rdb.open(path)
+  store:record({ experiment_id = "old-1", scenario = { name = "s" }, status = "passed",
+    metrics = { version = 1, metrics = {} }, params = { a = 1 } })
+  store:close()
+  -- a kbrun one schema version ahead
+  local version, migrations = rdb.SCHEMA_VERSION, rdb.MIGRATIONS
+  rdb.SCHEMA_VERSION = version + 1
+  rdb.MIGRATIONS = setmetatable({ [version + 1] = "ALTER TABLE experiments ADD COLUMN note TEXT" }, { __index = migrations })
+  local ok, err = pcall(function()
+    local s2 = rdb.open(path)
+    T.eq(s2:version(), version + 1)
+    T.eq(#s2:exec("SELECT note FROM experiments WHERE id = 'old-1'"), 1, "rows kept, the column added")
+    s2:close()
+    -- a migration that fails leaves the database as it was
+    rdb.SCHEMA_VERSION = version + 2
+    rawset(rdb.MIGRATIONS, version + 2, "ALTER TABLE nope ADD COLUMN x TEXT")
+    local okm, merr = pcall(rdb.open, path)
+    T.eq(okm, false)
+    T.contains(merr.message, "no such table: nope")
+    local h = kdb.open(path)
+    T.eq(h:exec("SELECT max(version) AS v FROM kbrun_schema")[1].v, version + 1)
+    h:close()
+  end)
+  rdb.SCHEMA_VERSION, rdb.MIGRATIONS = version, migrations
+  if not ok then error(err, 0) end
+  fs.remove(out, { recursive = true })
+end)
+
 T.case("two kbrun processes writing the same database at once both succeed", function()
   local out = fs.tmpdir("kb-rdb-two-")
   local tasks = {}
