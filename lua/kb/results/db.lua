@@ -166,10 +166,24 @@ function Store:version()
   return rows[1] and rows[1].v or 0
 end
 
-function Store:migrate()
+local function newer(self, v)
+  db_error("newer", "results database %s has schema version %d, written by a newer kbrun (this one "
+    .. "knows versions up to %d): use that kbrun, or another database (--results-db)",
+    self.name, v, M.SCHEMA_VERSION)
+end
+
+--- store:migrate([create]): brings the schema to M.SCHEMA_VERSION. With
+-- create == false a database without kbrun's tables is refused (code
+-- "missing") rather than given them (kbrun history on the wrong file).
+function Store:migrate(create)
   -- the usual case, one statement: the schema is this kbrun's already
   local ok, v = pcall(self.version, self)
   if ok and v == M.SCHEMA_VERSION then return end
+  if ok and v > M.SCHEMA_VERSION then newer(self, v) end
+  if create == false and (not ok or v == 0) then
+    db_error("missing", "%s holds no kbrun results (no kbrun_schema table): `kbrun db import DIR` "
+      .. "makes a results database from experiment folders", self.name)
+  end
   self:transaction(function()
     if self.kind == "postgresql" then
       -- two kbruns creating the schema at once: one after the other
@@ -177,11 +191,7 @@ function Store:migrate()
     end
     self:exec("CREATE TABLE IF NOT EXISTS kbrun_schema (version INTEGER NOT NULL, kbrun TEXT, applied_at TEXT NOT NULL)")
     local v = self:version()
-    if v > M.SCHEMA_VERSION then
-      db_error("newer", "results database %s has schema version %d, written by a newer kbrun (this one "
-        .. "knows versions up to %d): use that kbrun, or another database (--results-db)",
-        self.name, v, M.SCHEMA_VERSION)
-    end
+    if v > M.SCHEMA_VERSION then newer(self, v) end
     for version = v + 1, M.SCHEMA_VERSION do
       self:exec(M.MIGRATIONS[version])
       self:exec("INSERT INTO kbrun_schema (version, kbrun, applied_at) VALUES (?, ?, ?)",
@@ -210,7 +220,7 @@ function M.open(target, opts)
     error(wrap(store, h), 0)
   end
   local store = setmetatable({ h = h, kind = h:kind(), name = name }, Store)
-  local okm, merr = pcall(store.migrate, store)
+  local okm, merr = pcall(store.migrate, store, opts.create)
   if not okm then
     h:close()
     error(merr, 0)
