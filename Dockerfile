@@ -8,7 +8,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config \
-      liblua5.4-dev libuv1-dev libcurl4-openssl-dev libcjson-dev libyaml-dev libhttp-parser-dev \
+      liblua5.4-dev libuv1-dev libcurl4-openssl-dev libcjson-dev libyaml-dev libhttp-parser-dev libsqlite3-dev libpq-dev \
       libprotobuf-c-dev protobuf-c-compiler \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -25,7 +25,7 @@ FROM debian:bookworm-slim
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      liblua5.4-0 libuv1 libcurl4 libcjson1 libyaml-0-2 libhttp-parser2.9 libprotobuf-c1 ca-certificates \
+      liblua5.4-0 libuv1 libcurl4 libcjson1 libyaml-0-2 libhttp-parser2.9 libprotobuf-c1 libsqlite3-0 libpq5 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 kbrun \
  && useradd --system --uid 10001 --gid kbrun --home-dir /home/kbrun --create-home --shell /usr/sbin/nologin kbrun \

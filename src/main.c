@@ -14,6 +14,8 @@
 #include <curl/curl.h>
 #include <lauxlib.h>
 #include <yaml.h>
+#include <sqlite3.h>
+#include <libpq-fe.h>
 
 #include "cli/cli.h"
 #include "kb/lua_modules.h"
@@ -49,6 +51,9 @@ static void usage(FILE *out) {
     "      --metrics-listen HOST:PORT  serve live metrics for Prometheus on\n"
     "                          http://HOST:PORT/metrics (port 0: any free port,\n"
     "                          printed on stderr; docs/observability.md)\n"
+    "      --results-db URL    where the experiment is also recorded: a SQLite file\n"
+    "                          (default OUT/kbrun.db), postgresql://..., or off\n"
+    "                          (also KBRUN_RESULTS_DB; docs/results.md)\n"
     "  -h, --help              this help\n"
     "      --version           versions of kbrun and its libraries\n"
     "\n"
@@ -58,6 +63,8 @@ static void usage(FILE *out) {
     "       kbrun merge DIR...      merge the shards of an experiment\n"
     "       kbrun render [--argo] EXPERIMENT.yaml   the Kubebench manifests it would submit\n"
     "       kbrun k8s-job SCENARIO --shards N   an Indexed Kubernetes Job (--help)\n"
+    "       kbrun history [--scenario S] [--metric M[:STAT]]   experiments and trends\n"
+    "       kbrun db import DIR... | db query SQL   the results database (--help)\n"
     "\n"
     "exit codes: 0 success, 1 scenario error, 2 usage error,\n"
     "            3 results not fully saved, 99 a threshold failed,\n"
@@ -77,6 +84,7 @@ static void print_version(void) {
          (cv->features & CURL_VERSION_HTTP2) ? ", HTTP/2" : "");
   printf("  cJSON %s\n", cJSON_Version());
   printf("  libyaml %s\n", yaml_get_version_string());
+  printf("  SQLite %s, libpq %d\n", sqlite3_libversion(), PQlibVersion());
 }
 
 /* More concurrent requests need more descriptors: take all we may. */
@@ -155,6 +163,7 @@ typedef struct {
   const char *sim_config, *sim_profile, *sim_speed, *sim_clock;
   const char *shard;
   const char *metrics_listen; /* kb.prometheus exporter, started by the runner */
+  const char *results_db;     /* kb.results.db: a file, postgresql://..., or off */
   int quiet, verbose;
   int help; /* -h: kbrun's help, or the scenario's when one is named */
 } options;
@@ -173,7 +182,8 @@ static void push_args(lua_State *L, const options *o, int argc, char **argv, int
   const char *strings[][2] = {{"seed", o->seed}, {"sim_config", o->sim_config},
                               {"sim_profile", o->sim_profile}, {"sim_speed", o->sim_speed},
                               {"sim_clock", o->sim_clock},
-                              {"shard", o->shard}, {"metrics_listen", o->metrics_listen}};
+                              {"shard", o->shard}, {"metrics_listen", o->metrics_listen},
+                              {"results_db", o->results_db}};
   for (size_t i = 0; i < sizeof strings / sizeof *strings; i++) {
     if (!strings[i][1]) continue;
     lua_pushstring(L, strings[i][1]);
@@ -263,7 +273,8 @@ done:
 }
 
 /* kbrun SUBCOMMAND ...: Lua subcommands live in lua/kb/commands.lua. */
-static const char *lua_subcommands[] = {"report", "render", "compare", "merge", "k8s-job", NULL};
+static const char *lua_subcommands[] = {"report", "render", "compare", "merge", "k8s-job",
+                                        "history", "db", NULL};
 
 static int run_subcommand(int argc, char **argv) {
   const char *name = argv[1];
@@ -302,6 +313,7 @@ int main(int argc, char **argv) {
     {"sim-clock", required_argument, NULL, 'K'},
     {"shard", required_argument, NULL, 'I'},
     {"metrics-listen", required_argument, NULL, 'M'},
+    {"results-db", required_argument, NULL, 'R'},
     {NULL, 0, NULL, 0}
   };
   options o = {0};
@@ -340,6 +352,7 @@ int main(int argc, char **argv) {
       o.sim_clock = optarg;
       break;
     case 'M': o.metrics_listen = optarg; break; /* validated by kb.prometheus (runner) */
+    case 'R': o.results_db = optarg; break; /* kb.results.db (runner) */
     case 'X': {
       char *end;
       double speed = strtod(optarg, &end);

@@ -15,6 +15,7 @@ int luaopen_kb_fs(lua_State *L);     /* src/lua/fs.c:     kb.fs */
 int luaopen_kb_log(lua_State *L);   /* src/lua/log.c:    kb.log */
 int luaopen_kb_sim(lua_State *L);   /* src/lua/sim.c:    kb.sim embedded simulator */
 int luaopen_kb_process(lua_State *L); /* src/lua/process.c: kb.process child processes */
+int luaopen_kb_db(lua_State *L);     /* src/lua/db.c:     kb.db results database */
 
 /* Adds every module above to package.preload. */
 void kb_lua_preload(lua_State *L);

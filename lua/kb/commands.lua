@@ -32,6 +32,7 @@ end
 function M.report(args)
   local usage = [[
 usage: kbrun report [--rebuild] DIR...
+       kbrun report --history [-o DIR | --db URL] [--metric M:STAT ...]   (kbrun report --history --help)
 
 Rebuilds result/report.html of each DIR: an experiment folder, a sweep folder
 (its cells' reports, then sweep.html), or a folder of them (an experiments
@@ -44,6 +45,9 @@ result.json (and a storm's runs.csv, latencies.csv) rebuilt from the journal.
 
 Prints the path of every page written. Exit codes: 0 done; 1 a folder could
 not be rebuilt; 2 usage error, or a DIR that holds no experiment or sweep.]]
+  for _, a in ipairs(args.argv) do
+    if a == "--history" then return M.report_history(args) end -- the results database's trend page
+  end
   local dirs, force = {}, false
   for _, a in ipairs(args.argv) do
     if a == "--rebuild" then force = true
@@ -155,6 +159,7 @@ end
 
 local COMPARE_USAGE = [[
 usage: kbrun compare [options] A B
+       kbrun compare --baseline last|last:N|ID [-o DIR | --db URL] [options] B
 
 Compares two experiments, or two sweeps cell by cell, metric by metric: p50
 and p99 of every histogram with the difference and a significance test on
@@ -181,6 +186,11 @@ repeats are combined first (histograms merged, numbers averaged).
                     none (the tolerance alone)
   --alpha A         significance level of the test, 0 < A < 1 (default 0.05)
   --json            the comparison as JSON on stdout
+  --baseline SPEC   A from the results database: last (the most recent passed
+                    experiment of B's scenario, B itself excepted), last:N (the
+                    N-th most recent), or an experiment id; B may be an id too
+  -o, --out DIR / --db URL   the results database (DIR/kbrun.db, default
+                    ./experiments/kbrun.db; docs/results.md)
   -h, --help        this text
 
 --stat, --tolerance and --better apply to every gate. A gate regresses when
@@ -198,7 +208,8 @@ docs/scale-out.md.]]
 function M.compare(args)
   local compare = require "kb.compare"
   local opts, paths, metrics, json_out = { gates = {} }, {}, {}, false
-  local tolerance, stat, better
+  local tolerance, stat, better, baseline
+  local db_opts = {}
   local ok, err = pcall(function()
     local argv, i = args.argv, 1
     local function value(opt)
@@ -227,20 +238,24 @@ function M.compare(args)
           error({ class = "usage", message = "compare: --alpha wants a number between 0 and 1" })
         end
       elseif a == "--json" then json_out = true
+      elseif a == "--baseline" then baseline = value(a)
+      elseif a == "--db" then db_opts["--db"] = value(a)
+      elseif a == "-o" or a == "--out" then db_opts["--out"] = value(a)
       elseif a == "-h" or a == "--help" then error({ class = "help" })
       elseif a:sub(1, 1) == "-" then
         error({ class = "usage", message = "compare: unknown option '" .. a .. "'\n" .. COMPARE_USAGE })
       else paths[#paths + 1] = a end
       i = i + 1
     end
-    if #paths ~= 2 then error({ class = "usage", message = COMPARE_USAGE }) end
+    if #paths ~= (baseline and 1 or 2) then error({ class = "usage", message = COMPARE_USAGE }) end
     for _, m in ipairs(metrics) do
       opts.gates[#opts.gates + 1] = { metric = m, stat = stat or "p99", tolerance = tolerance or 0.05, better = better }
     end
     if #metrics == 0 and tolerance then
       opts.all_histograms, opts.stat, opts.tolerance, opts.better = true, stat or "p99", tolerance, better
     end
-    local report = compare.paths(paths[1], paths[2], opts)
+    local report = baseline and require("kb.results.cli").baseline_compare(baseline, paths[1], db_opts, opts)
+      or compare.paths(paths[1], paths[2], opts)
     io.stdout:write(json_out and compare.json(report) or compare.format(report))
     return report
   end)
@@ -268,20 +283,23 @@ thresholds evaluated again (docs/scale-out.md).
   -o, --out OUT     where the merged experiment goes (default: the folder of
                     the first input)
   --name NAME       its name instead of <scenario>-merged
+  --results-db URL  where the merged experiment is also recorded (default
+                    OUT/kbrun.db; off: nowhere; docs/results.md)
   --force           merge even with missing, repeated or mismatched shards
                     (the warnings are recorded in merge.warnings)
   -h, --help        this text
 
 Exit codes: 0 merged; 1 refused (other scenarios or parameters, missing or
-overlapping shards) or unreadable input; 2 usage error.]]
+overlapping shards) or unreadable input; 2 usage error; 3 merged, but the
+results database could not record it.]]
   local dirs, opts = {}, {}
   local argv, i = args.argv, 1
   while i <= #argv do
     local a = argv[i]
-    if a == "-o" or a == "--out" or a == "--name" then
+    if a == "-o" or a == "--out" or a == "--name" or a == "--results-db" then
       i = i + 1
       if argv[i] == nil then return fail(2, "merge: %s needs a value", a) end
-      opts[a == "--name" and "name" or "out"] = argv[i]
+      opts[a == "--name" and "name" or (a == "--results-db" and "results_db" or "out")] = argv[i]
     elseif a == "--force" then opts.force = true
     elseif a == "-h" or a == "--help" then io.stdout:write(usage, "\n") return core.exit(0)
     elseif a:sub(1, 1) == "-" then return fail(2, "merge: unknown option '%s'\n%s", a, synopsis(usage))
@@ -296,6 +314,14 @@ overlapping shards) or unreadable input; 2 usage error.]]
     io.stderr:write("kbrun: merge: not merged (kept per shard): ", table.concat(doc.merge.unmerged, ", "), "\n")
   end
   print(exp.dir)
+  -- the merged experiment in the results database, as a run's (docs/results.md)
+  local rdb = require "kb.results.db"
+  rdb.configure { out = exp.out, url = opts.results_db }
+  rdb.record(doc, exp.dir)
+  rdb.close()
+  if #rdb.failures() > 0 then
+    return fail(3, "merge: results not fully saved: %s: %s", rdb.active_name(), rdb.failures()[1].error)
+  end
   core.exit(0)
 end
 
@@ -318,6 +344,22 @@ function M.k8s_job(args)
   for _, d in ipairs(done) do print(string.format("%s/%s created", d.kind:lower(), d.name)) end
   core.exit(0)
 end
+--- kbrun history ... and kbrun db import|query ...: the results database
+-- (kb.results.cli, docs/results.md).
+local function results_command(name)
+  return function(args)
+    local ok, code = pcall(function() return require("kb.results.cli")[name](args) end)
+    if not ok then
+      if type(code) == "table" and code.class == "usage" then return fail(2, "%s", code.message) end
+      return fail(1, "%s", err_text(code))
+    end
+    core.exit(code)
+  end
+end
+M.history = results_command("history")
+M.report_history = results_command("report_history")
+M.db = results_command("db")
+
 M["k8s-job"] = M.k8s_job -- src/main.c looks subcommands up by their command-line name
 
 return M

@@ -535,6 +535,20 @@ local function cell_names(cells)
   end
 end
 
+--- compare.experiments(doc_a, doc_b, a, b [, opts]) -> report: two
+-- experiments' documents (result.json's, or kb.results.db's
+-- store:document) compared as compare.paths does, a and b naming them.
+function M.experiments(doc_a, doc_b, a, b, opts)
+  opts = opts or {}
+  local r = M.documents(doc_a, doc_b, expand_gates(opts, doc_a, doc_b))
+  r.kind, r.a, r.b = "experiment", a, b
+  for _, g in ipairs(r.gates) do
+    -- Most likely a typo: a usage error, not a regression.
+    if g.missing == "both" then usage_error("compare: %s", g.error) end
+  end
+  return r
+end
+
 --- compare.paths(a, b [, opts]) -> report: loads two experiments or two
 -- sweeps (compare.load) and compares them. For sweeps, cells are matched
 -- by scenario and parameters: report = { kind = "sweep", cells = { {name,
@@ -548,15 +562,7 @@ function M.paths(a, b, opts)
     usage_error("compare: '%s' is %s but '%s' is %s: compare experiments with experiments, sweeps with sweeps",
       a, la.kind == "sweep" and "a sweep" or "an experiment", b, lb.kind == "sweep" and "a sweep" or "an experiment")
   end
-  if la.kind == "experiment" then
-    local r = M.documents(la.doc, lb.doc, expand_gates(opts, la.doc, lb.doc))
-    r.kind, r.a, r.b = "experiment", a, b
-    for _, g in ipairs(r.gates) do
-      -- Most likely a typo: a usage error, not a regression.
-      if g.missing == "both" then usage_error("compare: %s", g.error) end
-    end
-    return r
-  end
+  if la.kind == "experiment" then return M.experiments(la.doc, lb.doc, a, b, opts) end
   local all = {}
   for _, c in ipairs(la.cells) do all[#all + 1] = c end
   for _, c in ipairs(lb.cells) do all[#all + 1] = c end
@@ -609,6 +615,8 @@ local function pct(rel)
   return format("%+.1f%%", rel * 100)
 end
 
+--- compare.table_text(header, rows) -> an aligned text table (first
+-- column left-aligned, the others right-aligned), two spaces indented.
 local function table_text(header, rows)
   local widths = {}
   for i, h in ipairs(header) do widths[i] = #h end
@@ -680,6 +688,8 @@ local function format_one(r, out)
     end
   end
 end
+
+M.table_text, M.pct_text, M.num_text = table_text, pct, num
 
 --- compare.format(report) -> the terminal text of a report.
 function M.format(r)

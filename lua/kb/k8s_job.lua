@@ -190,6 +190,10 @@ function M.render(opts)
       { name = "KBRUN_SHARD_COUNT", value = tostring(shards) },
       { name = "KBRUN_JOB", value = name },
       { name = "HOME", value = "/tmp" },
+      -- no results database from the shards: SQLite's locking does not hold
+      -- across nodes on a ReadWriteMany volume (NFS); `kbrun merge`
+      -- records the merged experiment (docs/results.md)
+      { name = "KBRUN_RESULTS_DB", value = "off" },
     }),
     resources = resources,
     securityContext = {

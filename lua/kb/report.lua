@@ -660,6 +660,8 @@ figcaption{font-size:12px;color:var(--muted);padding:4px 10px}
 footer{color:var(--muted);font-size:12px;padding-bottom:24px}
 @media print{body{background:#fff}section{break-inside:avoid;border:none}figure{break-inside:avoid}}
 ]]
+--- The reports' style sheet (also kbrun report --history's page, kb.results.history_page).
+M.CSS = CSS
 
 --- Histograms with this many values or more get a plot; fewer (a call
 -- made once: create the experiment, delete the pipeline) are rows of the

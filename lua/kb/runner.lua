@@ -298,6 +298,23 @@ function Run:check_thresholds(doc)
   if not all then self:escalate(EXIT_THRESHOLDS, "failed", "a threshold failed", doc) end
 end
 
+-- Records the experiment in the results database (<out>/kbrun.db unless
+-- --results-db says otherwise); what could not be written there, this
+-- experiment or a sweep's cells, means exit 3 (docs/results.md).
+function Run:record_in_database(doc)
+  local rdb = require "kb.results.db"
+  local ok, err = pcall(rdb.record, doc, self.exp.dir)
+  if not ok then kb.log.error("results database: %s", message_of(err)) end
+  local failures = rdb.failures()
+  if #failures > 0 then
+    self:results_not_saved(string.format("%s: %d experiment(s) not recorded: %s", rdb.active_name(),
+      #failures, failures[1].error), doc)
+  elseif not ok then
+    self:results_not_saved("results database: " .. message_of(err), doc)
+  end
+  rdb.close()
+end
+
 -- Writes everything measured, prints the summary, and stops the loop.
 function Run:finish()
   if self.finished then return end
@@ -345,6 +362,9 @@ function Run:finish()
       require("kb.timeseries").csv(doc.timeseries))
     if not okt then self:results_not_saved("timeseries.csv: " .. message_of(terr), doc) end
   end
+  -- the results database (kb.results.db), from the same document, before
+  -- result.json so that result.json's exit code says whether it failed
+  self:record_in_database(doc)
   local ok, err = pcall(self.exp.write_json, self.exp, "result", "result.json", doc)
   if not ok then self:results_not_saved("result.json: " .. message_of(err)) end
   if not ok then told[kb.fs.abspath(self.exp:path("result", "result.json"))] = true end
@@ -535,6 +555,7 @@ local function main(run, args)
   if args.out then require("kb.tmpfiles").clean_tree(args.out, 1) end
   run.exp = exp
   kb.exp = exp
+  require("kb.results.db").configure { out = args.out, url = args.results_db }
   run:open_journal()
   run:write_config()
 

@@ -1055,8 +1055,10 @@ local function legend_rows(entries, width)
 end
 
 --- Several series of points with optional error bars.
--- o.series = list of { name, color, dash, points = list of { x, y, err }
---   (symmetric) or { x, y, lo, hi } }; points are drawn in x order.
+-- o.series = list of { name, color, dash, line, points = list of { x, y, err }
+--   (symmetric) or { x, y, lo, hi } }; points are drawn in x order, joined
+--   by a line unless line = false (marks, e.g. kbrun report --history's
+--   regressions; the legend then shows a dot).
 -- o.x / o.y = { scale = "linear"|"log"|"auto", unit, label, zero (y: start
 --   at 0, default true for linear), domain = { lo, hi } (a fixed range, e.g.
 --   the same for every panel of a figure), ticks = "data" (x: a tick at
@@ -1094,7 +1096,8 @@ function M.lines(o)
   local entries = {}
   for i, s in ipairs(series) do
     local c = s.color or M.palette[(i - 1) % #M.palette + 1]
-    entries[#entries + 1] = { label = s.name or ("series " .. i), color = c, kind = "line", dash = s.dash }
+    entries[#entries + 1] = { label = s.name or ("series " .. i), color = c, kind = s.line == false and "points" or "line",
+      dash = s.dash }
   end
   local lrows = #entries > 0 and legend_rows(entries, W - 68 - 20) or {}
   local p = new_plot(o, { left = 68, right = 20, bottom = 46, band = #lrows * 16 + (#lrows > 0 and 6 or 0) })
@@ -1120,8 +1123,12 @@ function M.lines(o)
     local parts = { '<g class="legend">' }
     for _, it in ipairs(row) do
       local e, x = it.entry, p.x0 + it.x
-      parts[#parts + 1] = line(x, y - 4, x + 14, y - 4, format('stroke="%s" stroke-width="2"%s', e.color,
-        e.dash and format(' stroke-dasharray="%s"', e.dash) or ""))
+      if e.kind == "points" then
+        parts[#parts + 1] = format('<circle cx="%s" cy="%s" r="4" fill="%s"/>', px(x + 7), px(y - 4), e.color)
+      else
+        parts[#parts + 1] = line(x, y - 4, x + 14, y - 4, format('stroke="%s" stroke-width="2"%s', e.color,
+          e.dash and format(' stroke-dasharray="%s"', e.dash) or ""))
+      end
       parts[#parts + 1] = text(x + 18, y, e.label)
     end
     parts[#parts + 1] = "</g>"
@@ -1148,7 +1155,7 @@ function M.lines(o)
     for i2, pt in ipairs(pts) do
       d[#d + 1] = (i2 == 1 and "M" or "L") .. px(xs:map(pt.x)) .. " " .. px(ys:map(pt.y))
     end
-    if #d > 1 then
+    if #d > 1 and s.line ~= false then
       parts[#parts + 1] = format('<path class="line" d="%s" fill="none" stroke-width="2"%s/>', concat(d),
         s.dash and format(' stroke-dasharray="%s"', s.dash) or "")
     end

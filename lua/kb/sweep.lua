@@ -269,13 +269,16 @@ end
 function Sweep:write_cell_result(run, status, elapsed, registry, err, figures)
   run.written = true
   local c = run.cell
-  local okw, werr = pcall(run.exp.write_json, run.exp, "result", "result.json", {
+  local doc = {
     sweep = self.name, experiment_id = run.exp_id, cell = c.id, key = c.key, ["repeat"] = run.rep, seed = run.seed,
     status = status, error = err, params = run.params, metrics = figures, elapsed = elapsed,
     clock = { mode = self.clock, speed = self.clock == "linear" and self.speed or 1 },
     registry = registry,
-  })
+  }
+  local okw, werr = pcall(run.exp.write_json, run.exp, "result", "result.json", doc)
   if not okw then log.warn("sweep %s: %s: result.json: %s", self.name, run.exp_id, message_of(werr)) end
+  -- the cell with its coordinates, and sweep.csv's columns (docs/results.md)
+  require("kb.results.db").record(doc, run.exp.dir, { columns = { params = self.param_names, metrics = self.def.metrics } })
 end
 
 -- Runs one repeat of one cell unless the journal has it; returns its record.

@@ -14,6 +14,7 @@ static const luaL_Reg kb_modules[] = {
   {"kb.log", luaopen_kb_log},
   {"kb.sim", luaopen_kb_sim},
   {"kb.process", luaopen_kb_process},
+  {"kb.db", luaopen_kb_db},
   {NULL, NULL}
 };
 

@@ -56,6 +56,7 @@ T.case("render: an Indexed Job of N shards, its ConfigMap and claim", function()
   T.same(c.args, { "-o", "/results/my-storm", "-p", "/scenario/kbrun-params.yaml", "--seed", "7",
     "/scenario/my_storm.lua", "runs=40" })
   T.eq(env_value(c, "KBRUN_SHARD_COUNT"), "4")
+  T.eq(env_value(c, "KBRUN_RESULTS_DB"), "off", "shards on several nodes must not share one SQLite file")
   T.eq(c.securityContext.allowPrivilegeEscalation, false)
   T.eq(c.securityContext.readOnlyRootFilesystem, true)
   T.same(c.resources, { requests = { cpu = "500m", memory = "1Gi" }, limits = { cpu = "500m", memory = "1Gi" } })
