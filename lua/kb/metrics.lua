@@ -147,19 +147,28 @@ function Gauge:set(v)
     error("kb.metrics: gauge value must be a number, got " .. tostring(v), 2)
   end
   self.n = v
-  if sink then journal_metric(self) end
+  if sink then
+    journal_metric(self)
+    timeseries.note_gauge(self.key, self.n)
+  end
   return self
 end
 
 function Gauge:inc(n)
   self.n = self.n + check_amount(n, "gauge")
-  if sink then journal_metric(self) end
+  if sink then
+    journal_metric(self)
+    timeseries.note_gauge(self.key, self.n)
+  end
   return self
 end
 
 function Gauge:dec(n)
   self.n = self.n - check_amount(n, "gauge")
-  if sink then journal_metric(self) end
+  if sink then
+    journal_metric(self)
+    timeseries.note_gauge(self.key, self.n)
+  end
   return self
 end
 

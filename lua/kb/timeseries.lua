@@ -1,8 +1,9 @@
 --- kb.timeseries: what happened over time. Per interval of the scenario
 -- clock (default 10 s) and per registered metric: for a histogram the
 -- count, p50/p90/p99 and max of the values recorded in the interval, for a
--- counter its increase. kb.metrics feeds it (every h:record and c:inc of a
--- registered metric, while a run's journal is attached); the runner starts
+-- counter its increase, for a gauge its value at the interval's end and
+-- its highest value in it. kb.metrics feeds it (every h:record, c:inc and
+-- gauge change of a registered metric, while a run's journal is attached); the runner starts
 -- it and writes its snapshot as result.json's `timeseries` and
 -- result/timeseries.csv.
 --
@@ -23,7 +24,7 @@ function M.start(interval)
   if type(interval) ~= "number" or not (interval > 0) then
     error("kb.timeseries: the interval must be a positive number of seconds", 2)
   end
-  state = { interval = interval, t0 = core.now(), hist = {}, count = {}, order = {} }
+  state = { interval = interval, t0 = core.now(), hist = {}, count = {}, gauge = {}, order = {} }
 end
 
 function M.stop() state = nil end
@@ -111,13 +112,29 @@ function M.note_count(key, d)
   end
 end
 
+--- A gauge's new value: called by kb.metrics.
+function M.note_gauge(key, v)
+  if not state then return end
+  local s = series(state.gauge, key)
+  local b = bucket_of(core.now())
+  local last = s.rows[#s.rows]
+  if last and last.i == b then
+    last.v = v
+    if v > last.max then last.max = v end
+  else
+    s.rows[#s.rows + 1] = { i = b, t = b * state.interval, v = v, max = v }
+  end
+end
+
 --- The series so far: {interval, histograms = {[key] = {{t, count, p50,
--- p90, p99, max}, ...}}, counters = {[key] = {{t, d}, ...}}}, t the start
+-- p90, p99, max}, ...}}, counters = {[key] = {{t, d}, ...}}, gauges =
+-- {[key] = {{t, v, max}, ...}} (v: the value at the interval's end; an
+-- interval without a change has no row: the value held)}, t the start
 -- of each interval in seconds since start(); open intervals are included
 -- as they stand. nil when stopped.
 function M.snapshot()
   if not state then return nil end
-  local out = { interval = state.interval, histograms = {}, counters = {} }
+  local out = { interval = state.interval, histograms = {}, counters = {}, gauges = {} }
   for key, s in pairs(state.hist) do
     local rows = {}
     for i, r in ipairs(s.rows) do rows[i] = r end
@@ -133,19 +150,25 @@ function M.snapshot()
     for i, r in ipairs(s.rows) do rows[i] = { t = r.t, d = r.d } end
     out.counters[key] = rows
   end
+  for key, s in pairs(state.gauge) do
+    local rows = {}
+    for i, r in ipairs(s.rows) do rows[i] = { t = r.t, v = r.v, max = r.max } end
+    out.gauges[key] = rows
+  end
   return out
 end
 
---- The snapshot as CSV text: metric,kind,t,count,p50,p90,p99,max,delta.
+--- The snapshot as CSV text: metric,kind,t,count,p50,p90,p99,max,delta,value
+-- (a gauge's row: max and value).
 function M.csv(snap)
-  local lines = { "metric,kind,t,count,p50,p90,p99,max,delta" }
+  local lines = { "metric,kind,t,count,p50,p90,p99,max,delta,value" }
   local function q(s) return s:find('[,"\n]') and ('"' .. s:gsub('"', '""') .. '"') or s end
   local keys = {}
   for k in pairs(snap.histograms) do keys[#keys + 1] = k end
   table.sort(keys)
   for _, k in ipairs(keys) do
     for _, r in ipairs(snap.histograms[k]) do
-      lines[#lines + 1] = string.format("%s,histogram,%.17g,%d,%.17g,%.17g,%.17g,%.17g,", q(k), r.t,
+      lines[#lines + 1] = string.format("%s,histogram,%.17g,%d,%.17g,%.17g,%.17g,%.17g,,", q(k), r.t,
         r.count, r.p50, r.p90, r.p99, r.max)
     end
   end
@@ -154,7 +177,15 @@ function M.csv(snap)
   table.sort(keys)
   for _, k in ipairs(keys) do
     for _, r in ipairs(snap.counters[k]) do
-      lines[#lines + 1] = string.format("%s,counter,%.17g,,,,,,%.17g", q(k), r.t, r.d)
+      lines[#lines + 1] = string.format("%s,counter,%.17g,,,,,,%.17g,", q(k), r.t, r.d)
+    end
+  end
+  keys = {}
+  for k in pairs(snap.gauges or {}) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    for _, r in ipairs(snap.gauges[k]) do
+      lines[#lines + 1] = string.format("%s,gauge,%.17g,,,,,%.17g,,%.17g", q(k), r.t, r.max, r.v)
     end
   end
   return table.concat(lines, "\n") .. "\n"
