@@ -28,6 +28,10 @@ function M.start(interval)
 end
 
 function M.stop() state = nil end
+
+--- The scenario-clock time (kb.now) the intervals count from, or nil
+-- when stopped: a row's t is seconds since it.
+function M.origin() return state and state.t0 end
 function M.active() return state ~= nil end
 
 local function bucket_of(now)

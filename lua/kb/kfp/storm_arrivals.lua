@@ -104,6 +104,10 @@ function M.create_runs(s)
     stages = o.stages, max_in_flight = o.max_in_flight, on_full = o.on_full, offered = #times,
     t = s:elapsed() }
   a.task = kb.spawn(function()
+    -- where the schedule starts on the time series' axis (its stages' boundaries)
+    local origin = require("kb.timeseries").origin()
+    a.start = origin and kb.now() - origin or nil
+    s:journal_write{ event = "arrivals.start", start = a.start, t = s:elapsed() }
     local ok, r = pcall(load.run, {
       model = o.model, times = times, max_in_flight = o.max_in_flight, on_full = o.on_full,
       name = "storm.arrivals",
@@ -150,6 +154,7 @@ end
 
 --- result.load of a storm (live or rebuilt): the model and what happened:
 -- offered (arrivals in the schedule), arrived, started, dropped, created,
+-- start (where the schedule began, seconds on the time series' axis),
 -- offered_rate and achieved_rate (created per second of the window).
 -- nil for the closed mode.
 function M.summary(s)
@@ -169,6 +174,7 @@ function M.summary(s)
   local offered = s.arrival and s.arrival.offered or s:requested()
   return { model = o.model, rate = o.rate, duration = o.duration, stages = o.stages,
     max_in_flight = o.max_in_flight, on_full = o.on_full, window = window,
+    start = s.arrival and s.arrival.start, -- seconds on the time series' axis
     offered = offered, arrived = #s.runs, started = sent, dropped = dropped, created = created,
     offered_rate = window > 0 and offered / window or nil,
     achieved_rate = window > 0 and created / window or nil }

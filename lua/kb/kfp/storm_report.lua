@@ -338,6 +338,8 @@ local function absorb_event(s, ev, by_id)
     run.name, run.dropped = ev.name, true
   elseif kind == "arrivals" then
     s.arrival = { offered = math.tointeger(ev.offered) }
+  elseif kind == "arrivals.start" then
+    if s.arrival then s.arrival.start = ev.start end
   elseif kind == "run.unknown" then
     local run = (ev.id and by_id[ev.id]) or (ev.index and s.runs[ev.index])
     if run then run.unknown, run.unknown_reason, run.state = true, ev.error, ev.state or run.state end
