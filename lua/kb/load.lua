@@ -215,6 +215,54 @@ function M.run(opts)
   return r
 end
 
+-- ---- what a storm's objects did over time ------------------------------------------------
+
+local Outcomes = {}
+Outcomes.__index = Outcomes
+
+--- load.outcomes([prefix]) -> a tracker of a storm's objects (runs, Jobs,
+-- workflows) over time, in kb.metrics (so kb.timeseries has them per
+-- interval): counter `<prefix>.created`, counter `<prefix>.finished{state}`,
+-- gauge `<prefix>.in_flight` (created, not finished). prefix: "storm".
+-- t:created(key) when the server took object `key` (any value: a name, a
+-- record), t:ended(key, state) when it finished; each counts once per key,
+-- and an end seen before the creation (a watch faster than the create's
+-- answer) counts when the creation does.
+function M.outcomes(prefix)
+  prefix = prefix or "storm"
+  return setmetatable({ prefix = prefix, created_c = metrics.counter(prefix .. ".created"),
+    gauge = metrics.gauge(prefix .. ".in_flight"), seen = {}, early = {} }, Outcomes)
+end
+
+local function finish(t, state)
+  t.gauge:dec()
+  metrics.counter(t.prefix .. ".finished", { state = state }):inc()
+end
+
+function Outcomes:created(key)
+  if self.seen[key] then return end
+  self.seen[key] = "created"
+  self.created_c:inc()
+  self.gauge:inc()
+  local early = self.early[key]
+  if early then
+    self.early[key] = nil
+    self.seen[key] = "ended"
+    finish(self, early)
+  end
+end
+
+function Outcomes:ended(key, state)
+  local s = self.seen[key]
+  if s == "ended" then return end
+  if s == nil then
+    self.early[key] = self.early[key] or state
+    return
+  end
+  self.seen[key] = "ended"
+  finish(self, state)
+end
+
 -- ---- a storm's parameters -----------------------------------------------------------
 
 --- The open-model parameters of the bundled storms, with their defaults

@@ -179,6 +179,35 @@ T.case("stages change the rate at their boundaries", function()
   check_series(doc, rows)
 end)
 
+-- The Argo and job storms at a rate: every arrival offered once, the
+-- series adding up to the scenario's own counts.
+for _, sc in ipairs({
+  { file = "argo_storm.lua", args = { "arrival_rate=1", "duration=60" }, created = "submitted", done = "Succeeded" },
+  { file = "job_storm.lua", args = { "arrival_rate=1", "arrival_duration=60" }, created = "created", done = "complete" },
+}) do
+  T.case(sc.file .. " at 1/s for 60 s", function()
+    nrun = nrun + 1
+    local out = fs.join(tmp, "out" .. nrun)
+    local cmd = { BIN, "-q", "-o", out, "--seed", "3", fs.join(SRC, "scenarios", sc.file) }
+    for _, a in ipairs(sc.args) do cmd[#cmd + 1] = a end
+    local res = kb.process.run { cmd = cmd, timeout = 300 }
+    T.eq(res.code, 0, res.stderr:sub(-2000))
+    local doc = json.decode(fs.read(fs.join(out, fs.list(out)[1], "result", "result.json")))
+    local r = doc.result
+    T.eq(r.requested, 60)
+    T.eq(r[sc.created], 60)
+    T.eq(r.dropped, 0)
+    T.eq(sum(counter_rows(doc, "storm.arrivals.started")), 60)
+    T.eq(sum(counter_rows(doc, "storm.created")), r[sc.created])
+    T.eq(sum(counter_rows(doc, "storm.finished{state=" .. sc.done .. "}")), 60, "every one finished")
+    local per = {}
+    for _, x in ipairs(counter_rows(doc, "storm.arrivals.started")) do per[x.t] = x.d end
+    for t = 10, 50, 10 do T.eq(per[t], 10, "1/s in [" .. t .. ", " .. (t + 10) .. ")") end
+    local g = doc.timeseries.gauges["storm.in_flight"]
+    T.eq(g[#g].v, 0, "nothing in flight at the end")
+  end)
+end
+
 T.case("bad open-model parameters are refused before anything is created", function()
   for _, args in ipairs({ { "arrival_rate=2" }, { "arrival_rate=-1" }, { "arrival_rate=1", "duration=5", "arrival=bursty" },
     { "stages=[{duration: 0, target: 1}]" }, { "stages=nonsense" }, { "arrival_rate=1", "duration=5", "on_full=wait" } }) do

@@ -23,7 +23,6 @@
 --                                  (kb.load's, open mode only)
 local kb = require "kb"
 local load = require "kb.load"
-local metrics = require "kb.metrics"
 
 local M = {}
 
@@ -44,35 +43,19 @@ end
 
 -- ---- the storm's figures -------------------------------------------------------------
 
--- The series of a session (created lazily, so a storm that never creates
--- a run registers none).
-local function series(s)
-  local f = s.series
-  if not f then
-    f = { created = metrics.counter("storm.created"), in_flight = metrics.gauge("storm.in_flight") }
-    s.series = f
-  end
-  return f
+-- The tracker of a session (made on first use: a storm that never
+-- creates a run registers none).
+local function outcomes(s)
+  s.outcomes = s.outcomes or load.outcomes("storm")
+  return s.outcomes
 end
 
 --- A run the server took (its create answered, or found by name).
-function M.created(s, run)
-  if run.counted then return end
-  run.counted = true
-  local f = series(s)
-  f.created:inc()
-  f.in_flight:inc()
-end
+function M.created(s, run) outcomes(s):created(run) end
 
 --- A created run left the pending set: outcome Succeeded, Failed, Timed
 -- out, Lost or Unknown (once per run).
-function M.ended(s, run, outcome)
-  if not run.counted or run.ended then return end
-  run.ended = true
-  local f = series(s)
-  f.in_flight:dec()
-  metrics.counter("storm.finished", { state = outcome }):inc()
-end
+function M.ended(s, run, outcome) outcomes(s):ended(run, outcome) end
 
 -- ---- creating at a rate ----------------------------------------------------------------
 
