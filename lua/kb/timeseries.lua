@@ -17,17 +17,37 @@ local M = {}
 
 local state -- nil while stopped
 
+local journal_rows -- (j): set below
+
 --- Starts collecting, with intervals of `interval` scenario seconds (10),
--- counted from now. Discards what an earlier start collected.
-function M.start(interval)
+-- counted from now. Discards what an earlier start collected. With a
+-- kb.journal j, the rows go to it as they change (at each of its flushes),
+-- so M.replay rebuilds the series from the journal of a killed run.
+function M.start(interval, j)
   interval = interval or 10
   if type(interval) ~= "number" or not (interval > 0) then
     error("kb.timeseries: the interval must be a positive number of seconds", 2)
   end
-  state = { interval = interval, t0 = core.now(), hist = {}, count = {}, gauge = {}, order = {} }
+  state = { interval = interval, t0 = core.now(), hist = {}, count = {}, gauge = {}, order = {},
+    journal = j, dirty = {} }
+  if j then
+    j:write({ k = "ts_start", interval = interval })
+    local mine = state
+    j:on_flush(function(journal) if state == mine then journal_rows(journal) end end)
+  end
 end
 
 function M.stop() state = nil end
+
+--- Writes the rows changed since the journal's last flush to it and stops
+-- journaling (collecting goes on): the runner calls it before the
+-- journal's last record.
+function M.detach()
+  if state and state.journal then
+    journal_rows(state.journal)
+    state.journal = nil
+  end
+end
 
 --- The scenario-clock time (kb.now) the intervals count from, or nil
 -- when stopped: a row's t is seconds since it.
@@ -38,12 +58,16 @@ local function bucket_of(now)
   return math.floor((now - state.t0) / state.interval)
 end
 
-local function series(tbl, key)
+local function series(tbl, key, kind)
   local s = tbl[key]
   if not s then
-    s = { rows = {} }
+    s = { rows = {}, key = key, kind = kind, journaled = 0 }
     tbl[key] = s
     state.order[#state.order + 1] = key
+  end
+  if state.journal and not s.dirty then
+    s.dirty = true
+    state.dirty[#state.dirty + 1] = s
   end
   return s
 end
@@ -89,7 +113,7 @@ end
 --- A histogram value (n times): called by kb.metrics.
 function M.note_value(key, v, n)
   if not state then return end
-  local s = series(state.hist, key)
+  local s = series(state.hist, key, "h")
   local b = bucket_of(core.now())
   if s.bucket ~= b then
     close(s)
@@ -106,7 +130,7 @@ end
 --- A counter increase: called by kb.metrics.
 function M.note_count(key, d)
   if not state then return end
-  local s = series(state.count, key)
+  local s = series(state.count, key, "c")
   local b = bucket_of(core.now())
   local last = s.rows[#s.rows]
   if last and last.i == b then
@@ -119,7 +143,7 @@ end
 --- A gauge's new value: called by kb.metrics.
 function M.note_gauge(key, v)
   if not state then return end
-  local s = series(state.gauge, key)
+  local s = series(state.gauge, key, "g")
   local b = bucket_of(core.now())
   local last = s.rows[#s.rows]
   if last and last.i == b then
@@ -128,6 +152,73 @@ function M.note_gauge(key, v)
   else
     s.rows[#s.rows + 1] = { i = b, t = b * state.interval, v = v, max = v }
   end
+end
+
+-- An open interval's row, its values left as they are.
+local function open_row(s)
+  return close_row({ bucket = s.bucket, values = table.move(s.values, 1, #s.values, 1, {}),
+    weights = s.weights and table.move(s.weights, 1, #s.values, 1, {}) })
+end
+
+-- ---- the journal ------------------------------------------------------------------
+--
+-- Records (docs/results.md): {"k":"ts_start","interval":10}, then per row
+-- that changed since the last flush {"k":"ts","m":key,"s":"h"|"c"|"g","t":..}
+-- with the row's fields (count, p50, p90, p99, max | d | v, max). A later
+-- record of the same series and t replaces an earlier one: an open
+-- interval is written again as it grows.
+
+local function row_record(s, r)
+  return { k = "ts", m = s.key, s = s.kind, t = r.t, count = r.count, p50 = r.p50, p90 = r.p90,
+    p99 = r.p99, max = r.max, d = r.d, v = r.v }
+end
+
+journal_rows = function(j)
+  local list = state.dirty
+  state.dirty = {}
+  for _, s in ipairs(list) do
+    s.dirty = false
+    -- a counter's or gauge's last row changes in place: written again
+    local from = s.kind == "h" and s.journaled + 1 or math.max(1, s.journaled)
+    for i = from, #s.rows do j:write(row_record(s, s.rows[i])) end
+    s.journaled = #s.rows
+    if s.kind == "h" and s.values and #s.values > 0 then j:write(row_record(s, open_row(s))) end
+  end
+end
+
+--- The series of a journal's records (as M.snapshot gives them), or nil
+-- when they hold none (no "ts_start").
+function M.replay(records)
+  local out, rows
+  local into = { h = "histograms", c = "counters", g = "gauges" }
+  for _, r in ipairs(records) do
+    if r.k == "ts_start" then
+      out = { interval = r.interval, histograms = {}, counters = {}, gauges = {} }
+      rows = { h = {}, c = {}, g = {} }
+    elseif r.k == "ts" and out and into[r.s] and type(r.m) == "string" and type(r.t) == "number" then
+      local by_t = rows[r.s][r.m] or {}
+      rows[r.s][r.m] = by_t
+      local row = { t = r.t }
+      if r.s == "h" then
+        row.count, row.p50, row.p90, row.p99, row.max = r.count, r.p50, r.p90, r.p99, r.max
+      elseif r.s == "c" then
+        row.d = r.d
+      else
+        row.v, row.max = r.v, r.max
+      end
+      by_t[r.t] = row
+    end
+  end
+  if not out then return nil end
+  for kind, keys in pairs(rows) do
+    for key, by_t in pairs(keys) do
+      local list = {}
+      for _, row in pairs(by_t) do list[#list + 1] = row end
+      table.sort(list, function(a, b) return a.t < b.t end)
+      out[into[kind]][key] = list
+    end
+  end
+  return out
 end
 
 --- The series so far: {interval, histograms = {[key] = {{t, count, p50,
@@ -142,11 +233,7 @@ function M.snapshot()
   for key, s in pairs(state.hist) do
     local rows = {}
     for i, r in ipairs(s.rows) do rows[i] = r end
-    if s.values and #s.values > 0 then
-      local copy = { bucket = s.bucket, values = table.move(s.values, 1, #s.values, 1, {}),
-        weights = s.weights and table.move(s.weights, 1, #s.values, 1, {}) }
-      rows[#rows + 1] = close_row(copy)
-    end
+    if s.values and #s.values > 0 then rows[#rows + 1] = open_row(s) end
     out.histograms[key] = rows
   end
   for key, s in pairs(state.count) do

@@ -208,6 +208,50 @@ for _, sc in ipairs({
   end)
 end
 
+T.case("killed with SIGKILL mid-storm, kbrun report rebuilds the time series from the journal", function()
+  nrun = nrun + 1
+  local out = fs.join(tmp, "out" .. nrun)
+  -- the linear clock (x50): the storm takes real time, and is killed while runs arrive
+  local child = kb.process.spawn { cmd = { BIN, "-q", "-o", out, "--seed", "3", "--sim-clock", "linear",
+    "--sim-speed", "50", DRIVER, "pipeline_file_url=" .. SHORT, "arrival_rate=2", "duration=3000" } }
+  local dir, journal
+  local deadline = kb.time() + 60
+  repeat
+    kb.sleep(0.1)
+    for _, e in ipairs(fs.exists(out) and fs.list(out) or {}) do
+      if e:find("^storm%-rate%-driver") then dir = fs.join(out, e) end
+    end
+    local path = dir and fs.join(dir, "output", "journal.jsonl")
+    journal = path and fs.exists(path) == "file" and fs.read(path) or ""
+    local _, created = journal:gsub('"event":"run.created"', "")
+  until created >= 40 or kb.time() > deadline
+  T.eq(child:kill("SIGKILL"), true)
+  T.eq(child:wait().signal, "SIGKILL")
+  T.eq(fs.exists(fs.join(dir, "result", "result.json")), false, "killed before writing results")
+  local res = kb.process.run { cmd = { BIN, "report", dir }, timeout = 120 }
+  T.eq(res.code, 0, res.stderr)
+  local doc = json.decode(fs.read(fs.join(dir, "result", "result.json")))
+  T.eq(doc.status, "killed")
+  T.ok(doc.timeseries, "result.json has the time series back")
+  T.eq(doc.timeseries.interval, 10)
+  local counters = {}
+  for _, m in ipairs(doc.metrics.metrics) do if m.kind ~= "histogram" then counters[m.key] = m.value end end
+  -- the series (ts rows) against the counters (c records), both as of the last flush
+  for _, key in ipairs({ "storm.created", "storm.arrivals.started", "storm.finished{state=Succeeded}" }) do
+    T.ok((counters[key] or 0) > 0 or key:find("finished"), key .. " counted")
+    T.eq(sum(counter_rows(doc, key)), counters[key] or 0, key .. ": the rebuilt series add up to the counter")
+  end
+  T.ok(counters["storm.created"] >= 40, "killed after 40 creates: " .. counters["storm.created"])
+  T.eq(sum(counter_rows(doc, "storm.created")), doc.result.runs.created, "= the runs the journal's events created")
+  local g = doc.timeseries.gauges["storm.in_flight"]
+  local fin = 0
+  for key, list in pairs(doc.timeseries.counters) do if key:match("^storm%.finished") then fin = fin + sum(list) end end
+  T.eq(g[#g].v, counters["storm.created"] - fin, "in flight at the kill: created - finished")
+  local text = fs.read(fs.join(dir, "result", "timeseries.csv"))
+  T.contains(text, "storm.created,counter,0,")
+  T.contains(text, "storm.in_flight,gauge,")
+end)
+
 T.case("bad open-model parameters are refused before anything is created", function()
   for _, args in ipairs({ { "arrival_rate=2" }, { "arrival_rate=-1" }, { "arrival_rate=1", "duration=5", "arrival=bursty" },
     { "stages=[{duration: 0, target: 1}]" }, { "stages=nonsense" }, { "arrival_rate=1", "duration=5", "on_full=wait" } }) do
