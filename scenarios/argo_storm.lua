@@ -73,9 +73,9 @@ return {
     image = "busybox:1.36",
     poll = 1,              -- seconds between list calls
     timeout = 3600,        -- seconds for all workflows to finish
-    arrival_rate = 0,      -- workflows per second, the open model (0: workflows= as fast as concurrency allows)
+    arrival_rate = 0.0,    -- workflows per second, the open model (0: workflows= as fast as concurrency allows)
     arrival = "constant",  -- arrivals at arrival_rate: constant or poisson
-    duration = 0,          -- seconds of arrivals at arrival_rate
+    duration = 0.0,        -- seconds of arrivals at arrival_rate
     stages = "",           -- a ramp instead: JSON/YAML list of {duration, target} (workflows/s)
     max_in_flight = 0,     -- submissions in flight at most (0: concurrency); the excess is dropped
     on_full = "drop",      -- an arrival over max_in_flight: drop (counted) or queue

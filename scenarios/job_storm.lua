@@ -84,9 +84,9 @@ return {
     cpu = "100m",
     memory = "64Mi",
     timeout = 3600,        -- seconds for every Job to finish
-    arrival_rate = 0,      -- Jobs per second, the open model (0: jobs= as fast as concurrency allows)
+    arrival_rate = 0.0,    -- Jobs per second, the open model (0: jobs= as fast as concurrency allows)
     arrival = "constant",  -- arrivals at arrival_rate: constant or poisson
-    arrival_duration = 0,  -- seconds of arrivals at arrival_rate
+    arrival_duration = 0.0, -- seconds of arrivals at arrival_rate
     stages = "",           -- a ramp instead: JSON/YAML list of {duration, target} (Jobs/s)
     max_in_flight = 0,     -- creates in flight at most (0: concurrency); the excess is dropped
     on_full = "drop",      -- an arrival over max_in_flight: drop (counted) or queue

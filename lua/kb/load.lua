@@ -265,14 +265,6 @@ end
 
 -- ---- a storm's parameters -----------------------------------------------------------
 
---- The open-model parameters of the bundled storms, with their defaults
--- (besides the window, `duration` or opts.duration_key of from_params):
--- arrival_rate (per second; 0 = the closed mode), arrival (constant |
--- poisson), stages (a ramp: JSON or YAML list of {duration, target}; wins
--- over arrival_rate), max_in_flight (operations in flight at most, 0 = the
--- storm's concurrency), on_full (drop | queue).
-M.PARAMS = { arrival_rate = 0, arrival = "constant", stages = "", max_in_flight = 0, on_full = "drop" }
-
 local function refuse(fmt, ...) require("kb.params").refuse(fmt, ...) end
 
 -- stages: a list of {duration =, target =} (a table, or JSON / YAML text).
@@ -301,7 +293,11 @@ local function decode_stages(v, what)
 end
 
 --- load.from_params(p [, opts]) -> the kb.load options of a storm's
--- open-model parameters (M.PARAMS and the window), or nil for the closed
+-- open-model parameters: arrival_rate (per second; 0 = the closed mode),
+-- arrival (constant | poisson), the window (`duration`, or
+-- opts.duration_key), stages (a ramp: JSON or YAML list of {duration,
+-- target}; wins over arrival_rate), max_in_flight (0 = opts.concurrency),
+-- on_full (drop | queue); or nil for the closed
 -- mode (arrival_rate 0 and no stages). opts: duration_key ("duration"),
 -- what (the name in messages), concurrency (max_in_flight 0 means it).
 -- A bad value is refused (exit 2) naming the parameter. The Poisson seed

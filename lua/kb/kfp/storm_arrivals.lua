@@ -26,11 +26,13 @@ local load = require "kb.load"
 
 local M = {}
 
+local scenario_times -- (s, times): below
+
 --- The open-model parameters of a run storm (kb.kfp.storm takes them).
 M.DEFAULTS = {
-  arrival_rate = 0,          -- runs per second (0: the closed mode, num_runs)
+  arrival_rate = 0.0,        -- runs per second (0: the closed mode, num_runs)
   arrival = "constant",      -- arrivals at arrival_rate: constant or poisson
-  duration = 0,              -- seconds of arrivals at arrival_rate
+  duration = 0.0,            -- seconds of arrivals at arrival_rate
   stages = "",               -- a ramp instead: JSON/YAML list of {duration, target} (runs/s)
   max_in_flight = 0,         -- creates in flight at most (0: concurrency); the excess is dropped
   on_full = "drop",          -- an arrival over max_in_flight: drop (counted) or queue
@@ -73,12 +75,24 @@ function M.arriving(s)
   return false
 end
 
+-- Arrival times are cluster seconds (as every storm time parameter): on
+-- the scenario clock, divided by the clock's scale (a standalone
+-- simulator's speed; 1 otherwise).
+scenario_times = function(s, times)
+  local scale = s.clock and s.clock.scale or 1
+  if scale == 1 then return times end
+  local out = {}
+  for i, t in ipairs(times) do out[i] = t / scale end
+  return out
+end
+
 --- s:create_runs() in the open model: runs are created at the arrival
 -- times of s.p.load (this shard's part of the schedule) by a task of their
 -- own; returns s.runs, which grows as they arrive.
 function M.create_runs(s)
   local o = s.p.load
   local times, items = load.shard_times(o, "runs")
+  times = scenario_times(s, times)
   s.planned = s.planned + #times
   local base = #s.runs
   local a = { running = true, offered = #times, items = items }
@@ -122,6 +136,45 @@ function M.create_runs(s)
       arrivals = r.arrivals, stopped = r.stopped, t = s:elapsed() }
   end)
   return s.runs
+end
+
+--- One step of an open-model ramp (kfp_probe's mode=rate): runs created
+-- at the arrival times of o (kb.load options: model, rate, duration,
+-- max_in_flight, on_full) until the schedule is over and every create
+-- answered. Returns the step's runs and its figures: arrivals, dropped,
+-- created, answered_in_window (creates answered within the arrival
+-- window), window (seconds), offered_rate (arrivals / window),
+-- achieved_rate (answered_in_window / window: what the server kept up
+-- with).
+function M.run_step(s, o)
+  local times = scenario_times(s, load.arrivals(o))
+  s.planned = s.planned + #times
+  local base, made = #s.runs, {}
+  local t_begin = kb.now()
+  local r = load.run {
+    model = o.model, times = times, max_in_flight = o.max_in_flight, on_full = o.on_full,
+    name = "storm.arrivals",
+    on_arrival = function(k, _, admitted)
+      local run = { index = base + k, dropped = not admitted or nil }
+      run.name = s:run_name(run.index)
+      s.runs[run.index], made[#made + 1] = run, run
+      if not admitted then
+        s:journal_write{ event = "run.dropped", index = run.index, name = run.name, t = s:elapsed() }
+      end
+    end,
+    fn = function(k) s:create_one(s.runs[base + k]) end,
+  }
+  local window = o.duration
+  local created, in_window = 0, 0
+  for _, run in ipairs(made) do
+    if run.id then
+      created = created + 1
+      if run.t_created and run.t_created < t_begin + window / s.clock.scale then in_window = in_window + 1 end
+    end
+  end
+  return made, { arrivals = r.arrivals, dropped = r.dropped, created = created,
+    answered_in_window = in_window, window = window, offered_rate = r.arrivals / window,
+    achieved_rate = in_window / window }
 end
 
 --- Stops the arrivals (cleanup after an error or Ctrl-C): no run is
