@@ -30,6 +30,8 @@ function M.start(interval, j)
   end
   state = { interval = interval, t0 = core.now(), hist = {}, count = {}, gauge = {}, order = {},
     journal = j, dirty = {} }
+  -- --metrics-listen: the last complete interval's figures (M.samples)
+  require("kb.prometheus").collector("timeseries", M.samples)
   if j then
     j:write({ k = "ts_start", interval = interval })
     local mine = state
@@ -245,6 +247,62 @@ function M.snapshot()
     local rows = {}
     for i, r in ipairs(s.rows) do rows[i] = { t = r.t, v = r.v, max = r.max } end
     out.gauges[key] = rows
+  end
+  return out
+end
+
+--- The last complete interval's figures as kb.prometheus collector
+-- samples (what --metrics-listen serves): kbrun_interval_seconds, and per
+-- series (label metric = its key) kbrun_interval_count and
+-- kbrun_interval_p50/p90/p99/max_seconds of a histogram,
+-- kbrun_interval_increase of a counter, kbrun_interval_gauge (its value at
+-- the interval's end) and kbrun_interval_gauge_max of a gauge. A series
+-- that saw nothing in that interval has count / increase 0 (a gauge: its
+-- last value). Empty when stopped.
+function M.samples()
+  if not state then return {} end
+  local iv = state.interval
+  local last = (bucket_of(core.now()) - 1) * iv -- the last complete interval's start
+  local out = { { name = "kbrun_interval_seconds", kind = "gauge", value = iv,
+    help = "the length of kbrun's time series intervals (scenario seconds)" },
+    { name = "kbrun_interval_start_seconds", kind = "gauge", value = math.max(last, 0),
+      help = "the start of the last complete interval (scenario seconds since the run's start)" } }
+  if last < 0 then return out end
+  local function add(name, help, key, v)
+    out[#out + 1] = { name = name, kind = "gauge", help = help, labels = { metric = key }, value = v }
+  end
+  for key, s in pairs(state.hist) do
+    local row
+    for i = #s.rows, 1, -1 do
+      if s.rows[i].t == last then row = s.rows[i] break end
+      if s.rows[i].t < last then break end
+    end
+    if not row and s.values and #s.values > 0 and s.bucket * iv == last then row = open_row(s) end
+    add("kbrun_interval_count", "values a histogram recorded in the last complete interval", key, row and row.count or 0)
+    if row then
+      for _, q in ipairs({ "p50", "p90", "p99", "max" }) do
+        add("kbrun_interval_" .. q .. "_seconds", q .. " of a histogram in the last complete interval", key, row[q])
+      end
+    end
+  end
+  for key, s in pairs(state.count) do
+    local d = 0
+    for i = #s.rows, 1, -1 do
+      if s.rows[i].t == last then d = s.rows[i].d break end
+      if s.rows[i].t < last then break end
+    end
+    add("kbrun_interval_increase", "a counter's increase in the last complete interval", key, d)
+  end
+  for key, s in pairs(state.gauge) do
+    local row
+    for i = #s.rows, 1, -1 do
+      if s.rows[i].t <= last then row = s.rows[i] break end
+    end
+    if row then
+      add("kbrun_interval_gauge", "a gauge's value at the end of the last complete interval", key, row.v)
+      add("kbrun_interval_gauge_max", "a gauge's highest value in the last complete interval", key,
+        row.t == last and row.max or row.v)
+    end
   end
   return out
 end
