@@ -15,7 +15,25 @@ local core = require "kb.core"
 
 local M = {}
 
-local state -- nil while stopped
+local context = require "kb.context"
+
+local state -- the run's collector; nil while stopped
+
+-- A collector: its own series, intervals from its own start.
+local function collector(interval, j)
+  return { interval = interval, t0 = core.now(), hist = {}, count = {}, gauge = {}, order = {},
+    journal = j, dirty = {} }
+end
+
+local function check_interval(interval)
+  if type(interval) ~= "number" or not (interval > 0) then
+    error("kb.timeseries: the interval must be a positive number of seconds", 3)
+  end
+end
+
+-- Where a value of the calling task goes: the collector of its kb.context
+-- (a sweep cell's, M.within), else the run's.
+local function current() return context.get("timeseries") or state end
 
 local journal_rows -- (j): set below
 
@@ -25,28 +43,44 @@ local journal_rows -- (j): set below
 -- so M.replay rebuilds the series from the journal of a killed run.
 function M.start(interval, j)
   interval = interval or 10
-  if type(interval) ~= "number" or not (interval > 0) then
-    error("kb.timeseries: the interval must be a positive number of seconds", 2)
-  end
-  state = { interval = interval, t0 = core.now(), hist = {}, count = {}, gauge = {}, order = {},
-    journal = j, dirty = {} }
+  check_interval(interval)
+  state = collector(interval, j)
   -- --metrics-listen: the last complete interval's figures (M.samples)
   require("kb.prometheus").collector("timeseries", M.samples)
   if j then
     j:write({ k = "ts_start", interval = interval })
     local mine = state
-    j:on_flush(function(journal) if state == mine then journal_rows(journal) end end)
+    j:on_flush(function(journal) if state == mine and mine.journal then journal_rows(journal, mine) end end)
   end
 end
 
 function M.stop() state = nil end
+
+--- A collector of its own (intervals of `interval` seconds, 10, from now)
+-- for M.within: a sweep cell's series, apart from the run's and the other
+-- cells'. M.snapshot(c) reads it.
+function M.new(interval)
+  interval = interval or 10
+  check_interval(interval)
+  return collector(interval)
+end
+
+--- Runs fn(...) with what the calling task (and the tasks it spawns)
+-- records going to collector c instead of the run's; returns fn's results.
+function M.within(c, fn, ...)
+  local saved = context.push({ timeseries = c })
+  local res = table.pack(pcall(fn, ...))
+  context.restore(saved)
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
 
 --- Writes the rows changed since the journal's last flush to it and stops
 -- journaling (collecting goes on): the runner calls it before the
 -- journal's last record.
 function M.detach()
   if state and state.journal then
-    journal_rows(state.journal)
+    journal_rows(state.journal, state)
     state.journal = nil
   end
 end
@@ -56,20 +90,20 @@ end
 function M.origin() return state and state.t0 end
 function M.active() return state ~= nil end
 
-local function bucket_of(now)
-  return math.floor((now - state.t0) / state.interval)
+local function bucket_of(st, now)
+  return math.floor((now - st.t0) / st.interval)
 end
 
-local function series(tbl, key, kind)
+local function series(st, tbl, key, kind)
   local s = tbl[key]
   if not s then
-    s = { rows = {}, key = key, kind = kind, journaled = 0 }
+    s = { rows = {}, key = key, kind = kind, journaled = 0, iv = st.interval }
     tbl[key] = s
-    state.order[#state.order + 1] = key
+    st.order[#st.order + 1] = key
   end
-  if state.journal and not s.dirty then
+  if st.journal and not s.dirty then
     s.dirty = true
-    state.dirty[#state.dirty + 1] = s
+    st.dirty[#st.dirty + 1] = s
   end
   return s
 end
@@ -85,7 +119,7 @@ end
 -- values (h:record(v, n) with n ~= 1) are expanded as ranks over counts.
 local function close_row(s)
   local v, w = s.values, s.weights
-  local t = s.bucket * state.interval
+  local t = s.bucket * s.iv
   if not w then
     table.sort(v)
     return { t = t, count = #v, p50 = rank(v, 0.5), p90 = rank(v, 0.9), p99 = rank(v, 0.99), max = v[#v] }
@@ -114,9 +148,10 @@ end
 
 --- A histogram value (n times): called by kb.metrics.
 function M.note_value(key, v, n)
-  if not state then return end
-  local s = series(state.hist, key, "h")
-  local b = bucket_of(core.now())
+  local st = current()
+  if not st then return end
+  local s = series(st, st.hist, key, "h")
+  local b = bucket_of(st, core.now())
   if s.bucket ~= b then
     close(s)
     s.bucket, s.values = b, {}
@@ -131,34 +166,36 @@ end
 
 --- A counter increase: called by kb.metrics.
 function M.note_count(key, d)
-  if not state then return end
-  local s = series(state.count, key, "c")
-  local b = bucket_of(core.now())
+  local st = current()
+  if not st then return end
+  local s = series(st, st.count, key, "c")
+  local b = bucket_of(st, core.now())
   local last = s.rows[#s.rows]
   if last and last.i == b then
     last.d = last.d + d
   else
-    s.rows[#s.rows + 1] = { i = b, t = b * state.interval, d = d }
+    s.rows[#s.rows + 1] = { i = b, t = b * st.interval, d = d }
   end
 end
 
 --- A gauge's new value: called by kb.metrics.
 function M.note_gauge(key, v)
-  if not state then return end
-  local s = series(state.gauge, key, "g")
-  local b = bucket_of(core.now())
+  local st = current()
+  if not st then return end
+  local s = series(st, st.gauge, key, "g")
+  local b = bucket_of(st, core.now())
   local last = s.rows[#s.rows]
   if last and last.i == b then
     last.v = v
     if v > last.max then last.max = v end
   else
-    s.rows[#s.rows + 1] = { i = b, t = b * state.interval, v = v, max = v }
+    s.rows[#s.rows + 1] = { i = b, t = b * st.interval, v = v, max = v }
   end
 end
 
 -- An open interval's row, its values left as they are.
 local function open_row(s)
-  return close_row({ bucket = s.bucket, values = table.move(s.values, 1, #s.values, 1, {}),
+  return close_row({ bucket = s.bucket, iv = s.iv, values = table.move(s.values, 1, #s.values, 1, {}),
     weights = s.weights and table.move(s.weights, 1, #s.values, 1, {}) })
 end
 
@@ -175,9 +212,9 @@ local function row_record(s, r)
     p99 = r.p99, max = r.max, d = r.d, v = r.v }
 end
 
-journal_rows = function(j)
-  local list = state.dirty
-  state.dirty = {}
+journal_rows = function(j, st)
+  local list = st.dirty
+  st.dirty = {}
   for _, s in ipairs(list) do
     s.dirty = false
     -- a counter's or gauge's last row changes in place: written again
@@ -228,22 +265,24 @@ end
 -- {[key] = {{t, v, max}, ...}} (v: the value at the interval's end; an
 -- interval without a change has no row: the value held)}, t the start
 -- of each interval in seconds since start(); open intervals are included
--- as they stand. nil when stopped.
-function M.snapshot()
-  if not state then return nil end
-  local out = { interval = state.interval, histograms = {}, counters = {}, gauges = {} }
-  for key, s in pairs(state.hist) do
+-- as they stand. Of collector c (M.new), default the run's; nil when
+-- stopped.
+function M.snapshot(c)
+  local st = c or state
+  if not st then return nil end
+  local out = { interval = st.interval, histograms = {}, counters = {}, gauges = {} }
+  for key, s in pairs(st.hist) do
     local rows = {}
     for i, r in ipairs(s.rows) do rows[i] = r end
     if s.values and #s.values > 0 then rows[#rows + 1] = open_row(s) end
     out.histograms[key] = rows
   end
-  for key, s in pairs(state.count) do
+  for key, s in pairs(st.count) do
     local rows = {}
     for i, r in ipairs(s.rows) do rows[i] = { t = r.t, d = r.d } end
     out.counters[key] = rows
   end
-  for key, s in pairs(state.gauge) do
+  for key, s in pairs(st.gauge) do
     local rows = {}
     for i, r in ipairs(s.rows) do rows[i] = { t = r.t, v = r.v, max = r.max } end
     out.gauges[key] = rows
@@ -262,7 +301,7 @@ end
 function M.samples()
   if not state then return {} end
   local iv = state.interval
-  local last = (bucket_of(core.now()) - 1) * iv -- the last complete interval's start
+  local last = (bucket_of(state, core.now()) - 1) * iv -- the last complete interval's start
   local out = { { name = "kbrun_interval_seconds", kind = "gauge", value = iv,
     help = "the length of kbrun's time series intervals (scenario seconds)" },
     { name = "kbrun_interval_start_seconds", kind = "gauge", value = math.max(last, 0),
