@@ -32,8 +32,13 @@ local function check_interval(interval)
 end
 
 -- Where a value of the calling task goes: the collector of its kb.context
--- (a sweep cell's, M.within), else the run's.
-local function current() return context.get("timeseries") or state end
+-- (a sweep cell's, M.within), else the run's. Without a collector of its
+-- own in use (nwithin 0) the context is not looked at.
+local nwithin = 0
+local function current()
+  if nwithin == 0 then return state end
+  return context.get("timeseries") or state
+end
 
 local journal_rows -- (j): set below
 
@@ -69,7 +74,9 @@ end
 -- records going to collector c instead of the run's; returns fn's results.
 function M.within(c, fn, ...)
   local saved = context.push({ timeseries = c })
+  nwithin = nwithin + 1
   local res = table.pack(pcall(fn, ...))
+  nwithin = nwithin - 1
   context.restore(saved)
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)
@@ -80,7 +87,7 @@ end
 -- journal's last record.
 function M.detach()
   if state and state.journal then
-    journal_rows(state.journal, state)
+    journal_rows(state.journal, state, true)
     state.journal = nil
   end
 end
@@ -205,24 +212,40 @@ end
 -- that changed since the last flush {"k":"ts","m":key,"s":"h"|"c"|"g","t":..}
 -- with the row's fields (count, p50, p90, p99, max | d | v, max). A later
 -- record of the same series and t replaces an earlier one: an open
--- interval is written again as it grows.
+-- interval is written again as it grows (a histogram's at most every
+-- M.OPEN_ROWS_EVERY real seconds, and when it closes).
 
 local function row_record(s, r)
   return { k = "ts", m = s.key, s = s.kind, t = r.t, count = r.count, p50 = r.p50, p90 = r.p90,
     p99 = r.p99, max = r.max, d = r.d, v = r.v }
 end
 
-journal_rows = function(j, st)
-  local list = st.dirty
+--- Real seconds between two journalings of a histogram's open interval:
+-- its row is computed from all its values (a sort), so it is written at
+-- most this often, not at every flush (a flush comes every 8,192 values).
+M.OPEN_ROWS_EVERY = 1
+
+journal_rows = function(j, st, force)
+  local list, keep = st.dirty, {}
   st.dirty = {}
+  local now = core.time()
+  local open_due = force or now - (st.open_at or -math.huge) >= M.OPEN_ROWS_EVERY
+  if open_due then st.open_at = now end
   for _, s in ipairs(list) do
     s.dirty = false
     -- a counter's or gauge's last row changes in place: written again
     local from = s.kind == "h" and s.journaled + 1 or math.max(1, s.journaled)
     for i = from, #s.rows do j:write(row_record(s, s.rows[i])) end
     s.journaled = #s.rows
-    if s.kind == "h" and s.values and #s.values > 0 then j:write(row_record(s, open_row(s))) end
+    if s.kind == "h" and s.values and #s.values > 0 then
+      if open_due then
+        j:write(row_record(s, open_row(s)))
+      else
+        s.dirty, keep[#keep + 1] = true, s -- its open interval at a later flush
+      end
+    end
   end
+  st.dirty = keep
 end
 
 --- The series of a journal's records (as M.snapshot gives them), or nil
