@@ -252,6 +252,15 @@ T.case("killed with SIGKILL mid-storm, kbrun report rebuilds the time series fro
   T.contains(text, "storm.in_flight,gauge,")
 end)
 
+T.case("Poisson arrivals: about rate x duration, the same for a seed", function()
+  local a = storm({ "--sim-profile", "fast" }, { "arrival=poisson", "arrival_rate=2", "duration=100" })
+  local b = storm({ "--sim-profile", "fast" }, { "arrival=poisson", "arrival_rate=2", "duration=100" })
+  T.eq(a.result.load.model, "poisson")
+  T.eq(a.result.load.offered, b.result.load.offered, "--seed 3 both times: the same schedule")
+  T.ok(math.abs(a.result.load.offered - 200) <= 4 * math.sqrt(200), "200 expected (sd 14): " .. a.result.load.offered)
+  T.eq(a.result.runs.created + (a.result.runs.dropped or 0), a.result.load.offered)
+end)
+
 T.case("bad open-model parameters are refused before anything is created", function()
   for _, args in ipairs({ { "arrival_rate=2" }, { "arrival_rate=-1" }, { "arrival_rate=1", "duration=5", "arrival=bursty" },
     { "stages=[{duration: 0, target: 1}]" }, { "stages=nonsense" }, { "arrival_rate=1", "duration=5", "on_full=wait" } }) do
