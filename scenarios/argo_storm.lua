@@ -20,11 +20,20 @@
 -- kb.shard.items), each shard submits workflows I+1, I+1+N, ... at their
 -- times in the same schedule (concurrency is per shard); `kbrun merge`
 -- adds the shards' counts and recomputes completed_rate from them.
+-- arrival_rate=R (workflows per second, arrival=constant|poisson) for
+-- duration= seconds, or stages= (a ramp), is the open model instead
+-- (kb.load): workflows are submitted at their arrival times however the
+-- server copes, an arrival that finds max_in_flight submissions in flight
+-- (default concurrency) is dropped and counted, and `workflows` is ignored.
+-- Over time (result.json's timeseries): storm.created, storm.in_flight,
+-- storm.finished{state=PHASE}, storm.arrivals.*.
 --
 --   kbrun scenarios/argo_storm.lua workflows=200 concurrency=20 steps=3
+--   kbrun scenarios/argo_storm.lua arrival_rate=1 duration=600
 local kb = require "kb"
 local argo = require "kb.argo"
 local connection = require "kb.connection"
+local load = require "kb.load"
 
 local function workflow(name, label, p)
   local steps = {}
@@ -64,10 +73,17 @@ return {
     image = "busybox:1.36",
     poll = 1,              -- seconds between list calls
     timeout = 3600,        -- seconds for all workflows to finish
+    arrival_rate = 0.0,    -- workflows per second, the open model (0: workflows= as fast as concurrency allows)
+    arrival = "constant",  -- arrivals at arrival_rate: constant or poisson
+    duration = 0.0,        -- seconds of arrivals at arrival_rate
+    stages = "",           -- a ramp instead: JSON/YAML list of {duration, target} (workflows/s)
+    max_in_flight = 0,     -- submissions in flight at most (0: concurrency); the excess is dropped
+    on_full = "drop",      -- an arrival over max_in_flight: drop (counted) or queue
   },
   thresholds = { completed_rate = 1.0 },
 
   run = function(p)
+    local open = load.from_params(p, { what = "argo_storm", concurrency = p.concurrency })
     local host = require("kb.target").resolve(p.host)
     local c = argo.client(connection.argo_options(p, host))
     state.connection = connection.describe(p, host)
@@ -79,26 +95,19 @@ return {
     local h_duration = kb.metrics.histogram("argo.duration")
     local h_done = kb.metrics.histogram("argo.completion")
     local submitted, failed_submit, phases = {}, 0, {}
+    local outcomes = load.outcomes("storm") -- over time: created, in flight, finished by phase
 
-    local mine = kb.shard.items(p.workflows, "workflows") -- this shard's (all, unsharded)
-    local pool = kb.pool(p.concurrency)
-    local started = kb.now()
-    for _, i in ipairs(mine) do
-      if p.rate > 0 then -- workflow i's place in the schedule of all shards
-        local wait = started + (i - 1) / p.rate - kb.now()
-        if wait > 0 then kb.sleep(wait) end
+    local function submit(i)
+      local name = string.format("%s-%04d", label, i):sub(-63):gsub("^%-+", "")
+      local t0 = kb.now()
+      local ok, err = pcall(c.create, c, workflow(name, label, p))
+      if ok then
+        submitted[name] = { at = t0 }
+        outcomes:created(name)
+      else
+        failed_submit = failed_submit + 1
+        kb.log.warn("submit %s: %s", name, tostring(err))
       end
-      pool:spawn(function()
-        local name = string.format("%s-%04d", label, i):sub(-63):gsub("^%-+", "")
-        local t0 = kb.now()
-        local ok, err = pcall(c.create, c, workflow(name, label, p))
-        if ok then
-          submitted[name] = { at = t0 }
-        else
-          failed_submit = failed_submit + 1
-          kb.log.warn("submit %s: %s", name, tostring(err))
-        end
-      end)
     end
 
     -- one poller for all of them: a list per `poll` seconds
@@ -122,6 +131,7 @@ return {
               if wf.finished then
                 s.done = true
                 phases[wf.phase] = (phases[wf.phase] or 0) + 1
+                outcomes:ended(wf.name, wf.phase)
                 h_done:record(now - s.at)
                 if wf.duration then h_duration:record(wf.duration) end
               end
@@ -132,7 +142,26 @@ return {
         end
       end
     end)
-    pool:wait()
+    local mine, arrivals
+    if open then
+      -- this shard's arrivals of the whole schedule (round-robin)
+      local times, items = load.shard_times(open, "workflows")
+      mine = items
+      arrivals = load.run { model = open.model, times = times, max_in_flight = open.max_in_flight,
+        on_full = open.on_full, name = "storm.arrivals", fn = function(k) submit(items[k]) end }
+    else
+      mine = kb.shard.items(p.workflows, "workflows") -- this shard's (all, unsharded)
+      local pool = kb.pool(p.concurrency)
+      local started = kb.now()
+      for _, i in ipairs(mine) do
+        if p.rate > 0 then -- workflow i's place in the schedule of all shards
+          local wait = started + (i - 1) / p.rate - kb.now()
+          if wait > 0 then kb.sleep(wait) end
+        end
+        pool:spawn(submit, i)
+      end
+      pool:wait()
+    end
     state.all_submitted = true
     local ok, err = pcall(kb.timeout, p.timeout, watcher.wait, watcher)
     if not ok then kb.log.error("not every workflow finished: %s", tostring(err)) end
@@ -151,6 +180,7 @@ return {
       requested = #mine,
       submitted = n,
       refused = failed_submit,
+      dropped = arrivals and arrivals.dropped or nil, -- the open model's arrivals over max_in_flight
       phases = phases,
       succeeded = phases.Succeeded or 0,
       completed_rate = #mine > 0 and (phases.Succeeded or 0) / #mine or 1,

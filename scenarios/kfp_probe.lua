@@ -9,6 +9,16 @@
 -- broke at 64 concurrent runs: ...", or how far it held) is result.verdict:
 -- the headline of the summary and of the report.
 --
+-- mode=rate ramps the open model instead (kb.kfp.storm_arrivals): each
+-- step creates runs at start_rate, start_rate*factor, ... runs per second
+-- for step_duration seconds, however the server copes (an arrival over
+-- max_in_flight creates in flight is dropped and counted), then polls,
+-- terminates and deletes them. Per step: offered vs achieved rate (creates
+-- answered within the step's window), latency, success; the knee is the
+-- first step whose achieved rate falls below min_achieved of the offered
+-- one (or that crosses max_error_rate / max_p99): "the server stopped
+-- keeping up at 16 runs/s: achieved 7.73 runs/s of 16 offered ...".
+--
 -- Not sharded: the probe's levels are loads on one server at one time, and
 -- shards run their steps independently (unsynchronised, each stopping on
 -- its own), so their parts never add up to the level's load; run sharded
@@ -16,6 +26,7 @@
 --
 --   kbrun scenarios/kfp_probe.lua                                # the embedded simulator
 --   kbrun --sim-profile degraded scenarios/kfp_probe.lua         # a struggling server
+--   kbrun scenarios/kfp_probe.lua mode=rate start_rate=0.5 max_rate=32 max_in_flight=64
 --   kbrun scenarios/kfp_probe.lua host=https://kubeflow.example.com/pipeline token_file=/var/run/token
 local kb = require "kb"
 local storm = require "kb.kfp.storm"
@@ -41,6 +52,11 @@ return {
   run = function(p)
     probe.refuse_shards()
     probe.ramp(p) -- bad ramp parameters fail before anything is created
+    local rates = probe.rate_ramp(p)
+    if p.arrival_rate ~= 0 or p.stages ~= "" then
+      require("kb.params").refuse("kfp_probe: the ramp sets the rates: give mode=rate with start_rate, "
+        .. "factor, max_rate and step_duration instead of arrival_rate or stages")
+    end
     p.num_runs = p.start_concurrency
     session = storm.new(p, { name = "kfp_probe", base_dir = HERE, keep_calls = true })
     local s = session
@@ -48,7 +64,25 @@ return {
     s:create_pipeline()
     s:create_experiment()
     steps = {}
-    for _, level in ipairs(probe.ramp(p)) do
+    if p.mode == "rate" then
+      for _, rate in ipairs(rates) do
+        kb.log.info("probe: %g runs/s for %g s", rate, p.step_duration)
+        local mark = #s.calls
+        local runs, fig = require("kb.kfp.storm_arrivals").run_step(s, { model = "constant", rate = rate,
+          duration = p.step_duration, max_in_flight = p.max_in_flight > 0 and p.max_in_flight or p.concurrency,
+          on_full = p.on_full })
+        s:poll_rounds(runs, p.polls_per_step)   -- ListRuns + a GET of every run, per round
+        s:terminate_runs(runs)
+        s:delete_runs(runs)
+        local step = probe.rate_step(rate, s.calls, mark, p, fig)
+        steps[#steps + 1] = step
+        if step.broke then
+          kb.log.warn("probe: the server stopped keeping up at %g runs/s: %s", rate, step.reason)
+          break
+        end
+      end
+    end
+    for _, level in ipairs(p.mode == "rate" and {} or probe.ramp(p)) do
       kb.log.info("probe: %d concurrent runs", level)
       local mark = #s.calls
       s:set_concurrency(level)

@@ -3,7 +3,12 @@
 -- flight, the p99 of the busiest histogram over the last interval, errors.
 --
 --   kbrun | runs 12/50 | in flight 8 | run.create p99 134 ms (31/s) | errors 2 (connect 2) | 14 s
+--   kbrun | runs 40/600 | rate 2.0/s | running 35 | dropped 3 | in flight 2 | ... (a storm at a rate)
 --
+-- A storm (kb.kfp.storm, argo_storm, job_storm) adds its current arrival
+-- rate (arrivals per second of the scenario clock since the last redraw,
+-- storm.arrivals.*), its objects running (storm.in_flight) and the
+-- arrivals dropped so far.
 -- The runner starts it when stdout is a TTY and -q is not given (never on a
 -- pipe); kb.prometheus.observe does that. A scenario publishes progress with
 -- live.progress(function() return done, total, "runs" end).
@@ -54,14 +59,20 @@ local function duration(v)
   return string.format("%.2f s", v)
 end
 
---- The status line of a state {progress = {done, total, noun}, in_flight,
--- busiest = {name, p99, rate}, errors = {[class] = n}, elapsed}, cut to
--- `width` columns.
+--- The status line of a state {progress = {done, total, noun}, load =
+-- {rate, running, dropped}, in_flight, busiest = {name, p99, rate},
+-- errors = {[class] = n}, elapsed}, cut to `width` columns.
 function M.line(st, width)
   local parts = { "kbrun" }
   local p = st.progress
   if p and p.total then
     parts[#parts + 1] = string.format("%s %d/%d", p.noun or "done", p.done or 0, p.total)
+  end
+  local l = st.load
+  if l then
+    if l.rate then parts[#parts + 1] = string.format("rate %.1f/s", l.rate) end
+    if l.running then parts[#parts + 1] = string.format("running %d", l.running) end
+    if l.dropped then parts[#parts + 1] = string.format("dropped %d", l.dropped) end
   end
   parts[#parts + 1] = string.format("in flight %d", st.in_flight or 0)
   local b = st.busiest
@@ -116,6 +127,28 @@ function Live:busiest(dt)
   return best or self.last_busiest
 end
 
+local function value_of(name)
+  local m = metrics.get(name)
+  return m and m:value() or nil
+end
+
+-- A storm's figures (storm.* metrics): the arrival rate since the last
+-- tick on the scenario clock, running, dropped; nil when there is no storm.
+function Live:load()
+  local started, dropped = value_of("storm.arrivals.started"), value_of("storm.arrivals.dropped")
+  local running = value_of("storm.in_flight")
+  if not (started or dropped or running) then return nil end
+  local arrivals, now = (started or 0) + (dropped or 0), kb.now()
+  local rate
+  if started or dropped then
+    local prev = self.arrivals
+    if prev and now > prev.t then rate = (arrivals - prev.n) / (now - prev.t) else rate = self.rate end
+    if not prev or now > prev.t then self.arrivals = { n = arrivals, t = now } end
+    self.rate = rate
+  end
+  return { rate = rate, running = running, dropped = dropped }
+end
+
 --- The current state (see M.line).
 function Live:state()
   local now = kb.time()
@@ -126,6 +159,7 @@ function Live:state()
     local okp, done, total, noun = pcall(progress_fn)
     if okp and total then st.progress = { done = done, total = total, noun = noun } end
   end
+  st.load = self:load()
   st.busiest = self:busiest(now - self.last)
   self.last_busiest, self.last = st.busiest, now
   return st

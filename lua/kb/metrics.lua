@@ -147,19 +147,28 @@ function Gauge:set(v)
     error("kb.metrics: gauge value must be a number, got " .. tostring(v), 2)
   end
   self.n = v
-  if sink then journal_metric(self) end
+  if sink then
+    journal_metric(self)
+    timeseries.note_gauge(self.key, self.n)
+  end
   return self
 end
 
 function Gauge:inc(n)
   self.n = self.n + check_amount(n, "gauge")
-  if sink then journal_metric(self) end
+  if sink then
+    journal_metric(self)
+    timeseries.note_gauge(self.key, self.n)
+  end
   return self
 end
 
 function Gauge:dec(n)
   self.n = self.n - check_amount(n, "gauge")
-  if sink then journal_metric(self) end
+  if sink then
+    journal_metric(self)
+    timeseries.note_gauge(self.key, self.n)
+  end
   return self
 end
 
@@ -181,8 +190,13 @@ end
 
 local registered = 0 -- registrations so far (the order of M.order)
 
+-- The key of every histogram (a scope's too): what its values are
+-- noted under in kb.timeseries.
+local hist_keys = setmetatable({}, { __mode = "k" })
+
 local function register(kind, key, name, labels, metric)
   registered = registered + 1
+  if kind == "histogram" then hist_keys[metric] = key end
   local e = { key = key, name = name, labels = labels, kind = kind, metric = metric, seq = registered }
   local reg = current()
   reg.entries[key] = e
@@ -574,8 +588,11 @@ local function record(h, v, n)
   local ok, err = pcall(c_record, h, v, n)
   if not ok then rethrow(err, "record") end
   local p = tracked[h]
+  -- a scope's histograms (a sweep cell's) are not journaled, but have
+  -- their time series (the cell's kb.timeseries collector)
+  local key = hist_keys[h]
+  if key then timeseries.note_value(key, v, n) end
   if p then
-    timeseries.note_value(p.entry.key, v, n)
     local i = p.nv + 1
     p.nv = i
     p.v[i] = v

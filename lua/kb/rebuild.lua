@@ -10,7 +10,8 @@
 -- holds every measurement up to the last flush. experiment(dir) replays it
 -- and writes, each atomically: result/result.json (status "killed" unless
 -- the journal ends with the runner's "end" record; metrics exactly as the
--- registry held them at the last flush), for a KFP run storm
+-- registry held them at the last flush; its time series as they stood
+-- then, also as result/timeseries.csv), for a KFP run storm
 -- result/runs.csv and result/latencies.csv (from its events), and
 -- result/report.html.
 local fs = require "kb.fs"
@@ -87,7 +88,7 @@ end
 -- speed (last clock speed other than 1, or nil), last_t (scenario seconds
 -- of the last measurement), metrics (a kb.metrics snapshot), events
 -- (records with an "event" field), orphans (measurements of metrics never
--- defined), problems}.
+-- defined), problems, timeseries (kb.timeseries' rows as journaled, or nil)}.
 function M.replay(records)
   local st = { entries = {}, events = {}, orphans = 0, problems = {}, last_t = 0 }
   for _, r in ipairs(records) do
@@ -100,6 +101,8 @@ function M.replay(records)
     elseif k == "clock" then
       if r.speed ~= 1 then st.speed = r.speed end
       if r.mode == "events" then st.events_clock = true end
+    elseif k == "ts" or k == "ts_start" then -- kb.timeseries' rows: M.replay's second pass
+      st.has_timeseries = true
     elseif k ~= nil then
       local ok, err = pcall(apply, st, r)
       if not ok then st.problems[#st.problems + 1] = string.format("%s %s: %s", k, tostring(r.m), tostring(err)) end
@@ -110,6 +113,7 @@ function M.replay(records)
   for _, e in pairs(st.entries) do list[#list + 1] = e end
   table.sort(list, function(a, b) return a.key < b.key end)
   st.metrics = metrics.snapshot_of(list)
+  st.timeseries = st.has_timeseries and require("kb.timeseries").replay(records) or nil
   return st
 end
 
@@ -153,6 +157,7 @@ function M.document(st, info)
     params = p.params or b.params,
     environment = b.environment,
     metrics = st.metrics,
+    timeseries = st.timeseries,
     rebuilt = info,
   }
   return doc
@@ -190,6 +195,9 @@ function M.experiment(dir)
     end
   end
   exp:write_json("result", "result.json", doc)
+  if doc.timeseries then
+    fs.write(fs.join(exp.result_dir, "timeseries.csv"), require("kb.timeseries").csv(doc.timeseries))
+  end
   return require("kb.report").write(dir, doc, opts), doc
 end
 

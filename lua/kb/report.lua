@@ -716,41 +716,6 @@ local function plotted(m)
 end
 
 -- A sweep cell's figures (doc.metrics as a flat name -> number table).
--- "Over time": the p99 of the plotted operations per interval of result.json's
--- timeseries (kb.timeseries), for those seen in at least OVER_TIME_MIN
--- intervals (fewer make no trend); at most OVER_TIME_MAX of them, the
--- scenario's own operations first. A log axis: percentiles of operations
--- seconds and milliseconds apart share it, and one slow interval does not
--- flatten the others.
-local OVER_TIME_MAX, OVER_TIME_MIN = 5, 6
-
-local function over_time_section(doc, plot_list)
-  local ts = type(doc.timeseries) == "table" and doc.timeseries or nil
-  local hs = ts and type(ts.histograms) == "table" and ts.histograms or nil
-  if not hs then return "" end
-  local series = {}
-  for _, m in ipairs(plot_list) do
-    local rows = hs[metric_key(m)]
-    if type(rows) == "table" and #rows >= OVER_TIME_MIN and #series < OVER_TIME_MAX then
-      local pts = {}
-      for _, r in ipairs(rows) do
-        if type(r.t) == "number" and type(r.p99) == "number" then
-          pts[#pts + 1] = { x = r.t + ts.interval / 2, y = r.p99 }
-        end
-      end
-      if #pts >= OVER_TIME_MIN then series[#series + 1] = { name = metric_key(m) .. " p99", points = pts } end
-    end
-  end
-  if #series == 0 then return "" end
-  -- compact: the page of a storm stays short (report_pages.sh bounds it)
-  local chart = svg.lines { series = series, title = "p99 per interval",
-    subtitle = format("the values recorded in each %s of the scenario clock (timeseries.csv)",
-      svg.format_value(ts.interval, "s")),
-    x = { unit = "s", label = "time", zero = true, ticks = "auto" }, y = { unit = "s", label = "p99", scale = "log" },
-    width = PLOT_W, height = 230 }
-  return format('<section id="overtime"><h2>Over time</h2>%s</section>', figure("plot-overtime", chart))
-end
-
 local function figures_section(doc)
   local f = doc.metrics
   if type(f) ~= "table" or type(f.metrics) == "table" or next(f) == nil then return "" end
@@ -799,7 +764,9 @@ function M.html(doc, opts)
   end
   body[#body + 1] = summary_section(histos, counters, plot_ids, doc)
   body[#body + 1] = plots_section(plot_list, opts, doc, plot_ids)
-  body[#body + 1] = over_time_section(doc, plot_list)
+  local plot_keys = {}
+  for i, m in ipairs(plot_list) do plot_keys[i] = metric_key(m) end
+  body[#body + 1] = require("kb.report_overtime").section(doc, plot_keys) -- "Over time"
   body[#body + 1] = params_section(doc)
   body[#body + 1] = environment_section(doc, opts)
   body[#body + 1] = result_section(doc)

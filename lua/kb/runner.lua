@@ -193,7 +193,8 @@ function Run:open_journal()
   kb.metrics.set_journal(j)
   j:start_flusher()
   -- what happened over time (kb.timeseries), from the run's first record
-  require("kb.timeseries").start(M.TIMESERIES_INTERVAL)
+  -- (journaled, so `kbrun report` rebuilds it after a kill)
+  require("kb.timeseries").start(M.TIMESERIES_INTERVAL, j)
   self.journal = j
 end
 
@@ -205,6 +206,7 @@ function Run:close_journal(doc)
   self.journal = nil
   local ok, err = pcall(function()
     kb.metrics.set_journal(nil)
+    require("kb.timeseries").detach() -- its last rows, before "end"
     j:write{ k = "end", status = doc.status, exit_code = doc.exit_code, error = doc.error,
       duration = doc.duration, clock = doc.clock, finished_at = doc.finished_at }
     j:close()

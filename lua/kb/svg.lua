@@ -1067,6 +1067,7 @@ end
 -- more, so one level far above the rest does not flatten the others.
 -- The legend has a band of its own between the subtitle and the plot
 -- area (wrapping into rows), so it never covers the data.
+-- o.marks = list of { x, label }: dashed vertical lines (stage boundaries).
 -- o.title, o.subtitle, o.width, o.height.
 function M.lines(o)
   local xo, yo = o.x or {}, o.y or {}
@@ -1118,6 +1119,13 @@ function M.lines(o)
   end
   p:x_axis(xs, xo.unit, xo.label or (xo.unit == "s" and "duration" or "value"), xopts)
   if #xv == 0 then p:empty() end
+  for _, m in ipairs(o.marks or {}) do
+    local x = xs:map(m.x)
+    if x then
+      p:add(format('<g class="mark"><title>%s</title>%s</g>', esc(m.label or ""), line(x, p.y0, x, p.y1,
+        format('stroke="%s" stroke-width="1" stroke-dasharray="4 3"', M.colors.muted))))
+    end
+  end
   for i, row in ipairs(lrows) do
     local y = p.band_top + (i - 1) * 16 + 11
     local parts = { '<g class="legend">' }

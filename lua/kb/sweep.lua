@@ -29,6 +29,7 @@ local fs = require "kb.fs"
 local json = require "kb.json"
 local log = require "kb.log"
 local kmetrics = require "kb.metrics"
+local timeseries = require "kb.timeseries"
 local experiment = require "kb.experiment"
 local sampling = require "kb.sweep.sampling"
 local sjournal = require "kb.sweep.journal"
@@ -274,9 +275,16 @@ function Sweep:write_cell_result(run, status, elapsed, registry, err, figures)
     status = status, error = err, params = run.params, metrics = figures, elapsed = elapsed,
     clock = { mode = self.clock, speed = self.clock == "linear" and self.speed or 1 },
     registry = registry,
+    -- the cell's own series (kb.timeseries.within): its report's "Over time"
+    timeseries = run.ts and timeseries.snapshot(run.ts) or nil,
   }
   local okw, werr = pcall(run.exp.write_json, run.exp, "result", "result.json", doc)
   if not okw then log.warn("sweep %s: %s: result.json: %s", self.name, run.exp_id, message_of(werr)) end
+  if run.ts then
+    local okc, cerr = pcall(run.exp.write, run.exp, "result", "timeseries.csv",
+      timeseries.csv(timeseries.snapshot(run.ts)))
+    if not okc then log.warn("sweep %s: %s: timeseries.csv: %s", self.name, run.exp_id, message_of(cerr)) end
+  end
   -- the cell with its coordinates, and sweep.csv's columns (docs/results.md)
   require("kb.results.db").record(doc, run.exp.dir, { columns = { params = self.param_names, metrics = self.def.metrics } })
 end
@@ -330,17 +338,19 @@ function Sweep:run_cell(run)
   -- record (kb.metrics.*, a storm's figures) is this cell's alone, even
   -- with cells side by side; added to the sweep's registry at the end.
   local scope = kmetrics.scope(exp_id)
+  run.ts = timeseries.new() -- and its own time series, from its start
   local ctx = setmetatable({ sweep = self, cell = params, id = c.id, key = c.key, index = c.index, rep = rep,
     seed = seed, exp = exp, dir = exp.dir, target = slot, rng = sampling.rng(seed), sims = {},
     speed = self.speed, name = self.name, metrics = scope }, Ctx)
   run.t0 = kb.now()
   -- a cell is one item of the sweep's shard split: what it runs (a storm)
   -- is not split again (kb.shard.within_part)
-  local ok, metrics = scope:run(require("kb.shard").within_part, "cells", xpcall, self.def.run, function(e)
-    if kb.is_cancelled(e) then return e end
-    if type(e) == "table" then return e end
-    return debug.traceback(tostring(e), 2)
-  end, copy(params), ctx)
+  local ok, metrics = timeseries.within(run.ts, scope.run, scope, require("kb.shard").within_part, "cells",
+    xpcall, self.def.run, function(e)
+      if kb.is_cancelled(e) then return e end
+      if type(e) == "table" then return e end
+      return debug.traceback(tostring(e), 2)
+    end, copy(params), ctx)
   ctx:close()
   run.registry = scope:snapshot()
   scope:close()

@@ -1,8 +1,9 @@
 --- kb.timeseries: what happened over time. Per interval of the scenario
 -- clock (default 10 s) and per registered metric: for a histogram the
 -- count, p50/p90/p99 and max of the values recorded in the interval, for a
--- counter its increase. kb.metrics feeds it (every h:record and c:inc of a
--- registered metric, while a run's journal is attached); the runner starts
+-- counter its increase, for a gauge its value at the interval's end and
+-- its highest value in it. kb.metrics feeds it (every h:record, c:inc and
+-- gauge change of a registered metric, while a run's journal is attached); the runner starts
 -- it and writes its snapshot as result.json's `timeseries` and
 -- result/timeseries.csv.
 --
@@ -14,31 +15,102 @@ local core = require "kb.core"
 
 local M = {}
 
-local state -- nil while stopped
+local context = require "kb.context"
+
+local state -- the run's collector; nil while stopped
+
+-- A collector: its own series, intervals from its own start.
+local function collector(interval, j)
+  return { interval = interval, t0 = core.now(), hist = {}, count = {}, gauge = {}, order = {},
+    journal = j, dirty = {} }
+end
+
+local function check_interval(interval)
+  if type(interval) ~= "number" or not (interval > 0) then
+    error("kb.timeseries: the interval must be a positive number of seconds", 3)
+  end
+end
+
+-- Where a value of the calling task goes: the collector of its kb.context
+-- (a sweep cell's, M.within), else the run's. Without a collector of its
+-- own in use (nwithin 0) the context is not looked at.
+local nwithin = 0
+local function current()
+  if nwithin == 0 then return state end
+  return context.get("timeseries") or state
+end
+
+local journal_rows -- (j): set below
 
 --- Starts collecting, with intervals of `interval` scenario seconds (10),
--- counted from now. Discards what an earlier start collected.
-function M.start(interval)
+-- counted from now. Discards what an earlier start collected. With a
+-- kb.journal j, the rows go to it as they change (at each of its flushes),
+-- so M.replay rebuilds the series from the journal of a killed run.
+function M.start(interval, j)
   interval = interval or 10
-  if type(interval) ~= "number" or not (interval > 0) then
-    error("kb.timeseries: the interval must be a positive number of seconds", 2)
+  check_interval(interval)
+  state = collector(interval, j)
+  -- --metrics-listen: the last complete interval's figures (M.samples)
+  require("kb.prometheus").collector("timeseries", M.samples)
+  if j then
+    j:write({ k = "ts_start", interval = interval })
+    local mine = state
+    j:on_flush(function(journal) if state == mine and mine.journal then journal_rows(journal, mine) end end)
   end
-  state = { interval = interval, t0 = core.now(), hist = {}, count = {}, order = {} }
 end
 
 function M.stop() state = nil end
-function M.active() return state ~= nil end
 
-local function bucket_of(now)
-  return math.floor((now - state.t0) / state.interval)
+--- A collector of its own (intervals of `interval` seconds, 10, from now)
+-- for M.within: a sweep cell's series, apart from the run's and the other
+-- cells'. M.snapshot(c) reads it.
+function M.new(interval)
+  interval = interval or 10
+  check_interval(interval)
+  return collector(interval)
 end
 
-local function series(tbl, key)
+--- Runs fn(...) with what the calling task (and the tasks it spawns)
+-- records going to collector c instead of the run's; returns fn's results.
+function M.within(c, fn, ...)
+  local saved = context.push({ timeseries = c })
+  nwithin = nwithin + 1
+  local res = table.pack(pcall(fn, ...))
+  nwithin = nwithin - 1
+  context.restore(saved)
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+--- Writes the rows changed since the journal's last flush to it and stops
+-- journaling (collecting goes on): the runner calls it before the
+-- journal's last record.
+function M.detach()
+  if state and state.journal then
+    journal_rows(state.journal, state, true)
+    state.journal = nil
+  end
+end
+
+--- The scenario-clock time (kb.now) the intervals count from, or nil
+-- when stopped: a row's t is seconds since it.
+function M.origin() return state and state.t0 end
+function M.active() return state ~= nil end
+
+local function bucket_of(st, now)
+  return math.floor((now - st.t0) / st.interval)
+end
+
+local function series(st, tbl, key, kind)
   local s = tbl[key]
   if not s then
-    s = { rows = {} }
+    s = { rows = {}, key = key, kind = kind, journaled = 0, iv = st.interval }
     tbl[key] = s
-    state.order[#state.order + 1] = key
+    st.order[#st.order + 1] = key
+  end
+  if st.journal and not s.dirty then
+    s.dirty = true
+    st.dirty[#st.dirty + 1] = s
   end
   return s
 end
@@ -54,7 +126,7 @@ end
 -- values (h:record(v, n) with n ~= 1) are expanded as ranks over counts.
 local function close_row(s)
   local v, w = s.values, s.weights
-  local t = s.bucket * state.interval
+  local t = s.bucket * s.iv
   if not w then
     table.sort(v)
     return { t = t, count = #v, p50 = rank(v, 0.5), p90 = rank(v, 0.9), p99 = rank(v, 0.99), max = v[#v] }
@@ -83,9 +155,10 @@ end
 
 --- A histogram value (n times): called by kb.metrics.
 function M.note_value(key, v, n)
-  if not state then return end
-  local s = series(state.hist, key)
-  local b = bucket_of(core.now())
+  local st = current()
+  if not st then return end
+  local s = series(st, st.hist, key, "h")
+  local b = bucket_of(st, core.now())
   if s.bucket ~= b then
     close(s)
     s.bucket, s.values = b, {}
@@ -100,52 +173,213 @@ end
 
 --- A counter increase: called by kb.metrics.
 function M.note_count(key, d)
-  if not state then return end
-  local s = series(state.count, key)
-  local b = bucket_of(core.now())
+  local st = current()
+  if not st then return end
+  local s = series(st, st.count, key, "c")
+  local b = bucket_of(st, core.now())
   local last = s.rows[#s.rows]
   if last and last.i == b then
     last.d = last.d + d
   else
-    s.rows[#s.rows + 1] = { i = b, t = b * state.interval, d = d }
+    s.rows[#s.rows + 1] = { i = b, t = b * st.interval, d = d }
   end
 end
 
---- The series so far: {interval, histograms = {[key] = {{t, count, p50,
--- p90, p99, max}, ...}}, counters = {[key] = {{t, d}, ...}}}, t the start
--- of each interval in seconds since start(); open intervals are included
--- as they stand. nil when stopped.
-function M.snapshot()
-  if not state then return nil end
-  local out = { interval = state.interval, histograms = {}, counters = {} }
-  for key, s in pairs(state.hist) do
-    local rows = {}
-    for i, r in ipairs(s.rows) do rows[i] = r end
-    if s.values and #s.values > 0 then
-      local copy = { bucket = s.bucket, values = table.move(s.values, 1, #s.values, 1, {}),
-        weights = s.weights and table.move(s.weights, 1, #s.values, 1, {}) }
-      rows[#rows + 1] = close_row(copy)
-    end
-    out.histograms[key] = rows
+--- A gauge's new value: called by kb.metrics.
+function M.note_gauge(key, v)
+  local st = current()
+  if not st then return end
+  local s = series(st, st.gauge, key, "g")
+  local b = bucket_of(st, core.now())
+  local last = s.rows[#s.rows]
+  if last and last.i == b then
+    last.v = v
+    if v > last.max then last.max = v end
+  else
+    s.rows[#s.rows + 1] = { i = b, t = b * st.interval, v = v, max = v }
   end
-  for key, s in pairs(state.count) do
-    local rows = {}
-    for i, r in ipairs(s.rows) do rows[i] = { t = r.t, d = r.d } end
-    out.counters[key] = rows
+end
+
+-- An open interval's row, its values left as they are.
+local function open_row(s)
+  return close_row({ bucket = s.bucket, iv = s.iv, values = table.move(s.values, 1, #s.values, 1, {}),
+    weights = s.weights and table.move(s.weights, 1, #s.values, 1, {}) })
+end
+
+-- ---- the journal ------------------------------------------------------------------
+--
+-- Records (docs/results.md): {"k":"ts_start","interval":10}, then per row
+-- that changed since the last flush {"k":"ts","m":key,"s":"h"|"c"|"g","t":..}
+-- with the row's fields (count, p50, p90, p99, max | d | v, max). A later
+-- record of the same series and t replaces an earlier one: an open
+-- interval is written again as it grows (a histogram's at most every
+-- M.OPEN_ROWS_EVERY real seconds, and when it closes).
+
+local function row_record(s, r)
+  return { k = "ts", m = s.key, s = s.kind, t = r.t, count = r.count, p50 = r.p50, p90 = r.p90,
+    p99 = r.p99, max = r.max, d = r.d, v = r.v }
+end
+
+--- Real seconds between two journalings of a histogram's open interval:
+-- its row is computed from all its values (a sort), so it is written at
+-- most this often, not at every flush (a flush comes every 8,192 values).
+M.OPEN_ROWS_EVERY = 1
+
+journal_rows = function(j, st, force)
+  local list, keep = st.dirty, {}
+  st.dirty = {}
+  local now = core.time()
+  local open_due = force or now - (st.open_at or -math.huge) >= M.OPEN_ROWS_EVERY
+  if open_due then st.open_at = now end
+  for _, s in ipairs(list) do
+    s.dirty = false
+    -- a counter's or gauge's last row changes in place: written again
+    local from = s.kind == "h" and s.journaled + 1 or math.max(1, s.journaled)
+    for i = from, #s.rows do j:write(row_record(s, s.rows[i])) end
+    s.journaled = #s.rows
+    if s.kind == "h" and s.values and #s.values > 0 then
+      if open_due then
+        j:write(row_record(s, open_row(s)))
+      else
+        s.dirty, keep[#keep + 1] = true, s -- its open interval at a later flush
+      end
+    end
+  end
+  st.dirty = keep
+end
+
+--- The series of a journal's records (as M.snapshot gives them), or nil
+-- when they hold none (no "ts_start").
+function M.replay(records)
+  local out, rows
+  local into = { h = "histograms", c = "counters", g = "gauges" }
+  for _, r in ipairs(records) do
+    if r.k == "ts_start" then
+      out = { interval = r.interval, histograms = {}, counters = {}, gauges = {} }
+      rows = { h = {}, c = {}, g = {} }
+    elseif r.k == "ts" and out and into[r.s] and type(r.m) == "string" and type(r.t) == "number" then
+      local by_t = rows[r.s][r.m] or {}
+      rows[r.s][r.m] = by_t
+      local row = { t = r.t }
+      if r.s == "h" then
+        row.count, row.p50, row.p90, row.p99, row.max = r.count, r.p50, r.p90, r.p99, r.max
+      elseif r.s == "c" then
+        row.d = r.d
+      else
+        row.v, row.max = r.v, r.max
+      end
+      by_t[r.t] = row
+    end
+  end
+  if not out then return nil end
+  for kind, keys in pairs(rows) do
+    for key, by_t in pairs(keys) do
+      local list = {}
+      for _, row in pairs(by_t) do list[#list + 1] = row end
+      table.sort(list, function(a, b) return a.t < b.t end)
+      out[into[kind]][key] = list
+    end
   end
   return out
 end
 
---- The snapshot as CSV text: metric,kind,t,count,p50,p90,p99,max,delta.
+--- The series so far: {interval, histograms = {[key] = {{t, count, p50,
+-- p90, p99, max}, ...}}, counters = {[key] = {{t, d}, ...}}, gauges =
+-- {[key] = {{t, v, max}, ...}} (v: the value at the interval's end; an
+-- interval without a change has no row: the value held)}, t the start
+-- of each interval in seconds since start(); open intervals are included
+-- as they stand. Of collector c (M.new), default the run's; nil when
+-- stopped.
+function M.snapshot(c)
+  local st = c or state
+  if not st then return nil end
+  local out = { interval = st.interval, histograms = {}, counters = {}, gauges = {} }
+  for key, s in pairs(st.hist) do
+    local rows = {}
+    for i, r in ipairs(s.rows) do rows[i] = r end
+    if s.values and #s.values > 0 then rows[#rows + 1] = open_row(s) end
+    out.histograms[key] = rows
+  end
+  for key, s in pairs(st.count) do
+    local rows = {}
+    for i, r in ipairs(s.rows) do rows[i] = { t = r.t, d = r.d } end
+    out.counters[key] = rows
+  end
+  for key, s in pairs(st.gauge) do
+    local rows = {}
+    for i, r in ipairs(s.rows) do rows[i] = { t = r.t, v = r.v, max = r.max } end
+    out.gauges[key] = rows
+  end
+  return out
+end
+
+--- The last complete interval's figures as kb.prometheus collector
+-- samples (what --metrics-listen serves): kbrun_interval_seconds, and per
+-- series (label metric = its key) kbrun_interval_count and
+-- kbrun_interval_p50/p90/p99/max_seconds of a histogram,
+-- kbrun_interval_increase of a counter, kbrun_interval_gauge (its value at
+-- the interval's end) and kbrun_interval_gauge_max of a gauge. A series
+-- that saw nothing in that interval has count / increase 0 (a gauge: its
+-- last value). Empty when stopped.
+function M.samples()
+  if not state then return {} end
+  local iv = state.interval
+  local last = (bucket_of(state, core.now()) - 1) * iv -- the last complete interval's start
+  local out = { { name = "kbrun_interval_seconds", kind = "gauge", value = iv,
+    help = "the length of kbrun's time series intervals (scenario seconds)" },
+    { name = "kbrun_interval_start_seconds", kind = "gauge", value = math.max(last, 0),
+      help = "the start of the last complete interval (scenario seconds since the run's start)" } }
+  if last < 0 then return out end
+  local function add(name, help, key, v)
+    out[#out + 1] = { name = name, kind = "gauge", help = help, labels = { metric = key }, value = v }
+  end
+  for key, s in pairs(state.hist) do
+    local row
+    for i = #s.rows, 1, -1 do
+      if s.rows[i].t == last then row = s.rows[i] break end
+      if s.rows[i].t < last then break end
+    end
+    if not row and s.values and #s.values > 0 and s.bucket * iv == last then row = open_row(s) end
+    add("kbrun_interval_count", "values a histogram recorded in the last complete interval", key, row and row.count or 0)
+    if row then
+      for _, q in ipairs({ "p50", "p90", "p99", "max" }) do
+        add("kbrun_interval_" .. q .. "_seconds", q .. " of a histogram in the last complete interval", key, row[q])
+      end
+    end
+  end
+  for key, s in pairs(state.count) do
+    local d = 0
+    for i = #s.rows, 1, -1 do
+      if s.rows[i].t == last then d = s.rows[i].d break end
+      if s.rows[i].t < last then break end
+    end
+    add("kbrun_interval_increase", "a counter's increase in the last complete interval", key, d)
+  end
+  for key, s in pairs(state.gauge) do
+    local row
+    for i = #s.rows, 1, -1 do
+      if s.rows[i].t <= last then row = s.rows[i] break end
+    end
+    if row then
+      add("kbrun_interval_gauge", "a gauge's value at the end of the last complete interval", key, row.v)
+      add("kbrun_interval_gauge_max", "a gauge's highest value in the last complete interval", key,
+        row.t == last and row.max or row.v)
+    end
+  end
+  return out
+end
+
+--- The snapshot as CSV text: metric,kind,t,count,p50,p90,p99,max,delta,value
+-- (a gauge's row: max and value).
 function M.csv(snap)
-  local lines = { "metric,kind,t,count,p50,p90,p99,max,delta" }
+  local lines = { "metric,kind,t,count,p50,p90,p99,max,delta,value" }
   local function q(s) return s:find('[,"\n]') and ('"' .. s:gsub('"', '""') .. '"') or s end
   local keys = {}
   for k in pairs(snap.histograms) do keys[#keys + 1] = k end
   table.sort(keys)
   for _, k in ipairs(keys) do
     for _, r in ipairs(snap.histograms[k]) do
-      lines[#lines + 1] = string.format("%s,histogram,%.17g,%d,%.17g,%.17g,%.17g,%.17g,", q(k), r.t,
+      lines[#lines + 1] = string.format("%s,histogram,%.17g,%d,%.17g,%.17g,%.17g,%.17g,,", q(k), r.t,
         r.count, r.p50, r.p90, r.p99, r.max)
     end
   end
@@ -154,7 +388,15 @@ function M.csv(snap)
   table.sort(keys)
   for _, k in ipairs(keys) do
     for _, r in ipairs(snap.counters[k]) do
-      lines[#lines + 1] = string.format("%s,counter,%.17g,,,,,,%.17g", q(k), r.t, r.d)
+      lines[#lines + 1] = string.format("%s,counter,%.17g,,,,,,%.17g,", q(k), r.t, r.d)
+    end
+  end
+  keys = {}
+  for k in pairs(snap.gauges or {}) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    for _, r in ipairs(snap.gauges[k]) do
+      lines[#lines + 1] = string.format("%s,gauge,%.17g,,,,,%.17g,,%.17g", q(k), r.t, r.max, r.v)
     end
   end
   return table.concat(lines, "\n") .. "\n"

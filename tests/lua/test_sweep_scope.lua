@@ -4,7 +4,8 @@
 -- and every figure a cell reports through kb.metrics (the run.create
 -- histogram, the storm's server_vs_client and retries, report.csv's
 -- run_create_p99, the registry in the cell's result.json) is compared with
--- the cell's own latencies.csv. Before per-cell metric scopes, the cells
+-- the cell's own latencies.csv, as is each cell's time series (its
+-- result.json's timeseries). Before per-cell metric scopes, the cells
 -- read the process-wide registry and reported each other's calls.
 local T = require "kb.testing"
 local kb = require "kb"
@@ -110,6 +111,15 @@ T.case("parallel storm cells: each cell's figures are its own", function()
     end
     T.ok(found, row.cell .. ": result.json's registry has run.create")
     T.eq(found.summary.count, n, row.cell .. ": result.json registry run.create count")
+    -- and its own time series (kb.timeseries.within): the cell's creates, no other cell's
+    local ts = doc.timeseries
+    T.ok(ts and ts.histograms["run.create"], row.cell .. ": result.json has its time series")
+    local in_series, created = 0, 0
+    for _, x in ipairs(ts.histograms["run.create"]) do in_series = in_series + x.count end
+    for _, x in ipairs(ts.counters["storm.created"] or {}) do created = created + x.d end
+    T.eq(in_series, n, row.cell .. ": run.create in its intervals")
+    T.eq(created, n, row.cell .. ": storm.created in its intervals")
+    T.ok(fs.exists(fs.join(dir, "result", "timeseries.csv")) == "file", row.cell .. ": timeseries.csv")
   end
   T.eq(total_creates, 24)
   -- the cells' scopes are added to the sweep's registry when they end

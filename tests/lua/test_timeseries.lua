@@ -36,6 +36,42 @@ T.case("values recorded at known times land in their intervals, with exact perce
   T.contains(csv, "tsx.done,counter,20,,,,,,3")
 end)
 
+T.case("--metrics-listen serves the last complete interval's figures", function()
+  local sim <close> = kb.sim.start { profile = "fast" }
+  local prometheus = require "kb.prometheus"
+  local prom = require "kb.kfp.prom"
+  ts.start(10)
+  local h = metrics.histogram("tsp.latency")
+  local c = metrics.counter("tsp.done")
+  local g = metrics.gauge("tsp.running")
+  kb.sleep(11) -- interval 1: [10, 20)
+  for v = 1, 100 do h:record(v / 100) end -- 0.01 .. 1.00
+  c:inc(7)
+  g:set(5)
+  g:set(9)
+  g:set(4)
+  kb.sleep(10) -- now in interval 2: interval 1 is the last complete one
+  h:record(50) -- interval 2's: not served yet
+  local scrape = prom.parse(prometheus.render())
+  local function v(name, key) local x = scrape.samples[prom.key(name, { metric = key })] return x and x.value end
+  T.eq(scrape.samples[prom.key("kbrun_interval_seconds", {})].value, 10)
+  T.eq(scrape.samples[prom.key("kbrun_interval_start_seconds", {})].value, 10)
+  T.eq(v("kbrun_interval_count", "tsp.latency"), 100)
+  T.eq(v("kbrun_interval_p50_seconds", "tsp.latency"), 0.5, "nearest rank of 0.01 .. 1.00")
+  T.eq(v("kbrun_interval_p99_seconds", "tsp.latency"), 0.99)
+  T.eq(v("kbrun_interval_max_seconds", "tsp.latency"), 1)
+  T.eq(v("kbrun_interval_increase", "tsp.done"), 7)
+  T.eq(v("kbrun_interval_gauge", "tsp.running"), 4, "the value at the interval's end")
+  T.eq(v("kbrun_interval_gauge_max", "tsp.running"), 9)
+  kb.sleep(10) -- interval 2 complete: one value of 50, nothing counted, the gauge held
+  scrape = prom.parse(prometheus.render())
+  T.eq(v("kbrun_interval_count", "tsp.latency"), 1)
+  T.eq(v("kbrun_interval_p99_seconds", "tsp.latency"), 50)
+  T.eq(v("kbrun_interval_increase", "tsp.done"), 0)
+  T.eq(v("kbrun_interval_gauge", "tsp.running"), 4, "held")
+  T.eq(v("kbrun_interval_gauge_max", "tsp.running"), 4)
+end)
+
 T.case("a storm's series add up to its totals (result.json, timeseries.csv)", function()
   local bin = assert(os.getenv("KBRUN_BIN"), "run by ctest (KBRUN_BIN)")
   local src = assert(os.getenv("KBRUN_SOURCE_DIR"), "run by ctest (KBRUN_SOURCE_DIR)")

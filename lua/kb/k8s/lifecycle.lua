@@ -170,6 +170,7 @@ end
 local OPTS = {
   namespace = true, all_namespaces = true, label_selector = true, field_selector = true,
   milestones = true, order = true, terminal = true, existing = true, window = true, name = true,
+  on_done = true,
 }
 
 local function wake(t)
@@ -230,8 +231,11 @@ local function observe(t, ev)
     end
   end
   if not entry.done and ev.type == "DELETED" then entry.done, entry.outcome = true, "deleted" end
-  if entry.done then t.done_count = t.done_count + 1 end
   entry.last = obj
+  if entry.done then
+    t.done_count = t.done_count + 1
+    if t.on_done then t.on_done(entry) end
+  end
 end
 
 local function run(t)
@@ -254,7 +258,9 @@ end
 -- that end an object's tracking; default the built-in ones, else: when
 -- every milestone is reached), existing (also track objects that exist
 -- already, default false), window (watch window, scenario seconds), name
--- (the kind in metric names, default the kind in lower case).
+-- (the kind in metric names, default the kind in lower case), on_done
+-- (function(entry): called as each object is done, entry.name and
+-- entry.outcome the terminal milestone or "deleted").
 function M.track(c, kind, opts)
   opts = opts or {}
   for k in pairs(opts) do
@@ -290,7 +296,7 @@ function M.track(c, kind, opts)
     metric = "lifecycle." .. (opts.name or res.kind:lower()),
     milestones = milestones, order = order, terminal = terminal,
     existing = opts.existing == true, objects = {}, list = {}, ignored = {}, starts = {},
-    count = 0, done_count = 0, waiters = {},
+    count = 0, done_count = 0, waiters = {}, on_done = opts.on_done,
   }, Tracker)
   t.watch = c:watch(res, { namespace = opts.namespace, all_namespaces = opts.all_namespaces,
     label_selector = opts.label_selector, field_selector = opts.field_selector, window = opts.window })

@@ -185,6 +185,7 @@ end
 --- The state a run is in for the live series: KFP's state once created,
 -- else "Creating" / "NotCreated"; "TimedOut" once it ran out of time.
 function M.run_state(run)
+  if run.dropped then return "Dropped" end
   if not run.id then return run.create_error and "NotCreated" or "Creating" end
   if run.timed_out then return "TimedOut" end
   return run.state or "Unknown"
@@ -213,7 +214,7 @@ function M.publish(s)
   live.progress(function()
     local done = 0
     for _, run in ipairs(s.runs) do
-      if run.finished or run.timed_out or run.create_error then done = done + 1 end
+      if run.finished or run.timed_out or run.create_error or run.dropped then done = done + 1 end
     end
     return done, #s.runs, "runs"
   end)

@@ -51,6 +51,7 @@ local prom = require "kb.kfp.prom"
 local states = require "kb.kfp.states"
 local track = require "kb.kfp.storm_track"
 local connection = require "kb.connection"
+local arrivals = require "kb.kfp.storm_arrivals"
 
 local M = {}
 
@@ -80,6 +81,9 @@ M.DEFAULTS = connection.params {
   retry_budget_ratio = 0.2,               -- retries allowed per call (plus 10), per client
   notebook = false,                       -- true: all improvements off (concurrency 1, ...)
 }
+-- runs at a rate (the open model): arrival_rate, arrival, duration, stages,
+-- max_in_flight, on_full (kb.kfp.storm_arrivals)
+for k, v in pairs(arrivals.DEFAULTS) do M.DEFAULTS[k] = v end
 
 --- storm.params(overrides) -> a copy of M.DEFAULTS with the scenario's
 -- own defaults (and extra parameters) merged in.
@@ -184,6 +188,7 @@ local function normalize(params)
     bad_param("api must be v1beta1 or v2beta1, got %s", tostring(p.api))
   end
   p.run_params = M.decode_params(p.pipeline_params)
+  p.load = arrivals.options(p) -- nil: the closed mode
   connection.protect(p) -- header= stays <redacted> in the journal's copy
   return p
 end
@@ -405,6 +410,9 @@ function M.new(params, opts)
   tags_used[self.tag] = (tags_used[self.tag] or 0) + 1
   if tags_used[self.tag] > 1 then self.tag = self.tag .. "-" .. tags_used[self.tag] end
   self.kind = opts.kind or "runs"
+  if self.kind == "pipelines" and p.load then
+    bad_param("arrival_rate and stages create runs at a rate: a pipeline storm takes num_pipelines")
+  end
   if self.kind == "pipelines" then require("kb.kfp.storm_pipelines").setup(self) end
   if p.kubeconfig ~= "" then
     -- KFP through the API server's service proxy, as kfp.Client() with no host
@@ -680,6 +688,7 @@ function Session:set_created(run, r)
   run.id, run.t_created = r.id, run.t_created or kb.now()
   run.create_error = nil
   absorb(run, r)
+  arrivals.created(self, run)
 end
 
 -- Runs (of list) without an id whose create may have made one on the server.
@@ -738,6 +747,8 @@ end
 -- timeout the remaining runs are not created. Returns the new run records.
 function Session:create_runs(n)
   assert(self.pipeline, "kb.kfp.storm: create_pipeline() before create_runs()")
+  -- arrival_rate / stages: created at their arrival times (kb.kfp.storm_arrivals)
+  if n == nil and self.p.load then return arrivals.create_runs(self) end
   -- sharded (kb.shard, kbrun --shard I/N): this shard's part of num_runs
   n = n or require("kb.shard").size(self.p.num_runs, "runs")
   self.planned = self.planned + n
@@ -798,6 +809,7 @@ function Session:observe(run, r)
   absorb(run, r)
   if not r.finished or run.finished or run.timed_out then return end
   run.finished = true
+  arrivals.ended(self, run, M.outcome(run))
   if run.finished_at then run.observed_lag = self.server_now() - run.finished_at end
   if r.succeeded and run.duration then
     metrics.histogram("run.duration", nil, LONG):record(math.max(run.duration, 0))
@@ -851,6 +863,7 @@ function Session:mark_unknown(list, why)
   for _, run in ipairs(list) do
     if pending(run) then
       run.unknown = true
+      arrivals.ended(self, run, "Unknown")
       run.unknown_reason = string.format("state unknown (%s): last poll: %s", why,
         run.poll_error or ("not polled; the last refusal: " .. (self.halted and self.halted.error or "?")))
       self:journal_write{ event = "run.unknown", id = run.id, index = run.index, state = run.state,
@@ -866,6 +879,7 @@ end
 function Session:lose(run, err)
   if run.lost then return end
   run.lost, run.lost_class = true, type(err) == "table" and err.class or "not_found"
+  arrivals.ended(self, run, "Lost")
   run.poll_error = string.format("lost (%s): the server no longer knows this run: %s",
     run.lost_class, message_of(err))
   self:journal_write{ event = "run.lost", id = run.id, t = self:elapsed(), class = run.lost_class,
@@ -937,6 +951,7 @@ end
 -- Terminates a run that ran out of time and counts it as timed out.
 function Session:time_out(run, why)
   run.timed_out, run.timeout_reason = true, why
+  arrivals.ended(self, run, "Timed out")
   local ok, err = pcall(self.c.terminate_run, self.c, run.id)
   if not ok and kb.is_cancelled(err) then error(err, 0) end
   run.terminated = ok
@@ -965,6 +980,7 @@ function Session:enforce_timeouts(list)
       if why and run.poll_failed then
         -- its last poll failed: we do not know that it is still running
         run.unknown = true
+        arrivals.ended(self, run, "Unknown")
         run.unknown_reason = string.format("state unknown: %s and the last poll failed: %s", why,
           run.poll_error)
         self:journal_write{ event = "run.unknown", id = run.id, index = run.index, state = run.state,
@@ -1027,7 +1043,8 @@ end
 function Session:wait_runs(list)
   list = list or self.runs
   while not self.halted do
-    if self:count(pending, list) == 0 then break end
+    -- open model: runs keep arriving until the schedule is over
+    if self:count(pending, list) == 0 and not arrivals.arriving(self) then break end
     if self.p.measure_list then self:list_runs() end
     if self.p.tracking == "list" then self:track_round(list)
     elseif self.p.poll_all then self:poll_pending(list, true)
@@ -1035,7 +1052,7 @@ function Session:wait_runs(list)
     if self.halted then break end
     self:enforce_timeouts(list)
     self.progress:update()
-    if self:count(pending, list) == 0 then break end
+    if self:count(pending, list) == 0 and not arrivals.arriving(self) then break end
     self:sleep(self:next_wait(list))
   end
   if self.halted then self:mark_unknown(list, "polling stopped: " .. self.halted.reason) end
@@ -1246,6 +1263,7 @@ end
 function Session:cleanup()
   self.cleanup_errors = self.cleanup_errors or {}
   self.cleaned = self.cleaned or { runs = 0, leftover_runs = 0, pipelines = 0, experiments = 0 }
+  arrivals.stop(self) -- no run arrives during cleanup
   self:resolve_intents()
   self:cleanup_runs()
   local aux = self.aux
@@ -1274,8 +1292,10 @@ end
 -- failing, or a rebuild could not reach the server to learn whether an
 -- unanswered create made it), Lost (the server answered 404 for it: see Session:lose),
 -- Terminated (stopped by terminate_runs, as the probe does), or
--- Interrupted (still running when the storm stopped).
+-- Interrupted (still running when the storm stopped), Dropped (an arrival
+-- of the open model over max_in_flight: never sent).
 function M.outcome(run)
+  if run.dropped then return "Dropped" end
   if not run.id then return run.unknown and "Unknown" or "Not created" end
   if run.lost and not run.finished then return "Lost" end
   if run.unknown and not run.finished then return "Unknown" end
@@ -1332,7 +1352,11 @@ end
 -- (num_runs when the storm stopped before its first create_runs).
 function Session:requested()
   local n = math.max(self.planned, #self.runs)
-  if n == 0 and self.kind == "runs" then n = require("kb.shard").size(self.p.num_runs or 0, "runs") end
+  if n == 0 and self.kind == "runs" then
+    -- the open model: the arrivals of its schedule (this shard's)
+    n = self.p.load and #require("kb.load").shard_times(self.p.load, "runs")
+      or require("kb.shard").size(self.p.num_runs or 0, "runs")
+  end
   return n
 end
 

@@ -12,8 +12,8 @@ local states = require "kb.kfp.states"
 
 local M = {}
 
-local OUTCOMES = { "Succeeded", "Failed", "Timed out", "Unknown", "Not created", "Lost", "Terminated",
-  "Interrupted" }
+local OUTCOMES = { "Succeeded", "Failed", "Timed out", "Unknown", "Not created", "Dropped", "Lost",
+  "Terminated", "Interrupted" }
 
 -- ---- small statistics --------------------------------------------------------------
 
@@ -47,7 +47,7 @@ local function tally(s)
   for _, run in ipairs(s.runs) do
     local o = storm.outcome(run)
     outcomes[o] = (outcomes[o] or 0) + 1
-    local st = run.id and (run.state or "Unknown") or "Not created"
+    local st = run.id and (run.state or "Unknown") or (o == "Dropped" and o or "Not created")
     by_state[st] = (by_state[st] or 0) + 1
     if o == "Succeeded" and run.duration then durations[#durations + 1] = run.duration end
     if run.observed_lag then lags[#lags + 1] = run.observed_lag end
@@ -90,7 +90,7 @@ function M.result(s)
     deleted = s:count(function(r) return r.deleted end),
   }
   -- only when there are any, so the table stays as it was otherwise
-  runs.lost, runs.unknown = outcomes.Lost, outcomes.Unknown
+  runs.lost, runs.unknown, runs.dropped = outcomes.Lost, outcomes.Unknown, outcomes.Dropped
   local server = s:server_metrics()
   return {
     runs = runs, outcomes = outcomes, states = by_state,
@@ -107,6 +107,8 @@ function M.result(s)
       errors = s.cleanup_errors, stopped = s.cleanup_stopped } or nil,
     halted = s.halted, stop_reason = s.stop_reason, reconciled = s.reconciled,
     elapsed = s:elapsed(), calls = s.ncalls,
+    -- the open model (arrival_rate, stages): offered vs achieved
+    load = require("kb.kfp.storm_arrivals").summary(s),
   }
 end
 
@@ -183,7 +185,8 @@ function M.run_rows(s)
   for i, run in ipairs(s.runs) do
     local outcome = storm.outcome(run)
     rows[i] = { index = run.index, id = run.id, name = run.name,
-      state = run.id and (run.state or "Unknown") or (outcome == "Unknown" and "Unknown" or "Not created"),
+      state = run.id and (run.state or "Unknown")
+        or ((outcome == "Unknown" or outcome == "Dropped") and outcome or "Not created"),
       outcome = outcome,
       created_at = time_text(run.created_at), scheduled_at = time_text(run.scheduled_at),
       finished_at = time_text(run.finished_at), duration = run.duration,
@@ -330,6 +333,13 @@ local function absorb_event(s, ev, by_id)
     run.reconciled = "created on the server, found by name: the create's answer was lost"
     run.create_error = nil
     if ev.id then by_id[ev.id] = run end
+  elseif kind == "run.dropped" then
+    local run = run_of(s, ev)
+    run.name, run.dropped = ev.name, true
+  elseif kind == "arrivals" then
+    s.arrival = { offered = math.tointeger(ev.offered) }
+  elseif kind == "arrivals.start" then
+    if s.arrival then s.arrival.start = ev.start end
   elseif kind == "run.unknown" then
     local run = (ev.id and by_id[ev.id]) or (ev.index and s.runs[ev.index])
     if run then run.unknown, run.unknown_reason, run.state = true, ev.error, ev.state or run.state end
@@ -431,7 +441,7 @@ function M.from_journal(events, exp)
   for _, run in ipairs(s.runs) do
     if not run.sent and not run.id then run.create_error = "not created: kbrun stopped before sending it" end
   end
-  s.planned = s.requested_n or math.tointeger(s.p.num_runs) or 0
+  s.planned = s.arrival and s.arrival.offered or s.requested_n or math.tointeger(s.p.num_runs) or 0
   s.stop_reason = s.final and s.final.stop_reason or "kbrun stopped before sending it"
   s.scrape_error = "kbrun stopped before the second scrape of /metrics"
   return s

@@ -441,13 +441,15 @@ local function html_table(header, rows)
 end
 
 -- A cell's id linking to its experiment's report (the first repeat's;
--- the others follow as r2, r3 ...).
+-- the others follow as r2, r3 ...), and to its "Over time" charts.
 local function cell_link(c)
   if not c.dirs or #c.dirs == 0 then return c.id end
   local parts = { format('<a href="%s/result/report.html">%s</a>', esc(c.dirs[1]), esc(c.id)) }
   for i = 2, #c.dirs do
     parts[#parts + 1] = format('<a href="%s/result/report.html">r%d</a>', esc(c.dirs[i]), i)
   end
+  -- what happened over time in the cell (its report's charts, kb.report_overtime)
+  parts[#parts + 1] = format('<a href="%s/result/report.html#overtime" class="muted">over time</a>', esc(c.dirs[1]))
   return { html = concat(parts, " ") }
 end
 
