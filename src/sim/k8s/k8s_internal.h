@@ -155,4 +155,32 @@ int kb_k8s_schema_unknown_fields(const kb_k8s_res *r, const cJSON *obj, char *ou
 int kb_k8s_schema_add_closure(cJSON *components, const char *name);
 int kb_k8s_base64_decode(const char *in, char *out, size_t cap, size_t *n);
 
+/* ---- shared by the store's files (k8s_store.c, k8s_watch.c, k8s_delete.c,
+ * k8s_list.c, k8s_status.c) ---- */
+k8s_bucket *kb_k8s_bucket_of(const kb_k8s_store *st, const kb_k8s_res *res);
+/* Index of the first entry >= (ns, name); *found when equal. */
+size_t kb_k8s_bucket_search(const k8s_bucket *b, const char *ns, const char *name, int *found);
+k8s_entry *kb_k8s_entry_find(const kb_k8s_store *st, const kb_k8s_res *res, const char *ns,
+                             const char *name);
+int kb_k8s_not_found(kb_k8s_error *err, const kb_k8s_res *res, const char *name);
+int kb_k8s_conflict(kb_k8s_error *err, const kb_k8s_res *res, const char *name);
+int kb_k8s_err_named(kb_k8s_error *err, const char *name, int rc);
+int kb_k8s_oom(kb_k8s_error *err);
+int kb_k8s_set_rv(cJSON *obj, uint64_t rv);
+int kb_k8s_set_str(cJSON *obj, const char *key, const char *v);
+int kb_k8s_set_item(cJSON *obj, const char *key, cJSON *v);
+int kb_k8s_has_finalizers(const cJSON *obj);
+/* Removes the entry and returns its object. */
+cJSON *kb_k8s_take_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e);
+/* Stores `next` (consumed) in place of entry e after the metadata rules. */
+int kb_k8s_replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, cJSON *next,
+                         unsigned flags, cJSON **out, kb_k8s_error *err);
+/* Takes the entry out and records its DELETED event (the caller bumped st->rv). */
+void kb_k8s_finish_delete(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, cJSON **out);
+/* Records a write in the history and delivers it (k8s_watch.c). */
+void kb_k8s_emit(kb_k8s_store *st, kb_k8s_event_type type, const kb_k8s_res *res,
+                 const cJSON *obj, const cJSON *prev);
+void kb_k8s_event_unref(k8s_event *ev);
+void kb_k8s_watch_free(kb_k8s_watch *w);
+
 #endif

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Starts a standalone simulator (200 nodes, fast profile, x6000 linear clock)
+# and runs bench/sim/k8s_view.lua against it. Usage:
+#   bench/sim/k8s_view.sh [BUILD_DIR] [runs=N] [page=N] ...
+set -euo pipefail
+src="$(cd "$(dirname "$0")/../.." && pwd)"
+build="${1:-$src/build}"; shift || true
+tmp=$(mktemp -d); trap 'kill "$sim" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+cat > "$tmp/sim.yaml" <<'YAML'
+cluster:
+  pools:
+  - {name: pool-1, nodes: 200, cpu: 64, memory: 256Gi, max_pods: 1000}
+YAML
+"$build/kbrun" sim --listen 127.0.0.1:0 --config "$tmp/sim.yaml" --profile fast --speed 6000 \
+  --seed 7 --header-timeout 3600 --body-timeout 3600 --idle-timeout 3600 > "$tmp/sim.out" 2>&1 &
+sim=$!
+for _ in $(seq 100); do grep -qo 'http://[0-9.:]*' "$tmp/sim.out" && break; sleep 0.1; done
+url=$(grep -o 'http://[0-9.:]*' "$tmp/sim.out" | head -1)
+[[ -n $url ]] || { cat "$tmp/sim.out"; exit 1; }
+cd "$tmp" && KBRUN_SOURCE_DIR="$src" "$build/kbrun" "$src/bench/sim/k8s_view.lua" \
+  url="$url" pid="$sim" "$@"
