@@ -27,7 +27,8 @@
  *
  * Ownership: inputs are never consumed (the store copies what it keeps);
  * `cJSON **out` results are new trees the caller frees with cJSON_Delete.
- * kb_k8s_peek returns a borrowed pointer, valid until the next write.
+ * kb_k8s_peek returns a borrowed pointer, valid until the next write of
+ * that object or the next kb_k8s_store_trim.
  *
  * Watches and controller hooks run synchronously inside the write that
  * causes them, after the store is consistent. A callback may write to the
@@ -108,6 +109,21 @@ typedef struct kb_k8s_store_config {
 /* ---- the store -------------------------------------------------------- */
 
 kb_k8s_store *kb_k8s_store_new(const kb_k8s_store_config *cfg); /* NULL: defaults */
+/* Stored objects are kept as their JSON text; a tree is made when one is
+ * read (kb_k8s_peek, watches, writes) and kept until this call, which turns
+ * them all back into text. Call it only where no pointer kb_k8s_peek (or a
+ * watch callback) gave is still in use: the simulator calls it between loop
+ * turns and between the mirror's writes. Without it objects keep trees. */
+void kb_k8s_store_trim(kb_k8s_store *st);
+/* What the store holds, for bounds on its memory (tests, bench). */
+typedef struct kb_k8s_store_stats {
+  size_t objects;    /* stored objects, every type */
+  size_t trees;      /* of them, held as a tree now */
+  size_t text_bytes; /* their JSON text */
+  size_t history;    /* watch events kept */
+  size_t hot;        /* objects (stored or in the history) with a tree */
+} kb_k8s_store_stats;
+void kb_k8s_store_usage(const kb_k8s_store *st, kb_k8s_store_stats *out);
 /* Cancels every watch (without callbacks) and frees everything. */
 void kb_k8s_store_free(kb_k8s_store *st);
 
@@ -169,7 +185,8 @@ int kb_k8s_create(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const
 /* A copy of the object (NULL + err 404 when absent). */
 cJSON *kb_k8s_get(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const char *name,
                   kb_k8s_error *err);
-/* The stored object itself: read-only, valid until the next write. */
+/* The stored object itself: read-only, valid until the next write of it
+ * or the next kb_k8s_store_trim. */
 const cJSON *kb_k8s_peek(const kb_k8s_store *st, const kb_k8s_res *res, const char *ns,
                          const char *name);
 

@@ -127,6 +127,6 @@ const cJSON **kb_ctl_peek_all(kb_k8s_store *st, const kb_k8s_res *res, const cha
   const cJSON **out = malloc((b->n ? b->n : 1) * sizeof *out);
   if (!out) return NULL;
   for (size_t i = 0; i < b->n; i++)
-    if (!ns || !strcmp(b->v[i].ns, ns)) out[(*n)++] = b->v[i].obj;
+    if (!ns || !strcmp(b->v[i].ns, ns)) out[(*n)++] = kb_k8s_entry_tree(st, &b->v[i]);
   return out;
 }

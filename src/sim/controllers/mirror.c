@@ -52,8 +52,9 @@ struct sim_glue {
   kb_sim_kfp *kfp;
   uv_loop_t *loop;
   uv_idle_t idle;
+  uv_check_t trim; /* packs the store's objects between loop turns */
   int idle_init, idle_on, flushing, writing, stopped;
-  int demanded; /* someone uses the Kubernetes/Argo view: keep it current */
+  int looked; /* a Kubernetes/Argo request came: the leases start */
   int creating_pod; /* pod_create is writing a model pod */
   glue_pod *pods;
   size_t n_pods;
@@ -68,7 +69,7 @@ struct sim_glue {
   uint64_t rng;
   glue_ctl *ctl[7];
   k8s_ctls *apps; /* the store-level controllers (k8s_ctl.h) */
-  kb_vclock *apps_clock; /* theirs once the view is demanded (leases cost writes) */
+  kb_vclock *apps_clock; /* theirs once someone looks (leases cost writes) */
   int apps_clocked;
   const kb_k8s_res *r_pods, *r_nodes, *r_events, *r_workflows, *r_namespaces;
 };
@@ -173,15 +174,21 @@ static size_t dirty_take(dirty_set *d, uint32_t **out) {
   return n;
 }
 
-static void on_idle(uv_idle_t *h) { kb_glue_flush(h->data); }
+static void flush(sim_glue *g, int top);
+/* Nothing up the stack holds a pointer into the store here: its objects
+ * may go back to text (kb_k8s_store_trim), also between the flush's writes. */
+static void on_idle(uv_idle_t *h) { flush(h->data, 1); }
+static void on_check(uv_check_t *h) {
+  sim_glue *g = h->data;
+  kb_k8s_store_trim(g->st);
+}
 
-/* The mirror costs more than the model it mirrors (a JSON object per pod,
- * events, watch history), so it only runs once someone looks: a request to
- * the Kubernetes or Argo API (kb_glue_flush) or a controller owning a run.
- * Until then the dirty sets (deduplicated, bounded by the object counts)
- * just accumulate; the first look writes everything out. */
+/* The view is kept current as the model changes: the observer marks
+ * objects dirty and the idle turn after writes them out, so a first
+ * Kubernetes request finds it built (it once was built then, all at once,
+ * which held the loop for as long as 100,000 pods took). */
 static void want_flush(sim_glue *g) {
-  if (!g->demanded || g->idle_on || g->stopped || !g->idle_init) return;
+  if (g->idle_on || g->stopped || !g->idle_init) return;
   g->idle_on = 1;
   uv_idle_start(&g->idle, on_idle);
 }
@@ -235,7 +242,6 @@ void kb_glue_own_run(sim_glue *g, int run, const glue_owner_ops *ops, void *ud) 
   if (!r) return;
   r->ops = ops;
   r->ud = ud;
-  g->demanded = 1;
 }
 
 void kb_glue_adopt_pod(sim_glue *g, int run, const char *ns, const char *name) {
@@ -706,9 +712,15 @@ static void mirror_run(sim_glue *g, int run) {
 /* ---- flush ---- */
 
 void kb_glue_flush(sim_glue *g) {
-  g->demanded = 1;
+  g->looked = 1;
+  flush(g, 0);
+}
+
+#define TRIM_EVERY 256 /* objects mirrored between trims in a top-level flush */
+
+static void flush(sim_glue *g, int top) {
   if (g->flushing || g->stopped) return;
-  if (!g->apps_clocked && g->apps_clock) { /* as lazy as the mirror */
+  if (!g->apps_clocked && g->apps_clock && g->looked) { /* as lazy as the mirror */
     g->apps_clocked = 1;
     kb_k8s_ctls_set_clock(g->apps, g->apps_clock);
   }
@@ -722,7 +734,10 @@ void kb_glue_flush(sim_glue *g) {
     for (size_t i = 0; i < n; i++) mirror_run(g, (int)v[i]);
     free(v);
     n = dirty_take(&g->d_pods, &v);
-    for (size_t i = 0; i < n; i++) mirror_pod(g, (int)v[i]);
+    for (size_t i = 0; i < n; i++) {
+      mirror_pod(g, (int)v[i]);
+      if (top && i % TRIM_EVERY == TRIM_EVERY - 1) kb_k8s_store_trim(g->st);
+    }
     free(v);
     n = dirty_take(&g->d_nodes, &v);
     for (size_t i = 0; i < n; i++) kb_glue_mirror_node(g, (int)v[i]);
@@ -774,6 +789,10 @@ int kb_glue_start(sim_glue *g) {
   if (uv_idle_init(g->loop, &g->idle)) return -1;
   g->idle.data = g;
   g->idle_init = 1;
+  if (uv_check_init(g->loop, &g->trim)) return -1;
+  g->trim.data = g;
+  uv_check_start(&g->trim, on_check);
+  uv_unref((uv_handle_t *)&g->trim); /* it keeps no loop alive */
   for (size_t i = 0; i < kb_sim_node_count(g->sim); i++) kb_glue_mirror_node(g, (int)i);
   g->ev_next = kb_sim_event_end(g->sim);
   g->ctl[0] = kb_glue_job_start(g);
@@ -800,7 +819,10 @@ void kb_glue_stop(sim_glue *g) {
   }
   kb_k8s_ctls_free(g->apps);
   g->apps = NULL;
-  if (g->idle_init) uv_close((uv_handle_t *)&g->idle, NULL);
+  if (g->idle_init) {
+    uv_close((uv_handle_t *)&g->idle, NULL);
+    uv_close((uv_handle_t *)&g->trim, NULL);
+  }
 }
 
 void kb_glue_free(sim_glue *g) {

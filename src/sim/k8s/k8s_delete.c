@@ -18,13 +18,25 @@
 
 void kb_k8s_finish_delete(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, cJSON **out) {
   char *ns = strdup(e->ns), *name = strdup(e->name);
-  cJSON *obj = kb_k8s_take_entry(st, res, e);
-  kb_k8s_set_rv(obj, st->rv); /* the caller bumped the counter for this write */
-  if (out) *out = cJSON_Duplicate(obj, 1);
-  kb_k8s_emit(st, KB_K8S_DELETED, res, obj, NULL);
+  k8s_obj *o = kb_k8s_take_entry(st, res, e);
+  /* the last state as of this write's resourceVersion (the caller bumped
+   * the counter): a new state unless the write that deleted it set it */
+  char rv[24];
+  snprintf(rv, sizeof rv, "%llu", (unsigned long long)st->rv);
+  const cJSON *cur = kb_k8s_obj_tree(st, o);
+  const char *orv = cur ? kb_k8s_meta_str(cur, "resourceVersion") : NULL;
+  k8s_obj *last = o;
+  if (!orv || strcmp(orv, rv)) {
+    cJSON *c = kb_k8s_obj_copy(o);
+    last = c && !kb_k8s_set_rv(c, st->rv) ? kb_k8s_obj_new(st, c) : NULL;
+    if (!last) cJSON_Delete(c);
+    kb_k8s_obj_unref(o);
+  }
+  if (out) *out = last ? kb_k8s_obj_copy(last) : NULL;
+  if (last) kb_k8s_emit(st, KB_K8S_DELETED, res, last, NULL); /* out of memory: no event */
   if (ns && name && !strcmp(res->resource, "pods") && !res->group[0])
     kb_k8s_log_drop_pod(st, ns, name);
-  cJSON_Delete(obj);
+  kb_k8s_obj_unref(last);
   free(ns);
   free(name);
 }
@@ -55,7 +67,7 @@ static dep_ref *dependents(kb_k8s_store *st, const char *uid, const char *in_ns,
   for (size_t i = 0; i < st->n_buckets; i++) {
     k8s_bucket *b = st->buckets[i];
     for (size_t j = 0; j < b->n; j++) {
-      if (in_ns ? strcmp(b->v[j].ns, in_ns) || !b->res.namespaced : !owned_by(b->v[j].obj, uid))
+      if (in_ns ? strcmp(b->v[j].ns, in_ns) || !b->res.namespaced : !owned_by(kb_k8s_entry_tree(st, &b->v[j]), uid))
         continue;
       if (*n == cap) {
         cap = cap ? cap * 2 : 8;
@@ -90,7 +102,7 @@ static int delete_depth(kb_k8s_store *st, const kb_k8s_res *res, const char *ns,
 static void orphan(kb_k8s_store *st, dep_ref *d, const char *uid) {
   k8s_entry *e = kb_k8s_entry_find(st, d->res, d->ns, d->name);
   if (!e) return;
-  cJSON *next = cJSON_Duplicate(e->obj, 1);
+  cJSON *next = kb_k8s_obj_copy(e->o);
   cJSON *refs = next ? cJSON_GetObjectItemCaseSensitive(kb_k8s_meta(next), "ownerReferences") : NULL;
   cJSON *r = refs ? refs->child : NULL;
   while (r) {
@@ -124,7 +136,9 @@ static int delete_depth(kb_k8s_store *st, const kb_k8s_res *res, const char *ns,
   if (!e) return kb_k8s_not_found(err, res, name ? name : "");
   kb_k8s_delete_opts dflt = {0};
   if (!opts) opts = &dflt;
-  const char *uid = kb_k8s_meta_str(e->obj, "uid");
+  const cJSON *cur = kb_k8s_entry_tree(st, e);
+  if (!cur) return kb_k8s_oom(err);
+  const char *uid = kb_k8s_meta_str(cur, "uid");
   if (opts->precondition_uid && *opts->precondition_uid &&
       strcmp(opts->precondition_uid, uid ? uid : ""))
     return kb_k8s_err_named(err, name,
@@ -132,10 +146,10 @@ static int delete_depth(kb_k8s_store *st, const kb_k8s_res *res, const char *ns,
                                       "Precondition failed: UID in precondition: %s, UID in "
                                       "object meta: %s", opts->precondition_uid, uid ? uid : ""));
   if (opts->precondition_rv && *opts->precondition_rv &&
-      strcmp(opts->precondition_rv, kb_k8s_meta_str(e->obj, "resourceVersion")))
+      strcmp(opts->precondition_rv, kb_k8s_meta_str(cur, "resourceVersion")))
     return kb_k8s_conflict(err, res, name);
   if (opts->flags & KB_K8S_DRY_RUN) {
-    if (out) *out = cJSON_Duplicate(e->obj, 1);
+    if (out) *out = cJSON_Duplicate(cur, 1);
     return 0;
   }
   kb_k8s_propagation how = opts->propagation;
@@ -158,11 +172,11 @@ static int delete_depth(kb_k8s_store *st, const kb_k8s_res *res, const char *ns,
   e = kb_k8s_entry_find(st, res, nsc, namec);
   if (!e) {
     rc = kb_k8s_not_found(err, res, namec);
-  } else if (kb_k8s_has_finalizers(e->obj)) {
-    if (!kb_k8s_meta_str(e->obj, "deletionTimestamp")) {
+  } else if (kb_k8s_has_finalizers((cur = kb_k8s_entry_tree(st, e)))) {
+    if (!kb_k8s_meta_str(cur, "deletionTimestamp")) {
       char ts[32];
       kb_k8s_format_time(kb_k8s_store_now(st), ts);
-      cJSON *next = cJSON_Duplicate(e->obj, 1);
+      cJSON *next = cJSON_Duplicate(cur, 1);
       cJSON *m = next ? kb_k8s_meta(next) : NULL;
       if (!m || kb_k8s_set_str(m, "deletionTimestamp", ts) ||
           kb_k8s_set_item(m, "deletionGracePeriodSeconds", cJSON_CreateNumber(0))) {
@@ -172,7 +186,7 @@ static int delete_depth(kb_k8s_store *st, const kb_k8s_res *res, const char *ns,
         rc = kb_k8s_replace_entry(st, res, e, next, K8S_MARK_DELETED, out, err);
       }
     } else if (out) {
-      *out = cJSON_Duplicate(e->obj, 1);
+      *out = cJSON_Duplicate(cur, 1);
     }
     if (!rc) rc = 1;
   } else {

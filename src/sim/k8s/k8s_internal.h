@@ -5,10 +5,14 @@
 #include "kb/buf.h"
 #include "kb/k8s_store.h"
 
+/* A stored object state, shared by the entry and the watch history
+ * (k8s_obj.c). */
+typedef struct k8s_obj k8s_obj;
+
 typedef struct k8s_entry {
   char *ns;   /* "" for cluster-scoped objects */
   char *name;
-  cJSON *obj;
+  k8s_obj *o;
 } k8s_entry;
 
 /* One resource type and its objects, sorted by (ns, name). */
@@ -23,8 +27,8 @@ typedef struct k8s_event {
   kb_k8s_event_type type;
   int res_index;
   uint64_t rv;
-  cJSON *obj;  /* the new state (DELETED: the last state) */
-  cJSON *prev; /* MODIFIED: the state before */
+  k8s_obj *obj;  /* the new state (DELETED: the last state) */
+  k8s_obj *prev; /* MODIFIED: the state before */
 } k8s_event;
 
 typedef struct k8s_log k8s_log;
@@ -76,7 +80,29 @@ struct kb_k8s_store {
   /* the field manager of the API request writing now (kb_k8s_store_set_manager),
    * NULL for the simulator's own writes: they record no managedFields */
   const char *manager;
+  /* objects holding a tree, for kb_k8s_store_trim (k8s_obj.c) */
+  k8s_obj **hot;
+  size_t n_hot, cap_hot;
 };
+
+/* A new stored state holding tree (consumed), one reference; NULL on OOM. */
+k8s_obj *kb_k8s_obj_new(kb_k8s_store *st, cJSON *tree);
+void kb_k8s_obj_ref(k8s_obj *o);
+void kb_k8s_obj_unref(k8s_obj *o);
+/* The state as a tree, parsed from its text if packed (kept until the next
+ * kb_k8s_store_trim); NULL on OOM. */
+const cJSON *kb_k8s_obj_tree(const kb_k8s_store *st, k8s_obj *o);
+/* A new tree of the state (the caller's); NULL on OOM. */
+cJSON *kb_k8s_obj_copy(const k8s_obj *o);
+/* The state as JSON text (cJSON_PrintUnformatted's), printed once; NULL on OOM. */
+const char *kb_k8s_obj_text(k8s_obj *o, size_t *len);
+/* Whether the state matches the selector (a packed one is parsed for it
+ * and not kept). */
+int kb_k8s_obj_match(const k8s_obj *o, const kb_k8s_selector *sel);
+/* The entry's object as a tree (see kb_k8s_obj_tree). */
+static inline const cJSON *kb_k8s_entry_tree(const kb_k8s_store *st, const k8s_entry *e) {
+  return kb_k8s_obj_tree(st, e->o);
+}
 
 /* Store-internal write flags, beside the public KB_K8S_* ones. */
 #define K8S_MARK_DELETED 0x100 /* replace_entry: a delete sets the deletion fields */
@@ -170,8 +196,8 @@ int kb_k8s_set_rv(cJSON *obj, uint64_t rv);
 int kb_k8s_set_str(cJSON *obj, const char *key, const char *v);
 int kb_k8s_set_item(cJSON *obj, const char *key, cJSON *v);
 int kb_k8s_has_finalizers(const cJSON *obj);
-/* Removes the entry and returns its object. */
-cJSON *kb_k8s_take_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e);
+/* Removes the entry and returns its object (the entry's reference). */
+k8s_obj *kb_k8s_take_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e);
 /* Stores `next` (consumed) in place of entry e after the metadata rules. */
 int kb_k8s_replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, cJSON *next,
                          unsigned flags, cJSON **out, kb_k8s_error *err);
@@ -179,7 +205,7 @@ int kb_k8s_replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, 
 void kb_k8s_finish_delete(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, cJSON **out);
 /* Records a write in the history and delivers it (k8s_watch.c). */
 void kb_k8s_emit(kb_k8s_store *st, kb_k8s_event_type type, const kb_k8s_res *res,
-                 const cJSON *obj, const cJSON *prev);
+                 k8s_obj *obj, k8s_obj *prev);
 void kb_k8s_event_unref(k8s_event *ev);
 void kb_k8s_watch_free(kb_k8s_watch *w);
 

@@ -104,12 +104,12 @@ int kb_k8s_list(kb_k8s_store *st, const kb_k8s_res *res, const kb_k8s_list_opts 
   for (; !bad && i < b->n; i++) {
     const k8s_entry *e = &b->v[i];
     if (ns && strcmp(e->ns, ns)) break;
-    if (sel && !kb_k8s_selector_match(sel, e->obj)) continue;
+    if (sel && !kb_k8s_obj_match(e->o, sel)) continue;
     if (o.limit && taken == o.limit) {
       remaining++;
       continue;
     }
-    cJSON *c = cJSON_Duplicate(e->obj, 1);
+    cJSON *c = kb_k8s_obj_copy(e->o);
     if (!c || !cJSON_AddItemToArray(items, c)) {
       cJSON_Delete(c);
       bad = 1;

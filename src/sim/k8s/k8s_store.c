@@ -62,8 +62,8 @@ kb_k8s_store *kb_k8s_store_new(const kb_k8s_store_config *cfg) {
 
 void kb_k8s_event_unref(k8s_event *ev) {
   if (ev && --ev->refs == 0) {
-    cJSON_Delete(ev->obj);
-    cJSON_Delete(ev->prev);
+    kb_k8s_obj_unref(ev->obj);
+    kb_k8s_obj_unref(ev->prev);
     free(ev);
   }
 }
@@ -107,13 +107,14 @@ void kb_k8s_store_free(kb_k8s_store *st) {
     for (size_t j = 0; j < b->n; j++) {
       free(b->v[j].ns);
       free(b->v[j].name);
-      cJSON_Delete(b->v[j].obj);
+      kb_k8s_obj_unref(b->v[j].o);
     }
     free(b->v);
     res_free(&b->res);
     free(b);
   }
   free(st->buckets);
+  free(st->hot);
   kb_k8s_log_free_all(st);
   free(st);
 }
@@ -278,7 +279,7 @@ int kb_k8s_not_found(kb_k8s_error *err, const kb_k8s_res *res, const char *name)
 const cJSON *kb_k8s_peek(const kb_k8s_store *st, const kb_k8s_res *res, const char *ns,
                          const char *name) {
   k8s_entry *e = kb_k8s_entry_find(st, res, ns, name);
-  return e ? e->obj : NULL;
+  return e ? kb_k8s_entry_tree(st, e) : NULL;
 }
 
 cJSON *kb_k8s_get(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const char *name,
@@ -288,7 +289,7 @@ cJSON *kb_k8s_get(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const
     kb_k8s_not_found(err, res, name ? name : "");
     return NULL;
   }
-  cJSON *c = cJSON_Duplicate(e->obj, 1);
+  cJSON *c = kb_k8s_obj_copy(e->o);
   if (!c) kb_k8s_oom(err);
   return c;
 }
@@ -316,8 +317,9 @@ static int check_kind(const kb_k8s_res *res, const cJSON *obj, kb_k8s_error *err
   return 0;
 }
 
+/* Stores o (the entry takes the caller's reference). */
 static int put_entry(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const char *name,
-                     cJSON *obj) {
+                     k8s_obj *o) {
   k8s_bucket *b = kb_k8s_bucket_of(st, res);
   int found;
   size_t i = kb_k8s_bucket_search(b, ns, name, &found);
@@ -335,18 +337,17 @@ static int put_entry(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, co
     return -1;
   }
   memmove(&b->v[i + 1], &b->v[i], (b->n - i) * sizeof *b->v);
-  b->v[i] = (k8s_entry){n1, n2, obj};
+  b->v[i] = (k8s_entry){n1, n2, o};
   b->n++;
-  kb_k8s_owners_track(st->owners, obj, +1);
+  kb_k8s_owners_track(st->owners, kb_k8s_obj_tree(st, o), +1);
   return 0;
 }
 
-/* Removes the entry and returns its object. */
-cJSON *kb_k8s_take_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e) {
+k8s_obj *kb_k8s_take_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e) {
   k8s_bucket *b = kb_k8s_bucket_of(st, res);
   size_t i = (size_t)(e - b->v);
-  cJSON *obj = e->obj;
-  kb_k8s_owners_track(st->owners, obj, -1);
+  k8s_obj *obj = e->o;
+  kb_k8s_owners_track(st->owners, kb_k8s_obj_tree(st, obj), -1);
   free(e->ns);
   free(e->name);
   memmove(&b->v[i], &b->v[i + 1], (b->n - i - 1) * sizeof *b->v);
@@ -493,11 +494,13 @@ int kb_k8s_create(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const
     else cJSON_Delete(obj);
     return 0;
   }
-  if (kb_k8s_set_rv(obj, st->rv + 1) || put_entry(st, res, nsbuf, namebuf, obj))
-    return cJSON_Delete(obj), kb_k8s_oom(err);
+  if (kb_k8s_set_rv(obj, st->rv + 1)) return cJSON_Delete(obj), kb_k8s_oom(err);
+  k8s_obj *o = kb_k8s_obj_new(st, obj);
+  if (!o) return cJSON_Delete(obj), kb_k8s_oom(err);
+  if (put_entry(st, res, nsbuf, namebuf, o)) return kb_k8s_obj_unref(o), kb_k8s_oom(err);
   st->rv++;
   if (out) *out = cJSON_Duplicate(obj, 1);
-  kb_k8s_emit(st, KB_K8S_ADDED, res, obj, NULL);
+  kb_k8s_emit(st, KB_K8S_ADDED, res, o, NULL);
   return 0;
 }
 
@@ -538,7 +541,8 @@ int kb_k8s_has_finalizers(const cJSON *obj) {
 /* Stores `next` (consumed) in place of entry e after the metadata rules. */
 int kb_k8s_replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, cJSON *next,
                          unsigned flags, cJSON **out, kb_k8s_error *err) {
-  cJSON *old = e->obj;
+  const cJSON *old = kb_k8s_entry_tree(st, e);
+  if (!old) return cJSON_Delete(next), kb_k8s_oom(err);
   cJSON *m = kb_k8s_meta(next);
   cJSON *om = cJSON_GetObjectItemCaseSensitive(old, "metadata");
   if (!m) return cJSON_Delete(next), kb_k8s_oom(err);
@@ -600,18 +604,21 @@ int kb_k8s_replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, 
     return 0;
   }
   if (kb_k8s_set_rv(next, st->rv + 1)) return cJSON_Delete(next), kb_k8s_oom(err);
+  k8s_obj *no = kb_k8s_obj_new(st, next);
+  if (!no) return cJSON_Delete(next), kb_k8s_oom(err);
   st->rv++;
   kb_k8s_owners_track(st->owners, old, -1);
   kb_k8s_owners_track(st->owners, next, +1);
-  e->obj = next;
+  k8s_obj *oo = e->o; /* `old` lives as long as it: the history may keep it */
+  e->o = no;
   if (kb_k8s_meta_str(next, "deletionTimestamp") && !kb_k8s_has_finalizers(next)) {
-    cJSON_Delete(old);
+    kb_k8s_obj_unref(oo);
     kb_k8s_finish_delete(st, res, e, out);
     return 0;
   }
   if (out) *out = cJSON_Duplicate(next, 1);
-  kb_k8s_emit(st, KB_K8S_MODIFIED, res, next, old);
-  cJSON_Delete(old);
+  kb_k8s_emit(st, KB_K8S_MODIFIED, res, no, oo);
+  kb_k8s_obj_unref(oo);
   return 0;
 }
 
@@ -660,7 +667,7 @@ int kb_k8s_patch(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const 
   cJSON *patch = cJSON_ParseWithLength(text, len);
   if (!patch)
     return kb_k8s_error_set(err, 400, "BadRequest", "the patch is not valid JSON");
-  cJSON *doc = cJSON_Duplicate(e->obj, 1);
+  cJSON *doc = kb_k8s_obj_copy(e->o);
   int rc = doc ? 0 : kb_k8s_oom(err);
   if (!rc) {
     if (type == KB_K8S_PATCH_MERGE) {

@@ -44,14 +44,15 @@ static int watch_matches(const kb_k8s_watch *w, const cJSON *obj) {
  * that starts matching is ADDED, one that stops matching is DELETED. */
 static void deliver(kb_k8s_watch *w, const k8s_event *ev) {
   if (w->cancelled || w->done || ev->res_index != w->res_index || ev->rv <= w->start_rv) return;
-  int now = watch_matches(w, ev->obj);
+  const cJSON *obj = kb_k8s_obj_tree(w->st, ev->obj);
+  int now = watch_matches(w, obj);
   if (ev->type == KB_K8S_MODIFIED) {
-    int before = watch_matches(w, ev->prev);
-    if (before && now) w->fn(w->ud, KB_K8S_MODIFIED, ev->obj);
-    else if (now) w->fn(w->ud, KB_K8S_ADDED, ev->obj);
-    else if (before) w->fn(w->ud, KB_K8S_DELETED, ev->obj);
+    int before = watch_matches(w, kb_k8s_obj_tree(w->st, ev->prev));
+    if (before && now) w->fn(w->ud, KB_K8S_MODIFIED, obj);
+    else if (now) w->fn(w->ud, KB_K8S_ADDED, obj);
+    else if (before) w->fn(w->ud, KB_K8S_DELETED, obj);
   } else if (now) {
-    w->fn(w->ud, ev->type, ev->obj);
+    w->fn(w->ud, ev->type, obj);
   }
 }
 
@@ -88,28 +89,27 @@ static void dispatch(kb_k8s_store *st) {
   sweep_watches(st);
 }
 
-/* Records a write: takes obj/prev copies for the history and the watchers.
+/* Records a write: the history and the watchers take references to obj
+ * and prev (the states themselves, no copies).
  * Out of memory here loses the event (the write itself stands). */
 void kb_k8s_emit(kb_k8s_store *st, kb_k8s_event_type type, const kb_k8s_res *res,
-                 const cJSON *obj, const cJSON *prev) {
+                 k8s_obj *obj, k8s_obj *prev) {
   k8s_event *ev = calloc(1, sizeof *ev);
   k8s_pending *p = calloc(1, sizeof *p);
   if (ev) {
     ev->type = type;
     ev->res_index = res->index;
     ev->rv = st->rv;
-    ev->obj = cJSON_Duplicate(obj, 1);
-    ev->prev = prev ? cJSON_Duplicate(prev, 1) : NULL;
+    ev->obj = obj;
+    ev->prev = prev;
   }
-  if (!ev || !p || !ev->obj || (prev && !ev->prev)) {
-    if (ev) {
-      cJSON_Delete(ev->obj);
-      cJSON_Delete(ev->prev);
-    }
+  if (!ev || !p) {
     free(ev);
     free(p);
     return;
   }
+  kb_k8s_obj_ref(obj);
+  kb_k8s_obj_ref(prev);
   history_push(st, ev);
   ev->refs++;
   p->ev = ev;
@@ -148,7 +148,10 @@ static void send_bookmark(kb_k8s_watch *w, const kb_k8s_res *res, uint64_t rv, i
 
 static void send_current(kb_k8s_watch *w, k8s_bucket *b) {
   for (size_t i = 0; i < b->n && !w->cancelled; i++)
-    if (watch_matches(w, b->v[i].obj)) w->fn(w->ud, KB_K8S_ADDED, b->v[i].obj);
+  {
+    const cJSON *obj = kb_k8s_entry_tree(w->st, &b->v[i]);
+    if (watch_matches(w, obj)) w->fn(w->ud, KB_K8S_ADDED, obj);
+  }
 }
 
 kb_k8s_watch *kb_k8s_watch_start(kb_k8s_store *st, const kb_k8s_res *res,
