@@ -48,6 +48,14 @@ local function with_healthz(url, fn)
   return hz, table.unpack(res, 1, res.n)
 end
 
+-- The simulator's own accounting of its Kubernetes view (/metrics).
+local function view_metrics(url)
+  local text = kb.http.get(url .. "/metrics").body
+  local out = {}
+  for k, v in text:gmatch("\nkbrun_sim_k8s_([%w_]+) (%d+)") do out[k] = tonumber(v) end
+  return out
+end
+
 local function ms(s) return string.format("%.0f ms", s * 1000) end
 
 return {
@@ -77,6 +85,9 @@ return {
     until finished == p.runs
     out.runs_wall = kb.time() - w0
     out.kfp_only = proc(p.pid)
+    out.view = view_metrics(p.url)
+    kb.log.info("view: %d objects, %.1f MB of JSON text, %d trees", out.view.objects or -1,
+      (out.view.object_bytes or 0) / 1e6, out.view.object_trees or -1)
     kb.log.info("%d runs finished in %.1f s; simulator RSS %.0f MB, CPU %.1f s", finished,
       out.runs_wall, out.kfp_only.VmRSS, out.kfp_only.cpu)
 

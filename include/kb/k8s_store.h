@@ -124,6 +124,8 @@ typedef struct kb_k8s_store_stats {
   size_t hot;        /* objects (stored or in the history) with a tree */
 } kb_k8s_store_stats;
 void kb_k8s_store_usage(const kb_k8s_store *st, kb_k8s_store_stats *out);
+/* Objects holding a tree now (what the next trim would pack). */
+size_t kb_k8s_store_hot(const kb_k8s_store *st);
 /* Cancels every watch (without callbacks) and frees everything. */
 void kb_k8s_store_free(kb_k8s_store *st);
 
@@ -261,6 +263,23 @@ typedef struct kb_k8s_list_opts {
  * snapshot). Bad selectors and tokens are 400. */
 int kb_k8s_list(kb_k8s_store *st, const kb_k8s_res *res, const kb_k8s_list_opts *opts,
                 cJSON **out, kb_k8s_error *err);
+
+/* The same list in slices, so that a list of 100,000 objects holds no
+ * loop turn for long: a snapshot of the states in range (references, no
+ * copies: it is the list as of now, whatever is written meanwhile), then
+ * the selector matched on up to `budget` objects per call (returns 0 while
+ * some are left, 1 once the cut is known, -1 out of memory), then the text
+ * appended to out up to `budget` items per call (0 while some are left, 1
+ * at the end, -1 out of memory). The text is kb_k8s_list's, printed. */
+typedef struct kb_k8s_list_snap kb_k8s_list_snap;
+kb_k8s_list_snap *kb_k8s_list_snapshot(kb_k8s_store *st, const kb_k8s_res *res,
+                                       const kb_k8s_list_opts *opts, kb_k8s_error *err);
+int kb_k8s_list_snap_match(kb_k8s_list_snap *s, size_t budget);
+/* Items the list holds (after the match is done). */
+size_t kb_k8s_list_snap_items(const kb_k8s_list_snap *s);
+struct kb_buf;
+int kb_k8s_list_snap_write(kb_k8s_list_snap *s, struct kb_buf *out, size_t budget);
+void kb_k8s_list_snap_free(kb_k8s_list_snap *s);
 
 /* Compiled selectors, for callers that match many objects. */
 typedef struct kb_k8s_selector kb_k8s_selector;

@@ -178,10 +178,15 @@ static void flush(sim_glue *g, int top);
 /* Nothing up the stack holds a pointer into the store here: its objects
  * may go back to text (kb_k8s_store_trim), also between the flush's writes. */
 static void on_idle(uv_idle_t *h) { flush(h->data, 1); }
-static void on_check(uv_check_t *h) {
-  sim_glue *g = h->data;
-  kb_k8s_store_trim(g->st);
+/* Trees kept before a trim: an object written or read again soon (a pod
+ * through its phases) is not printed and parsed at every turn. */
+#define HOT_BUDGET 2048
+
+static void trim(sim_glue *g) {
+  if (kb_k8s_store_hot(g->st) > HOT_BUDGET) kb_k8s_store_trim(g->st);
 }
+
+static void on_check(uv_check_t *h) { trim(h->data); }
 
 /* The view is kept current as the model changes: the observer marks
  * objects dirty and the idle turn after writes them out, so a first
@@ -736,7 +741,7 @@ static void flush(sim_glue *g, int top) {
     n = dirty_take(&g->d_pods, &v);
     for (size_t i = 0; i < n; i++) {
       mirror_pod(g, (int)v[i]);
-      if (top && i % TRIM_EVERY == TRIM_EVERY - 1) kb_k8s_store_trim(g->st);
+      if (top && i % TRIM_EVERY == TRIM_EVERY - 1) trim(g);
     }
     free(v);
     n = dirty_take(&g->d_nodes, &v);
@@ -808,6 +813,8 @@ int kb_glue_start(sim_glue *g) {
     if (!g->ctl[i]) return -1;
   return g->apps ? 0 : -1;
 }
+
+void kb_glue_set_pod_gc(sim_glue *g, size_t threshold) { kb_k8s_ctls_set_pod_gc(g->apps, threshold); }
 
 void kb_glue_stop(sim_glue *g) {
   if (!g || g->stopped) return;

@@ -48,6 +48,8 @@ void kb_glue_set_kfp(sim_glue *g, kb_sim_kfp *kfp);
 void kb_glue_serving(sim_glue *g, struct kb_vclock *clock, const char *ip, int port);
 /* Installs the observer and the controllers, creates the Node objects. */
 int kb_glue_start(sim_glue *g);
+/* The terminated-pod GC threshold (k8s_ctl.h; 0: off), after kb_glue_start. */
+void kb_glue_set_pod_gc(sim_glue *g, size_t threshold);
 /* Stops the idle handle and the controllers (before the loop's last run). */
 void kb_glue_stop(sim_glue *g);
 /* After the loop's last run. */

@@ -140,3 +140,5 @@ void kb_k8s_store_usage(const kb_k8s_store *st, kb_k8s_store_stats *out) {
   out->history = st->ring_count;
   out->hot = st->n_hot;
 }
+
+size_t kb_k8s_store_hot(const kb_k8s_store *st) { return st->n_hot; }
