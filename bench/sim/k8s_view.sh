@@ -7,7 +7,7 @@
 set -euo pipefail
 src="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${1:-$src/build}"; shift || true
-tmp=$(mktemp -d); trap 'kill "$sim" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+tmp=$(mktemp -d); trap 'kill -INT "$sim" 2>/dev/null; sleep 1; kill -KILL "$sim" 2>/dev/null; rm -rf "$tmp"' EXIT
 cat > "$tmp/sim.yaml" <<'YAML'
 cluster:
   pools:

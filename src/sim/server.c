@@ -420,8 +420,11 @@ static void handle_metrics(kb_sim_server *s, kb_httpd_req *req) {
                        "# HELP kbrun_sim_k8s_object_bytes JSON text of the Kubernetes view's objects.\n"
                        "# TYPE kbrun_sim_k8s_object_bytes gauge\nkbrun_sim_k8s_object_bytes %zu\n"
                        "# HELP kbrun_sim_k8s_object_trees Objects of the view held as parsed trees now.\n"
-                       "# TYPE kbrun_sim_k8s_object_trees gauge\nkbrun_sim_k8s_object_trees %zu\n",
-                 ks.objects, ks.text_bytes, ks.hot);
+                       "# TYPE kbrun_sim_k8s_object_trees gauge\nkbrun_sim_k8s_object_trees %zu\n"
+                       "# HELP kbrun_sim_k8s_list_slices_total Loop turns taken by lists written in slices.\n"
+                       "# TYPE kbrun_sim_k8s_list_slices_total counter\nkbrun_sim_k8s_list_slices_total %llu\n",
+                 ks.objects, ks.text_bytes, ks.hot,
+                 (unsigned long long)kb_k8s_api_list_slices(s->k8s));
   latency_metrics(s, &out);
   kb_sim_kfp_metrics(s->kfp, &out);
   kb_httpd_header h[] = {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}};
