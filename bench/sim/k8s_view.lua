@@ -27,26 +27,27 @@ local function proc(pid)
   return out
 end
 
--- Runs fn() while a second task sends healthz back to back; returns fn's
--- results, then {n, max, p50} of the healthz waits (wall seconds).
-local function with_healthz(url, fn)
-  local waits, stop = {}, false
-  local t = kb.spawn(function()
-    while not stop do
-      local t0 = kb.time()
-      local r = kb.http.get(url .. "/healthz", { timeout = 600 })
-      assert(r.status == 200, "healthz: " .. tostring(r.status))
-      waits[#waits + 1] = kb.time() - t0
-    end
-  end)
-  kb.sleep(0)
+-- Runs fn() and returns the healthz waits the prober (healthz_probe.lua,
+-- its own process) saw meanwhile as {n, max, p50} (wall seconds), then
+-- fn's results.
+local probe_file
+local function with_healthz(_, fn)
+  local t0 = kb.time()
   local res = table.pack(fn())
-  stop = true
-  t:wait()
+  local t1 = kb.time()
+  kb.sleep(0.2) -- the prober's request in flight at t1 ends
+  local waits = {}
+  for line in io.lines(probe_file) do
+    local e, w = line:match("^(%S+) (%S+)")
+    e, w = tonumber(e), tonumber(w)
+    if e and e >= t0 and e - w <= t1 then waits[#waits + 1] = w end
+  end
   table.sort(waits)
   local hz = { n = #waits, max = waits[#waits] or 0, p50 = waits[(#waits + 1) // 2] or 0 }
   return hz, table.unpack(res, 1, res.n)
 end
+
+local function ms(s) return string.format("%.0f ms", s * 1000) end
 
 -- The simulator's own accounting of its Kubernetes view (/metrics).
 local function view_metrics(url)
@@ -56,40 +57,44 @@ local function view_metrics(url)
   return out
 end
 
-local function ms(s) return string.format("%.0f ms", s * 1000) end
 
 return {
   name = "sim_k8s_view",
-  params = { url = "", pid = 0, runs = 10000, concurrency = 64, page = 500, timeout = 36000 },
+  params = { url = "", pid = 0, probe = "", runs = 10000, concurrency = 64, page = 500, timeout = 36000 },
   run = function(p)
-    assert(p.url ~= "" and p.pid > 0, "url= and pid= are required (bench/sim/k8s_view.sh)")
+    assert(p.url ~= "" and p.pid > 0 and p.probe ~= "",
+      "url=, pid= and probe= are required (bench/sim/k8s_view.sh)")
+    probe_file = p.probe
     local c = kfp.client { host = p.url, api = "v2beta1", timeout = p.timeout }
     local out = { runs = p.runs }
     local w0 = kb.time()
-    local pipeline = c:upload_pipeline { file = PIPELINE, name = "bench-10-steps" }
-    local exp = c:create_experiment { name = "bench" }
-    local pool = kb.pool(p.concurrency)
-    for i = 1, p.runs do
-      pool:spawn(function()
-        c:create_run { name = "run-" .. i, experiment_id = exp.id, pipeline_id = pipeline.id }
-      end)
-    end
-    pool:wait()
     local finished = 0
-    repeat
-      kb.sleep(1)
-      finished = 0
-      for _, run in ipairs(c:list_all_runs { experiment_id = exp.id, page_size = 1000 }) do
-        if run.finished then finished = finished + 1 end
+    out.runs_healthz = with_healthz(p.url, function()
+      local pipeline = c:upload_pipeline { file = PIPELINE, name = "bench-10-steps" }
+      local exp = c:create_experiment { name = "bench" }
+      local pool = kb.pool(p.concurrency)
+      for i = 1, p.runs do
+        pool:spawn(function()
+          c:create_run { name = "run-" .. i, experiment_id = exp.id, pipeline_id = pipeline.id }
+        end)
       end
-    until finished == p.runs
+      pool:wait()
+      repeat
+        kb.sleep(1)
+        finished = 0
+        for _, run in ipairs(c:list_all_runs { experiment_id = exp.id, page_size = 1000 }) do
+          if run.finished then finished = finished + 1 end
+        end
+      until finished == p.runs
+    end)
     out.runs_wall = kb.time() - w0
     out.kfp_only = proc(p.pid)
     out.view = view_metrics(p.url)
     kb.log.info("view: %d objects, %.1f MB of JSON text, %d trees", out.view.objects or -1,
       (out.view.object_bytes or 0) / 1e6, out.view.object_trees or -1)
-    kb.log.info("%d runs finished in %.1f s; simulator RSS %.0f MB, CPU %.1f s", finished,
-      out.runs_wall, out.kfp_only.VmRSS, out.kfp_only.cpu)
+    kb.log.info("%d runs finished in %.1f s; healthz max %s, p50 %s (%d answered); simulator RSS %.0f MB, CPU %.1f s",
+      finished, out.runs_wall, ms(out.runs_healthz.max), ms(out.runs_healthz.p50), out.runs_healthz.n,
+      out.kfp_only.VmRSS, out.kfp_only.cpu)
 
     -- the first Kubernetes request
     local hz, dt, status = with_healthz(p.url, function()

@@ -22,5 +22,11 @@ sim=$!
 for _ in $(seq 100); do grep -qo 'http://[0-9.:]*' "$tmp/sim.out" && break; sleep 0.1; done
 url=$(grep -o 'http://[0-9.:]*' "$tmp/sim.out" | head -1)
 [[ -n $url ]] || { cat "$tmp/sim.out"; exit 1; }
-cd "$tmp" && KBRUN_SOURCE_DIR="$src" "$build/kbrun" "$src/bench/sim/k8s_view.lua" \
-  url="$url" pid="$sim" "$@"
+cd "$tmp"
+"$build/kbrun" -q "$src/bench/sim/healthz_probe.lua" url="$url" out="$tmp/hz.txt" stop="$tmp/hz.stop" \
+  > "$tmp/probe.out" 2>&1 &
+probe=$!
+KBRUN_SOURCE_DIR="$src" "$build/kbrun" "$src/bench/sim/k8s_view.lua" \
+  url="$url" pid="$sim" probe="$tmp/hz.txt" "$@" || rc=$?
+touch "$tmp/hz.stop"; wait "$probe" || true
+exit "${rc:-0}"

@@ -434,13 +434,25 @@ static void handle_metrics(kb_sim_server *s, kb_httpd_req *req) {
 
 /* ---- dispatch ----------------------------------------------------------------- */
 
+/* /healthz, /readyz, /livez (and their /etc subpaths), /version: answers
+ * that read nothing the mirror writes. */
+static int probe_path(const char *path) {
+  static const char *const probes[] = {"/healthz", "/readyz", "/livez", "/version"};
+  for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+    size_t n = strlen(probes[i]);
+    if (!strncmp(path, probes[i], n) && (path[n] == '\0' || path[n] == '/')) return 1;
+  }
+  return 0;
+}
+
 static void dispatch_api(kb_sim_server *s, kb_httpd_req *req, int api) {
   if (api == API_KFP) {
     const char *proxied = kfp_proxy_path(kb_httpd_req_path(req));
     if (proxied ? kb_sim_kfp_handle_path(s->kfp, req, proxied) : kb_sim_kfp_handle(s->kfp, req)) return;
   }
   if (api == API_K8S || api == API_ARGO) {
-    kb_glue_flush(s->glue); /* the store shows the model as of this request */
+    /* the store shows the model as of this request (probes read none of it) */
+    if (!probe_path(kb_httpd_req_path(req))) kb_glue_flush(s->glue);
     if (api == API_ARGO && kb_argo_server_handle(s->argo, req)) return;
     s->k8s_req = req;
     int taken = api == API_K8S && kb_k8s_api_handle(s->k8s, req);

@@ -5,6 +5,7 @@
  * controller gives them (names, labels, owner references); the rest look
  * like Argo's. */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -617,14 +618,18 @@ void kb_glue_event(sim_glue *g, const cJSON *obj, const char *type, const char *
   if (rc == 0) event_keep(g, ns ? ns : "default", ename);
 }
 
-static void mirror_events(sim_glue *g) {
+/* Mirrors up to `budget` new model events; returns how many. */
+static size_t mirror_events(sim_glue *g, size_t budget) {
   g->events_dirty = 0;
   uint64_t first = kb_sim_event_first(g->sim), end = kb_sim_event_end(g->sim);
   if (g->ev_next < first) g->ev_next = first;
-  for (; g->ev_next < end; g->ev_next++) {
+  size_t done = 0;
+  for (; g->ev_next < end && done < budget; g->ev_next++, done++) {
     kb_sim_event_info ev;
     if (kb_sim_event_get(g->sim, g->ev_next, &ev) == 0) mirror_event(g, &ev);
   }
+  if (g->ev_next < end) g->events_dirty = 1;
+  return done;
 }
 
 /* ---- runs: KFP workflows ---- */
@@ -721,7 +726,8 @@ void kb_glue_flush(sim_glue *g) {
   flush(g, 0);
 }
 
-#define TRIM_EVERY 256 /* objects mirrored between trims in a top-level flush */
+#define TRIM_EVERY 64 /* objects mirrored between trims in a top-level flush */
+#define FLUSH_BUDGET 256 /* objects an idle turn mirrors (a few ms) */
 
 static void flush(sim_glue *g, int top) {
   if (g->flushing || g->stopped) return;
@@ -733,21 +739,27 @@ static void flush(sim_glue *g, int top) {
   kb_sim_sync(g->sim);
   /* Owners react to their runs by changing the model, which dirties more:
    * a few rounds settle it (anything left waits for the next idle turn). */
-  for (int round = 0; round < 8; round++) {
+  /* An idle turn does FLUSH_BUDGET objects and leaves the rest dirty for
+   * the next one, so the requests in between wait for one slice, not for
+   * a burst of thousands of pods; a request's own flush does everything. */
+  size_t budget = top ? FLUSH_BUDGET : SIZE_MAX;
+  for (int round = 0; round < 8 && budget; round++) {
     uint32_t *v;
-    size_t n = dirty_take(&g->d_runs, &v);
-    for (size_t i = 0; i < n; i++) mirror_run(g, (int)v[i]);
+    size_t n = dirty_take(&g->d_runs, &v), i;
+    for (i = 0; i < n && budget; i++, budget--) mirror_run(g, (int)v[i]);
+    for (; i < n; i++) dirty_add(&g->d_runs, v[i]);
     free(v);
     n = dirty_take(&g->d_pods, &v);
-    for (size_t i = 0; i < n; i++) {
+    for (i = 0; i < n && budget; i++, budget--) {
       mirror_pod(g, (int)v[i]);
       if (top && i % TRIM_EVERY == TRIM_EVERY - 1) trim(g);
     }
+    for (; i < n; i++) dirty_add(&g->d_pods, v[i]);
     free(v);
     n = dirty_take(&g->d_nodes, &v);
-    for (size_t i = 0; i < n; i++) kb_glue_mirror_node(g, (int)v[i]);
+    for (i = 0; i < n; i++) kb_glue_mirror_node(g, (int)v[i]);
     free(v);
-    if (g->events_dirty) mirror_events(g);
+    if (g->events_dirty && budget) budget -= mirror_events(g, budget);
     if (!g->d_runs.n && !g->d_pods.n && !g->d_nodes.n && !g->events_dirty) break;
   }
   if (!g->d_runs.n && !g->d_pods.n && !g->d_nodes.n && !g->events_dirty && g->idle_on) {
