@@ -109,9 +109,9 @@ typedef struct kb_k8s_store_config {
 /* ---- the store -------------------------------------------------------- */
 
 kb_k8s_store *kb_k8s_store_new(const kb_k8s_store_config *cfg); /* NULL: defaults */
-/* Stored objects are kept as their JSON text; a tree is made when one is
- * read (kb_k8s_peek, watches, writes) and kept until this call, which turns
- * them all back into text. Call it only where no pointer kb_k8s_peek (or a
+/* Stored objects are kept as their JSON text, deflated; a tree is made
+ * when one is read (kb_k8s_peek, watches, writes) and kept until this call,
+ * which packs them all again. Call it only where no pointer kb_k8s_peek (or a
  * watch callback) gave is still in use: the simulator calls it between loop
  * turns and between the mirror's writes. Without it objects keep trees. */
 void kb_k8s_store_trim(kb_k8s_store *st);
@@ -120,6 +120,7 @@ typedef struct kb_k8s_store_stats {
   size_t objects;    /* stored objects, every type */
   size_t trees;      /* of them, held as a tree now */
   size_t text_bytes; /* their JSON text */
+  size_t stored_bytes; /* what holds it: the text deflated (or printed) */
   size_t history;    /* watch events kept */
   size_t hot;        /* objects (stored or in the history) with a tree */
 } kb_k8s_store_stats;

@@ -417,13 +417,13 @@ static void handle_metrics(kb_sim_server *s, kb_httpd_req *req) {
   kb_k8s_store_usage(s->store, &ks);
   kb_buf_appendf(&out, "# HELP kbrun_sim_k8s_objects Objects in the Kubernetes view (every type).\n"
                        "# TYPE kbrun_sim_k8s_objects gauge\nkbrun_sim_k8s_objects %zu\n"
-                       "# HELP kbrun_sim_k8s_object_bytes JSON text of the Kubernetes view's objects.\n"
+                       "# HELP kbrun_sim_k8s_object_bytes Bytes holding the view's objects (their JSON, deflated).\n"
                        "# TYPE kbrun_sim_k8s_object_bytes gauge\nkbrun_sim_k8s_object_bytes %zu\n"
                        "# HELP kbrun_sim_k8s_object_trees Objects of the view held as parsed trees now.\n"
                        "# TYPE kbrun_sim_k8s_object_trees gauge\nkbrun_sim_k8s_object_trees %zu\n"
                        "# HELP kbrun_sim_k8s_list_slices_total Loop turns taken by lists written in slices.\n"
                        "# TYPE kbrun_sim_k8s_list_slices_total counter\nkbrun_sim_k8s_list_slices_total %llu\n",
-                 ks.objects, ks.text_bytes, ks.hot,
+                 ks.objects, ks.stored_bytes, ks.hot,
                  (unsigned long long)kb_k8s_api_list_slices(s->k8s));
   latency_metrics(s, &out);
   kb_sim_kfp_metrics(s->kfp, &out);

@@ -28,7 +28,7 @@ void kb_k8s_finish_delete(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e,
   k8s_obj *last = o;
   if (!orv || strcmp(orv, rv)) {
     cJSON *c = kb_k8s_obj_copy(o);
-    last = c && !kb_k8s_set_rv(c, st->rv) ? kb_k8s_obj_new(st, c) : NULL;
+    last = c && !kb_k8s_set_rv(c, st->rv) ? kb_k8s_obj_new(st, res->index, c) : NULL;
     if (!last) cJSON_Delete(c);
     kb_k8s_obj_unref(o);
   }

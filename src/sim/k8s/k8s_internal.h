@@ -83,10 +83,12 @@ struct kb_k8s_store {
   /* objects holding a tree, for kb_k8s_store_trim (k8s_obj.c) */
   k8s_obj **hot;
   size_t n_hot, cap_hot;
+  struct k8s_pack *pack; /* the compressor, dictionaries by resource */
 };
 
-/* A new stored state holding tree (consumed), one reference; NULL on OOM. */
-k8s_obj *kb_k8s_obj_new(kb_k8s_store *st, cJSON *tree);
+/* A new stored state of a resource (its index) holding tree (consumed),
+ * one reference; NULL on OOM. */
+k8s_obj *kb_k8s_obj_new(kb_k8s_store *st, int res_index, cJSON *tree);
 void kb_k8s_obj_ref(k8s_obj *o);
 void kb_k8s_obj_unref(k8s_obj *o);
 /* The state as a tree, parsed from its text if packed (kept until the next
@@ -94,11 +96,13 @@ void kb_k8s_obj_unref(k8s_obj *o);
 const cJSON *kb_k8s_obj_tree(const kb_k8s_store *st, k8s_obj *o);
 /* A new tree of the state (the caller's); NULL on OOM. */
 cJSON *kb_k8s_obj_copy(const k8s_obj *o);
-/* The state as JSON text (cJSON_PrintUnformatted's), printed once; NULL on OOM. */
-const char *kb_k8s_obj_text(k8s_obj *o, size_t *len);
+/* Appends the state's JSON text (cJSON_PrintUnformatted's) to out; 0 or -1. */
+int kb_k8s_obj_append(k8s_obj *o, kb_buf *out);
 /* Whether the state matches the selector (a packed one is parsed for it
  * and not kept). */
 int kb_k8s_obj_match(const k8s_obj *o, const kb_k8s_selector *sel);
+/* Frees the compressor and its dictionaries (kb_k8s_store_free). */
+void kb_k8s_pack_free(kb_k8s_store *st);
 /* The entry's object as a tree (see kb_k8s_obj_tree). */
 static inline const cJSON *kb_k8s_entry_tree(const kb_k8s_store *st, const k8s_entry *e) {
   return kb_k8s_obj_tree(st, e->o);

@@ -294,9 +294,8 @@ int kb_k8s_list_snap_write(kb_k8s_list_snap *s, kb_buf *out, size_t budget) {
   if (s->written == 0 && kb_buf_append(out, s->head, strlen(s->head))) return -1;
   size_t stop = s->taken - s->written > budget ? s->written + budget : s->taken;
   for (; s->written < stop; s->written++) {
-    size_t len;
-    const char *t = kb_k8s_obj_text(s->v[s->written], &len);
-    if (!t || (s->written && kb_buf_append(out, ",", 1)) || kb_buf_append(out, t, len)) return -1;
+    if ((s->written && kb_buf_append(out, ",", 1)) || kb_k8s_obj_append(s->v[s->written], out))
+      return -1;
   }
   if (s->written < s->taken) return 0;
   return kb_buf_append(out, "]}", 2) ? -1 : 1;

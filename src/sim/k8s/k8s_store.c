@@ -115,6 +115,7 @@ void kb_k8s_store_free(kb_k8s_store *st) {
   }
   free(st->buckets);
   free(st->hot);
+  kb_k8s_pack_free(st);
   kb_k8s_log_free_all(st);
   free(st);
 }
@@ -495,7 +496,7 @@ int kb_k8s_create(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const
     return 0;
   }
   if (kb_k8s_set_rv(obj, st->rv + 1)) return cJSON_Delete(obj), kb_k8s_oom(err);
-  k8s_obj *o = kb_k8s_obj_new(st, obj);
+  k8s_obj *o = kb_k8s_obj_new(st, res->index, obj);
   if (!o) return cJSON_Delete(obj), kb_k8s_oom(err);
   if (put_entry(st, res, nsbuf, namebuf, o)) return kb_k8s_obj_unref(o), kb_k8s_oom(err);
   st->rv++;
@@ -604,7 +605,7 @@ int kb_k8s_replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, 
     return 0;
   }
   if (kb_k8s_set_rv(next, st->rv + 1)) return cJSON_Delete(next), kb_k8s_oom(err);
-  k8s_obj *no = kb_k8s_obj_new(st, next);
+  k8s_obj *no = kb_k8s_obj_new(st, res->index, next);
   if (!no) return cJSON_Delete(next), kb_k8s_oom(err);
   st->rv++;
   kb_k8s_owners_track(st->owners, old, -1);
