@@ -54,6 +54,9 @@ local function view_metrics(url)
   local text = kb.http.get(url .. "/metrics").body
   local out = {}
   for k, v in text:gmatch("\nkbrun_sim_k8s_([%w_]+) (%d+)") do out[k] = tonumber(v) end
+  for k, v in text:gmatch('\nkbrun_sim_k8s_longest_turn_seconds{what="(%w+)"} ([%d.]+)') do
+    out["longest_" .. k] = tonumber(v)
+  end
   return out
 end
 
@@ -90,11 +93,24 @@ return {
     out.runs_wall = kb.time() - w0
     out.kfp_only = proc(p.pid)
     out.view = view_metrics(p.url)
-    kb.log.info("view: %d objects, %.1f MB of JSON text, %d trees", out.view.objects or -1,
-      (out.view.object_bytes or 0) / 1e6, out.view.object_trees or -1)
+    kb.log.info("view at the runs' end: %d objects, %.1f MB stored, %d trees, backlog %d",
+      out.view.objects or -1, (out.view.object_bytes or 0) / 1e6, out.view.object_trees or -1,
+      out.view.mirror_backlog or -1)
     kb.log.info("%d runs finished in %.1f s; healthz max %s, p50 %s (%d answered); simulator RSS %.0f MB, CPU %.1f s",
       finished, out.runs_wall, ms(out.runs_healthz.max), ms(out.runs_healthz.p50), out.runs_healthz.n,
       out.kfp_only.VmRSS, out.kfp_only.cpu)
+
+    -- the mirror works in the background: how long until it has caught up
+    local d0 = kb.time()
+    out.drain_healthz = with_healthz(p.url, function()
+      while (view_metrics(p.url).mirror_backlog or 0) > 0 do kb.sleep(0.2) end
+    end)
+    out.drain_wall = kb.time() - d0
+    out.drained = proc(p.pid)
+    out.view = view_metrics(p.url)
+    kb.log.info("mirror caught up %.1f s after the runs finished (healthz max %s); view: %d objects, "
+      .. "%.1f MB stored; RSS %.0f MB, CPU %.1f s", out.drain_wall, ms(out.drain_healthz.max),
+      out.view.objects or -1, (out.view.object_bytes or 0) / 1e6, out.drained.VmRSS, out.drained.cpu)
 
     -- the first Kubernetes request
     local hz, dt, status = with_healthz(p.url, function()
@@ -104,8 +120,8 @@ return {
     end)
     assert(status == 200, "first pod list: " .. tostring(status))
     out.first = { wall = dt, healthz = hz, after = proc(p.pid) }
-    kb.log.info("first Kubernetes request %s; healthz max %s (%d answered); RSS %.0f MB, CPU %.1f s",
-      ms(dt), ms(hz.max), hz.n, out.first.after.VmRSS, out.first.after.cpu)
+    kb.log.info("first Kubernetes request %s; healthz max %s p50 %s (%d answered); RSS %.0f MB, CPU %.1f s",
+      ms(dt), ms(hz.max), ms(hz.p50), hz.n, out.first.after.VmRSS, out.first.after.cpu)
 
     -- one full list of every pod
     local cpu0 = proc(p.pid).cpu
@@ -120,8 +136,8 @@ return {
     end)
     local after = proc(p.pid)
     out.full = { wall = dt2, bytes = bytes, healthz = hz2, after = after, cpu = after.cpu - cpu0 }
-    kb.log.info("full pod list %s, %.0f MB; healthz max %s (%d answered); RSS %.0f MB (peak %.0f), CPU %.1f s",
-      ms(dt2), bytes / 1e6, ms(hz2.max), hz2.n, after.VmRSS, after.VmHWM, out.full.cpu)
+    kb.log.info("full pod list %s, %.0f MB; healthz max %s p50 %s (%d answered); RSS %.0f MB (peak %.0f), CPU %.1f s",
+      ms(dt2), bytes / 1e6, ms(hz2.max), ms(hz2.p50), hz2.n, after.VmRSS, after.VmHWM, out.full.cpu)
 
     -- the same with limit/continue
     cpu0 = proc(p.pid).cpu
@@ -146,8 +162,12 @@ return {
     out.paged = { pages = pages, items = items, page_max = pmax, page_p50 = pmed, wall = dt3,
       healthz = hz3, after = after, cpu = after.cpu - cpu0 }
     kb.log.info("paged pod list: %d pages of %d, %d pods in %s (page p50 %s, max %s; %.0f pods/s); "
-      .. "healthz max %s (%d answered); RSS %.0f MB, CPU %.1f s", pages, p.page, items, ms(dt3),
-      ms(pmed), ms(pmax), items / dt3, ms(hz3.max), hz3.n, after.VmRSS, out.paged.cpu)
+      .. "healthz max %s p50 %s (%d answered); RSS %.0f MB, CPU %.1f s", pages, p.page, items, ms(dt3),
+      ms(pmed), ms(pmax), items / dt3, ms(hz3.max), ms(hz3.p50), hz3.n, after.VmRSS, out.paged.cpu)
+    local vm = view_metrics(p.url)
+    out.longest_turn = { mirror = vm.longest_mirror, list = vm.longest_list }
+    kb.log.info("longest loop turn (simulator thread CPU): mirror %s, list slice %s",
+      ms(vm.longest_mirror or 0), ms(vm.longest_list or 0))
     return out
   end,
 }

@@ -98,5 +98,7 @@ size_t kb_k8s_api_streams(const kb_k8s_api *api);
  * 100,000 objects takes hundreds, each short, and other requests are
  * answered between them. */
 uint64_t kb_k8s_api_list_slices(const kb_k8s_api *api);
+/* CPU seconds of the longest of those turns. */
+double kb_k8s_api_longest_slice(const kb_k8s_api *api);
 
 #endif

@@ -421,9 +421,16 @@ static void handle_metrics(kb_sim_server *s, kb_httpd_req *req) {
                        "# TYPE kbrun_sim_k8s_object_bytes gauge\nkbrun_sim_k8s_object_bytes %zu\n"
                        "# HELP kbrun_sim_k8s_object_trees Objects of the view held as parsed trees now.\n"
                        "# TYPE kbrun_sim_k8s_object_trees gauge\nkbrun_sim_k8s_object_trees %zu\n"
+                       "# HELP kbrun_sim_k8s_mirror_backlog Model objects and events not mirrored yet.\n"
+                       "# TYPE kbrun_sim_k8s_mirror_backlog gauge\nkbrun_sim_k8s_mirror_backlog %zu\n"
+                       "# HELP kbrun_sim_k8s_longest_turn_seconds CPU time of the longest loop turn of the mirror and of lists.\n"
+                       "# TYPE kbrun_sim_k8s_longest_turn_seconds gauge\n"
+                       "kbrun_sim_k8s_longest_turn_seconds{what=\"mirror\"} %.6f\n"
+                       "kbrun_sim_k8s_longest_turn_seconds{what=\"list\"} %.6f\n"
                        "# HELP kbrun_sim_k8s_list_slices_total Loop turns taken by lists written in slices.\n"
                        "# TYPE kbrun_sim_k8s_list_slices_total counter\nkbrun_sim_k8s_list_slices_total %llu\n",
-                 ks.objects, ks.stored_bytes, ks.hot,
+                 ks.objects, ks.stored_bytes, ks.hot, s->glue ? kb_glue_backlog(s->glue) : 0,
+                 s->glue ? kb_glue_longest_turn(s->glue) : 0, kb_k8s_api_longest_slice(s->k8s),
                  (unsigned long long)kb_k8s_api_list_slices(s->k8s));
   latency_metrics(s, &out);
   kb_sim_kfp_metrics(s->kfp, &out);
@@ -452,7 +459,7 @@ static void dispatch_api(kb_sim_server *s, kb_httpd_req *req, int api) {
   }
   if (api == API_K8S || api == API_ARGO) {
     /* the store shows the model as of this request (probes read none of it) */
-    if (!probe_path(kb_httpd_req_path(req))) kb_glue_flush(s->glue);
+    if (!probe_path(kb_httpd_req_path(req))) kb_glue_flush_all(s->glue);
     if (api == API_ARGO && kb_argo_server_handle(s->argo, req)) return;
     s->k8s_req = req;
     int taken = api == API_K8S && kb_k8s_api_handle(s->k8s, req);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "k8s_internal.h"
 #include "k8s_ctl.h"
@@ -37,6 +38,7 @@ typedef struct glue_run {
   uint32_t gen;
   uint8_t wf_state;       /* the KFP run's Workflow object */
   char *wf_ns, *wf_name;  /* its name, while it is LIVE */
+  char *wf_uid;           /* and uid (its pods' ownerReferences) */
   char *adopt_ns, *adopt_name; /* the client's pod object (kb_glue_adopt_pod) */
 } glue_run;
 
@@ -72,6 +74,7 @@ struct sim_glue {
   k8s_ctls *apps; /* the store-level controllers (k8s_ctl.h) */
   kb_vclock *apps_clock; /* theirs once someone looks (leases cost writes) */
   int apps_clocked;
+  double longest_turn; /* CPU seconds of the longest idle flush (kb_glue_longest_turn) */
   const kb_k8s_res *r_pods, *r_nodes, *r_events, *r_workflows, *r_namespaces;
 };
 
@@ -175,13 +178,29 @@ static size_t dirty_take(dirty_set *d, uint32_t **out) {
   return n;
 }
 
+/* top: 0 inside another's work (no trims), 1 an idle turn (trims, a
+ * budget), 2 before a request (trims, everything). */
 static void flush(sim_glue *g, int top);
 /* Nothing up the stack holds a pointer into the store here: its objects
  * may go back to text (kb_k8s_store_trim), also between the flush's writes. */
-static void on_idle(uv_idle_t *h) { flush(h->data, 1); }
+static double thread_cpu(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void on_idle(uv_idle_t *h) {
+  sim_glue *g = h->data;
+  double t0 = thread_cpu();
+  flush(g, 1);
+  double dt = thread_cpu() - t0;
+  if (dt > g->longest_turn) g->longest_turn = dt;
+}
+
+double kb_glue_longest_turn(const sim_glue *g) { return g->longest_turn; }
 /* Trees kept before a trim: an object written or read again soon (a pod
  * through its phases) is not printed and parsed at every turn. */
-#define HOT_BUDGET 2048
+#define HOT_BUDGET 512
 
 static void trim(sim_glue *g) {
   if (kb_k8s_store_hot(g->st) > HOT_BUDGET) kb_k8s_store_trim(g->st);
@@ -215,8 +234,8 @@ static void observer(void *ud, kb_sim_kind kind, uint32_t index, uint64_t rv) {
 
 /* The record no longer names a Workflow object (it is gone). */
 static void workflow_forget(glue_run *r) {
-  free(r->wf_ns), free(r->wf_name);
-  r->wf_ns = r->wf_name = NULL;
+  free(r->wf_ns), free(r->wf_name), free(r->wf_uid);
+  r->wf_ns = r->wf_name = r->wf_uid = NULL;
   r->wf_state = OBJ_GONE;
 }
 
@@ -351,7 +370,10 @@ static int pod_adopt(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue_
 static int pod_create(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue_run *r) {
   if (r && r->adopt_name) return pod_adopt(g, gp, pi, r, r->adopt_ns, r->adopt_name);
   cJSON *o = owned(r) && r->ops->pod && r->ud ? r->ops->pod(r->ud, pi->run, pi->step) : NULL;
-  if (!o) o = kb_argo_server_pod(g, pi, wf_uid(g, pi->namespace_, pi->workflow));
+  /* the Workflow's uid as the mirror made it, else as stored (a peek parses it) */
+  const char *uid = r && r->wf_uid && r->wf_name && !strcmp(r->wf_name, pi->workflow)
+                        ? r->wf_uid : NULL;
+  if (!o) o = kb_argo_server_pod(g, pi, uid ? uid : wf_uid(g, pi->namespace_, pi->workflow));
   if (!o) return -1;
   cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
   const char *ns = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(md, "namespace"));
@@ -693,6 +715,8 @@ void kb_glue_kfp_workflow(sim_glue *g, int run) {
       return;
     }
     r->wf_state = OBJ_LIVE;
+    const char *uid = wf_uid(g, ri.namespace_, ri.workflow);
+    r->wf_uid = uid ? strdup(uid) : NULL;
     r->wf_ns = strdup(ri.namespace_);
     r->wf_name = strdup(ri.workflow);
   }
@@ -726,8 +750,19 @@ void kb_glue_flush(sim_glue *g) {
   flush(g, 0);
 }
 
+size_t kb_glue_backlog(const sim_glue *g) {
+  uint64_t end = kb_sim_event_end(g->sim);
+  return g->d_runs.n + g->d_pods.n + g->d_nodes.n + (size_t)(end > g->ev_next ? end - g->ev_next : 0);
+}
+
+void kb_glue_flush_all(sim_glue *g) {
+  g->looked = 1;
+  flush(g, 2);
+}
+
 #define TRIM_EVERY 64 /* objects mirrored between trims in a top-level flush */
-#define FLUSH_BUDGET 256 /* objects an idle turn mirrors (a few ms) */
+#define FLUSH_BUDGET 64 /* objects an idle turn mirrors at most */
+#define FLUSH_CPU 0.010 /* and seconds of CPU it takes at most (one object more) */
 
 static void flush(sim_glue *g, int top) {
   if (g->flushing || g->stopped) return;
@@ -742,15 +777,20 @@ static void flush(sim_glue *g, int top) {
   /* An idle turn does FLUSH_BUDGET objects and leaves the rest dirty for
    * the next one, so the requests in between wait for one slice, not for
    * a burst of thousands of pods; a request's own flush does everything. */
-  size_t budget = top ? FLUSH_BUDGET : SIZE_MAX;
+  size_t budget = top == 1 ? FLUSH_BUDGET : SIZE_MAX;
+  double deadline = top == 1 ? thread_cpu() + FLUSH_CPU : 0;
+#define MORE() (budget && (!deadline || thread_cpu() < deadline) ? 1 : (budget = 0))
   for (int round = 0; round < 8 && budget; round++) {
     uint32_t *v;
     size_t n = dirty_take(&g->d_runs, &v), i;
-    for (i = 0; i < n && budget; i++, budget--) mirror_run(g, (int)v[i]);
+    for (i = 0; i < n && MORE(); i++, budget--) {
+      mirror_run(g, (int)v[i]);
+      if (top && i % TRIM_EVERY == TRIM_EVERY - 1) trim(g);
+    }
     for (; i < n; i++) dirty_add(&g->d_runs, v[i]);
     free(v);
     n = dirty_take(&g->d_pods, &v);
-    for (i = 0; i < n && budget; i++, budget--) {
+    for (i = 0; i < n && MORE(); i++, budget--) {
       mirror_pod(g, (int)v[i]);
       if (top && i % TRIM_EVERY == TRIM_EVERY - 1) trim(g);
     }
@@ -759,7 +799,7 @@ static void flush(sim_glue *g, int top) {
     n = dirty_take(&g->d_nodes, &v);
     for (i = 0; i < n; i++) kb_glue_mirror_node(g, (int)v[i]);
     free(v);
-    if (g->events_dirty && budget) budget -= mirror_events(g, budget);
+    if (g->events_dirty && MORE()) budget -= mirror_events(g, budget);
     if (!g->d_runs.n && !g->d_pods.n && !g->d_nodes.n && !g->events_dirty) break;
   }
   if (!g->d_runs.n && !g->d_pods.n && !g->d_nodes.n && !g->events_dirty && g->idle_on) {
@@ -856,6 +896,7 @@ void kb_glue_free(sim_glue *g) {
     free(g->runs[i].pods);
     free(g->runs[i].wf_ns);
     free(g->runs[i].wf_name);
+    free(g->runs[i].wf_uid);
     free(g->runs[i].adopt_ns);
     free(g->runs[i].adopt_name);
   }

@@ -696,6 +696,7 @@ void kb_k8s_api_set_fault(kb_k8s_api *api, kb_k8s_fault_fn fn, void *ud) {
 size_t kb_k8s_api_streams(const kb_k8s_api *api) { return api->n_streams; }
 
 uint64_t kb_k8s_api_list_slices(const kb_k8s_api *api) { return api->list_slices; }
+double kb_k8s_api_longest_slice(const kb_k8s_api *api) { return api->longest_slice; }
 
 void kb_k8s_api_set_authorization(kb_k8s_api *api, int deny_all) { api->deny_all = deny_all; }
 

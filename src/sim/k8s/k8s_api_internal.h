@@ -28,6 +28,7 @@ struct kb_k8s_api {
   kdelay *delays;
   klist *lists;
   uint64_t list_slices; /* loop turns lists took (kb_k8s_api_list_slices) */
+  double longest_slice; /* CPU seconds of the longest */
   size_t n_streams;
   int handles; /* open uv handles; freed at 0 once closing */
   int closing;

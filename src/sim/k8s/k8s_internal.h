@@ -90,6 +90,9 @@ struct kb_k8s_store {
  * one reference; NULL on OOM. */
 k8s_obj *kb_k8s_obj_new(kb_k8s_store *st, int res_index, cJSON *tree);
 void kb_k8s_obj_ref(k8s_obj *o);
+/* Whether an entry holds the state (packed deflated) or only the history
+ * and lists do (packed as text: it goes when its events do). */
+void kb_k8s_obj_set_current(k8s_obj *o, int current);
 void kb_k8s_obj_unref(k8s_obj *o);
 /* The state as a tree, parsed from its text if packed (kept until the next
  * kb_k8s_store_trim); NULL on OOM. */

@@ -10,7 +10,9 @@
  * a peek, a watch delivery, a write reading the old state) and listed as
  * "hot"; kb_k8s_store_trim, which the simulator calls where nobody holds a
  * borrowed pointer (between loop turns, between the mirror's writes), packs
- * every hot object. Lists inflate straight into their output. Without trims
+ * every hot object (a state only the history holds is kept as text, not
+ * deflated: it goes with its events). Lists inflate straight into their
+ * output. Without trims
  * (the store alone, as in its unit tests) objects keep their trees. */
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,7 @@
 struct k8s_obj {
   int refs;
   int res;      /* resource index: its dictionary */
+  int current;  /* an entry holds it (kb_k8s_obj_set_current) */
   kb_k8s_store *st;
   size_t hot;   /* 1 + its index in st->hot while it has a tree; 0 else */
   cJSON *tree;  /* NULL while packed */
@@ -70,6 +73,10 @@ k8s_obj *kb_k8s_obj_new(kb_k8s_store *st, int res_index, cJSON *tree) {
   o->tree = tree;
   make_hot(st, o);
   return o;
+}
+
+void kb_k8s_obj_set_current(k8s_obj *o, int current) {
+  if (o) o->current = current;
 }
 
 void kb_k8s_obj_ref(k8s_obj *o) {
@@ -242,7 +249,9 @@ void kb_k8s_store_trim(kb_k8s_store *st) {
     k8s_obj *o = st->hot[i];
     o->hot = 0;
     if (!ensure_text(o)) { /* out of memory: the tree stays, unlisted */
-      if (o->text) deflate_text(st, o); /* else the text stays */
+      /* the current state is deflated; a superseded one (the history's
+       * alone, soon gone) stays text: deflating it would cost more */
+      if (o->text && o->current) deflate_text(st, o); /* else the text stays */
       cJSON_Delete(o->tree);
       o->tree = NULL;
     }

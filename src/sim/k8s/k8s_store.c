@@ -339,6 +339,7 @@ static int put_entry(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, co
   }
   memmove(&b->v[i + 1], &b->v[i], (b->n - i) * sizeof *b->v);
   b->v[i] = (k8s_entry){n1, n2, o};
+  kb_k8s_obj_set_current(o, 1);
   b->n++;
   kb_k8s_owners_track(st->owners, kb_k8s_obj_tree(st, o), +1);
   return 0;
@@ -348,6 +349,7 @@ k8s_obj *kb_k8s_take_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e
   k8s_bucket *b = kb_k8s_bucket_of(st, res);
   size_t i = (size_t)(e - b->v);
   k8s_obj *obj = e->o;
+  kb_k8s_obj_set_current(obj, 0);
   kb_k8s_owners_track(st->owners, kb_k8s_obj_tree(st, obj), -1);
   free(e->ns);
   free(e->name);
@@ -612,6 +614,8 @@ int kb_k8s_replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, 
   kb_k8s_owners_track(st->owners, next, +1);
   k8s_obj *oo = e->o; /* `old` lives as long as it: the history may keep it */
   e->o = no;
+  kb_k8s_obj_set_current(oo, 0);
+  kb_k8s_obj_set_current(no, 1);
   if (kb_k8s_meta_str(next, "deletionTimestamp") && !kb_k8s_has_finalizers(next)) {
     kb_k8s_obj_unref(oo);
     kb_k8s_finish_delete(st, res, e, out);
