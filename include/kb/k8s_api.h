@@ -94,5 +94,11 @@ void kb_k8s_api_handler(kb_httpd_req *req, void *ud);
 
 /* Open watch and log streams (for tests and stats). */
 size_t kb_k8s_api_streams(const kb_k8s_api *api);
+/* Loop turns that lists written in slices have taken so far: a list of
+ * 100,000 objects takes hundreds, each short, and other requests are
+ * answered between them. */
+uint64_t kb_k8s_api_list_slices(const kb_k8s_api *api);
+/* CPU seconds of the longest of those turns. */
+double kb_k8s_api_longest_slice(const kb_k8s_api *api);
 
 #endif

@@ -27,7 +27,8 @@
  *
  * Ownership: inputs are never consumed (the store copies what it keeps);
  * `cJSON **out` results are new trees the caller frees with cJSON_Delete.
- * kb_k8s_peek returns a borrowed pointer, valid until the next write.
+ * kb_k8s_peek returns a borrowed pointer, valid until the next write of
+ * that object or the next kb_k8s_store_trim.
  *
  * Watches and controller hooks run synchronously inside the write that
  * causes them, after the store is consistent. A callback may write to the
@@ -108,6 +109,24 @@ typedef struct kb_k8s_store_config {
 /* ---- the store -------------------------------------------------------- */
 
 kb_k8s_store *kb_k8s_store_new(const kb_k8s_store_config *cfg); /* NULL: defaults */
+/* Stored objects are kept as their JSON text, deflated; a tree is made
+ * when one is read (kb_k8s_peek, watches, writes) and kept until this call,
+ * which packs them all again. Call it only where no pointer kb_k8s_peek (or a
+ * watch callback) gave is still in use: the simulator calls it between loop
+ * turns and between the mirror's writes. Without it objects keep trees. */
+void kb_k8s_store_trim(kb_k8s_store *st);
+/* What the store holds, for bounds on its memory (tests, bench). */
+typedef struct kb_k8s_store_stats {
+  size_t objects;    /* stored objects, every type */
+  size_t trees;      /* of them, held as a tree now */
+  size_t text_bytes; /* their JSON text */
+  size_t stored_bytes; /* what holds it: the text deflated (or printed) */
+  size_t history;    /* watch events kept */
+  size_t hot;        /* objects (stored or in the history) with a tree */
+} kb_k8s_store_stats;
+void kb_k8s_store_usage(const kb_k8s_store *st, kb_k8s_store_stats *out);
+/* Objects holding a tree now (what the next trim would pack). */
+size_t kb_k8s_store_hot(const kb_k8s_store *st);
 /* Cancels every watch (without callbacks) and frees everything. */
 void kb_k8s_store_free(kb_k8s_store *st);
 
@@ -169,7 +188,8 @@ int kb_k8s_create(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const
 /* A copy of the object (NULL + err 404 when absent). */
 cJSON *kb_k8s_get(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const char *name,
                   kb_k8s_error *err);
-/* The stored object itself: read-only, valid until the next write. */
+/* The stored object itself: read-only, valid until the next write of it
+ * or the next kb_k8s_store_trim. */
 const cJSON *kb_k8s_peek(const kb_k8s_store *st, const kb_k8s_res *res, const char *ns,
                          const char *name);
 
@@ -244,6 +264,23 @@ typedef struct kb_k8s_list_opts {
  * snapshot). Bad selectors and tokens are 400. */
 int kb_k8s_list(kb_k8s_store *st, const kb_k8s_res *res, const kb_k8s_list_opts *opts,
                 cJSON **out, kb_k8s_error *err);
+
+/* The same list in slices, so that a list of 100,000 objects holds no
+ * loop turn for long: a snapshot of the states in range (references, no
+ * copies: it is the list as of now, whatever is written meanwhile), then
+ * the selector matched on up to `budget` objects per call (returns 0 while
+ * some are left, 1 once the cut is known, -1 out of memory), then the text
+ * appended to out up to `budget` items per call (0 while some are left, 1
+ * at the end, -1 out of memory). The text is kb_k8s_list's, printed. */
+typedef struct kb_k8s_list_snap kb_k8s_list_snap;
+kb_k8s_list_snap *kb_k8s_list_snapshot(kb_k8s_store *st, const kb_k8s_res *res,
+                                       const kb_k8s_list_opts *opts, kb_k8s_error *err);
+int kb_k8s_list_snap_match(kb_k8s_list_snap *s, size_t budget);
+/* Items the list holds (after the match is done). */
+size_t kb_k8s_list_snap_items(const kb_k8s_list_snap *s);
+struct kb_buf;
+int kb_k8s_list_snap_write(kb_k8s_list_snap *s, struct kb_buf *out, size_t budget);
+void kb_k8s_list_snap_free(kb_k8s_list_snap *s);
 
 /* Compiled selectors, for callers that match many objects. */
 typedef struct kb_k8s_selector kb_k8s_selector;

@@ -70,6 +70,7 @@ struct kb_sim_server {
   /* the config's kubernetes_api section */
   char service_cidr[48];
   int authz_deny;
+  double pod_gc; /* terminated_pod_gc_threshold; -1: kube-controller-manager's */
 
   /* start-up handshake with the starting thread */
   uv_mutex_t mu;
@@ -412,6 +413,25 @@ static void handle_metrics(kb_sim_server *s, kb_httpd_req *req) {
   kb_buf_appendf(&out, "# HELP kbrun_sim_nodes_ready Ready nodes in the modelled cluster.\n"
                        "# TYPE kbrun_sim_nodes_ready gauge\nkbrun_sim_nodes_ready %zu\n",
                  st.nodes_ready);
+  kb_k8s_store_stats ks;
+  kb_k8s_store_usage(s->store, &ks);
+  kb_buf_appendf(&out, "# HELP kbrun_sim_k8s_objects Objects in the Kubernetes view (every type).\n"
+                       "# TYPE kbrun_sim_k8s_objects gauge\nkbrun_sim_k8s_objects %zu\n"
+                       "# HELP kbrun_sim_k8s_object_bytes Bytes holding the view's objects (their JSON, deflated).\n"
+                       "# TYPE kbrun_sim_k8s_object_bytes gauge\nkbrun_sim_k8s_object_bytes %zu\n"
+                       "# HELP kbrun_sim_k8s_object_trees Objects of the view held as parsed trees now.\n"
+                       "# TYPE kbrun_sim_k8s_object_trees gauge\nkbrun_sim_k8s_object_trees %zu\n"
+                       "# HELP kbrun_sim_k8s_mirror_backlog Model objects and events not mirrored yet.\n"
+                       "# TYPE kbrun_sim_k8s_mirror_backlog gauge\nkbrun_sim_k8s_mirror_backlog %zu\n"
+                       "# HELP kbrun_sim_k8s_longest_turn_seconds CPU time of the longest loop turn of the mirror and of lists.\n"
+                       "# TYPE kbrun_sim_k8s_longest_turn_seconds gauge\n"
+                       "kbrun_sim_k8s_longest_turn_seconds{what=\"mirror\"} %.6f\n"
+                       "kbrun_sim_k8s_longest_turn_seconds{what=\"list\"} %.6f\n"
+                       "# HELP kbrun_sim_k8s_list_slices_total Loop turns taken by lists written in slices.\n"
+                       "# TYPE kbrun_sim_k8s_list_slices_total counter\nkbrun_sim_k8s_list_slices_total %llu\n",
+                 ks.objects, ks.stored_bytes, ks.hot, s->glue ? kb_glue_backlog(s->glue) : 0,
+                 s->glue ? kb_glue_longest_turn(s->glue) : 0, kb_k8s_api_longest_slice(s->k8s),
+                 (unsigned long long)kb_k8s_api_list_slices(s->k8s));
   latency_metrics(s, &out);
   kb_sim_kfp_metrics(s->kfp, &out);
   kb_httpd_header h[] = {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}};
@@ -421,13 +441,25 @@ static void handle_metrics(kb_sim_server *s, kb_httpd_req *req) {
 
 /* ---- dispatch ----------------------------------------------------------------- */
 
+/* /healthz, /readyz, /livez (and their /etc subpaths), /version: answers
+ * that read nothing the mirror writes. */
+static int probe_path(const char *path) {
+  static const char *const probes[] = {"/healthz", "/readyz", "/livez", "/version"};
+  for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+    size_t n = strlen(probes[i]);
+    if (!strncmp(path, probes[i], n) && (path[n] == '\0' || path[n] == '/')) return 1;
+  }
+  return 0;
+}
+
 static void dispatch_api(kb_sim_server *s, kb_httpd_req *req, int api) {
   if (api == API_KFP) {
     const char *proxied = kfp_proxy_path(kb_httpd_req_path(req));
     if (proxied ? kb_sim_kfp_handle_path(s->kfp, req, proxied) : kb_sim_kfp_handle(s->kfp, req)) return;
   }
   if (api == API_K8S || api == API_ARGO) {
-    kb_glue_flush(s->glue); /* the store shows the model as of this request */
+    /* the store shows the model as of this request (probes read none of it) */
+    if (!probe_path(kb_httpd_req_path(req))) kb_glue_flush_all(s->glue);
     if (api == API_ARGO && kb_argo_server_handle(s->argo, req)) return;
     s->k8s_req = req;
     int taken = api == API_K8S && kb_k8s_api_handle(s->k8s, req);
@@ -558,7 +590,8 @@ static void handle(kb_httpd_req *req, void *ud) {
 
 /* Splits the config overlay: `api_faults` is the server's, the rest the model's. */
 /* kubernetes_api: {authorization: AlwaysAllow | AlwaysDeny,
- *                  service_cluster_ip_range: 10.96.0.0/12} (docs/simulator.md) */
+ *                  service_cluster_ip_range: 10.96.0.0/12,
+ *                  terminated_pod_gc_threshold: 12500} (docs/simulator.md) */
 static int kubernetes_api_config(kb_sim_server *s, const cJSON *sec, kb_sim_error *err) {
   if (!cJSON_IsObject(sec)) {
     set_err(err, KB_SIM_EINVAL, "config kubernetes_api: expected a mapping%s", NULL);
@@ -573,12 +606,18 @@ static int kubernetes_api_config(kb_sim_server *s, const cJSON *sec, kb_sim_erro
     } else if (!strcmp(c->string, "service_cluster_ip_range") && v &&
                strlen(v) < sizeof s->service_cidr && kb_k8s_cidr_parse(v, &base, &size) == 0) {
       snprintf(s->service_cidr, sizeof s->service_cidr, "%s", v);
+    } else if (!strcmp(c->string, "terminated_pod_gc_threshold") && cJSON_IsNumber(c) &&
+               c->valuedouble >= 0 && c->valuedouble <= 1e9 &&
+               c->valuedouble == (double)(long long)c->valuedouble) {
+      s->pod_gc = c->valuedouble;
     } else {
       err->code = KB_SIM_EINVAL;
       snprintf(err->message, sizeof err->message, "config kubernetes_api.%.60s: %s", c->string,
                !strcmp(c->string, "authorization") ? "expected AlwaysAllow or AlwaysDeny"
                : !strcmp(c->string, "service_cluster_ip_range")
                    ? "expected an IPv4 CIDR of /8 to /30 (10.96.0.0/12)"
+               : !strcmp(c->string, "terminated_pod_gc_threshold")
+                   ? "expected a whole number of pods, 0 (off) to 1000000000"
                    : "unknown key");
       return -1;
     }
@@ -667,6 +706,7 @@ static int setup_k8s(kb_sim_server *s) {
   kb_k8s_api_set_authorization(s->k8s, s->authz_deny);
   s->glue = kb_glue_new(s->sim, s->store, NULL, s->loop);
   if (!s->glue || kb_glue_start(s->glue) < 0) return -1;
+  if (s->pod_gc >= 0) kb_glue_set_pod_gc(s->glue, (size_t)s->pod_gc);
   s->argo = kb_argo_server_new(s->store, s->loop);
   return s->argo ? 0 : -1;
 }
@@ -855,6 +895,7 @@ static kb_sim_server *start_in_loop(kb_sim_server *s, kb_sim_error *err) {
 
 kb_sim_server *kb_sim_server_start(const kb_sim_server_opts *o, kb_sim_error *err) {
   kb_sim_server *s = calloc(1, sizeof *s);
+  if (s) s->pod_gc = -1;
   if (!s) {
     set_err(err, KB_SIM_ENOMEM, "out of memory%s", NULL);
     return NULL;

@@ -8,7 +8,7 @@
 #include "k8s_ctl.h"
 #include "k8s_internal.h"
 
-enum { CTL_DEPLOY, CTL_RS, CTL_ENDPOINTS, CTL_CRONJOB, CTL_NODELEASE, CTL_N };
+enum { CTL_DEPLOY, CTL_RS, CTL_ENDPOINTS, CTL_CRONJOB, CTL_NODELEASE, CTL_PODGC, CTL_N };
 
 struct k8s_ctls {
   k8s_ctl *c[CTL_N];
@@ -22,6 +22,7 @@ k8s_ctls *kb_k8s_ctls_start(kb_k8s_store *st) {
   s->c[CTL_ENDPOINTS] = kb_k8s_endpoints_start(st);
   s->c[CTL_CRONJOB] = kb_k8s_cronjob_start(st);
   s->c[CTL_NODELEASE] = kb_k8s_nodelease_start(st);
+  s->c[CTL_PODGC] = kb_k8s_podgc_start(st);
   for (int i = 0; i < CTL_N; i++)
     if (!s->c[i]) {
       kb_k8s_ctls_free(s);
@@ -37,6 +38,10 @@ void kb_k8s_ctls_set_clock(k8s_ctls *s, kb_vclock *clock) {
 
 void kb_k8s_ctls_set_apiserver(k8s_ctls *s, const char *ip, int port) {
   if (s) kb_k8s_endpoints_set_apiserver(s->c[CTL_ENDPOINTS], ip, port);
+}
+
+void kb_k8s_ctls_set_pod_gc(k8s_ctls *s, size_t threshold) {
+  if (s) kb_k8s_podgc_set_threshold(s->c[CTL_PODGC], threshold);
 }
 
 void kb_k8s_ctls_free(k8s_ctls *s) {
@@ -127,6 +132,6 @@ const cJSON **kb_ctl_peek_all(kb_k8s_store *st, const kb_k8s_res *res, const cha
   const cJSON **out = malloc((b->n ? b->n : 1) * sizeof *out);
   if (!out) return NULL;
   for (size_t i = 0; i < b->n; i++)
-    if (!ns || !strcmp(b->v[i].ns, ns)) out[(*n)++] = b->v[i].obj;
+    if (!ns || !strcmp(b->v[i].ns, ns)) out[(*n)++] = kb_k8s_entry_tree(st, &b->v[i]);
   return out;
 }

@@ -2,8 +2,8 @@
  * manager's do on an apiserver: Deployment -> ReplicaSets (ctl_deploy.c),
  * ReplicaSet -> Pods (ctl_replicaset.c), Service -> Endpoints and
  * EndpointSlices (ctl_endpoints.c), CronJob -> Jobs on the virtual clock
- * (ctl_cronjob.c), and the kubelets' node heartbeat Leases
- * (ctl_nodelease.c). They create and delete objects through the store, so
+ * (ctl_cronjob.c), the kubelets' node heartbeat Leases (ctl_nodelease.c)
+ * and the garbage collection of terminated pods (ctl_podgc.c). They create and delete objects through the store, so
  * the Job controller (ctl_job.c) runs a CronJob's Jobs, and whoever runs
  * stored Pods runs a ReplicaSet's; they follow the Pods' Ready condition.
  *
@@ -24,6 +24,8 @@ k8s_ctls *kb_k8s_ctls_start(kb_k8s_store *st);
 void kb_k8s_ctls_set_clock(k8s_ctls *c, kb_vclock *clock);
 /* The address of the apiserver itself: the `kubernetes` Endpoints. */
 void kb_k8s_ctls_set_apiserver(k8s_ctls *c, const char *ip, int port);
+/* Terminated pods kept before the oldest are deleted (0: all kept). */
+void kb_k8s_ctls_set_pod_gc(k8s_ctls *c, size_t threshold);
 void kb_k8s_ctls_free(k8s_ctls *c);
 
 /* ---- one controller ---- */
@@ -38,6 +40,12 @@ k8s_ctl *kb_k8s_endpoints_start(kb_k8s_store *st);
 void kb_k8s_endpoints_set_apiserver(k8s_ctl *c, const char *ip, int port);
 k8s_ctl *kb_k8s_cronjob_start(kb_k8s_store *st);
 k8s_ctl *kb_k8s_nodelease_start(kb_k8s_store *st);
+/* Terminated-pod garbage collection (ctl_podgc.c): kube-controller-
+ * manager's --terminated-pod-gc-threshold and its default. */
+#define KB_K8S_POD_GC_THRESHOLD 12500
+k8s_ctl *kb_k8s_podgc_start(kb_k8s_store *st);
+void kb_k8s_podgc_set_threshold(k8s_ctl *c, size_t threshold); /* 0: off */
+uint64_t kb_k8s_podgc_collected(const k8s_ctl *c);
 
 /* ---- helpers (ctl_store.c) ---- */
 /* The ownerReference with controller: true, or NULL. */

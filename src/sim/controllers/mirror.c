@@ -5,9 +5,11 @@
  * controller gives them (names, labels, owner references); the rest look
  * like Argo's. */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "k8s_internal.h"
 #include "k8s_ctl.h"
@@ -36,6 +38,7 @@ typedef struct glue_run {
   uint32_t gen;
   uint8_t wf_state;       /* the KFP run's Workflow object */
   char *wf_ns, *wf_name;  /* its name, while it is LIVE */
+  char *wf_uid;           /* and uid (its pods' ownerReferences) */
   char *adopt_ns, *adopt_name; /* the client's pod object (kb_glue_adopt_pod) */
 } glue_run;
 
@@ -52,8 +55,9 @@ struct sim_glue {
   kb_sim_kfp *kfp;
   uv_loop_t *loop;
   uv_idle_t idle;
+  uv_check_t trim; /* packs the store's objects between loop turns */
   int idle_init, idle_on, flushing, writing, stopped;
-  int demanded; /* someone uses the Kubernetes/Argo view: keep it current */
+  int looked; /* a Kubernetes/Argo request came: the leases start */
   int creating_pod; /* pod_create is writing a model pod */
   glue_pod *pods;
   size_t n_pods;
@@ -68,8 +72,9 @@ struct sim_glue {
   uint64_t rng;
   glue_ctl *ctl[7];
   k8s_ctls *apps; /* the store-level controllers (k8s_ctl.h) */
-  kb_vclock *apps_clock; /* theirs once the view is demanded (leases cost writes) */
+  kb_vclock *apps_clock; /* theirs once someone looks (leases cost writes) */
   int apps_clocked;
+  double longest_turn; /* CPU seconds of the longest idle flush (kb_glue_longest_turn) */
   const kb_k8s_res *r_pods, *r_nodes, *r_events, *r_workflows, *r_namespaces;
 };
 
@@ -173,15 +178,42 @@ static size_t dirty_take(dirty_set *d, uint32_t **out) {
   return n;
 }
 
-static void on_idle(uv_idle_t *h) { kb_glue_flush(h->data); }
+/* top: 0 inside another's work (no trims), 1 an idle turn (trims, a
+ * budget), 2 before a request (trims, everything). */
+static void flush(sim_glue *g, int top);
+/* Nothing up the stack holds a pointer into the store here: its objects
+ * may go back to text (kb_k8s_store_trim), also between the flush's writes. */
+static double thread_cpu(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
 
-/* The mirror costs more than the model it mirrors (a JSON object per pod,
- * events, watch history), so it only runs once someone looks: a request to
- * the Kubernetes or Argo API (kb_glue_flush) or a controller owning a run.
- * Until then the dirty sets (deduplicated, bounded by the object counts)
- * just accumulate; the first look writes everything out. */
+static void on_idle(uv_idle_t *h) {
+  sim_glue *g = h->data;
+  double t0 = thread_cpu();
+  flush(g, 1);
+  double dt = thread_cpu() - t0;
+  if (dt > g->longest_turn) g->longest_turn = dt;
+}
+
+double kb_glue_longest_turn(const sim_glue *g) { return g->longest_turn; }
+/* Trees kept before a trim: an object written or read again soon (a pod
+ * through its phases) is not printed and parsed at every turn. */
+#define HOT_BUDGET 512
+
+static void trim(sim_glue *g) {
+  if (kb_k8s_store_hot(g->st) > HOT_BUDGET) kb_k8s_store_trim(g->st);
+}
+
+static void on_check(uv_check_t *h) { trim(h->data); }
+
+/* The view is kept current as the model changes: the observer marks
+ * objects dirty and the idle turn after writes them out, so a first
+ * Kubernetes request finds it built (it once was built then, all at once,
+ * which held the loop for as long as 100,000 pods took). */
 static void want_flush(sim_glue *g) {
-  if (!g->demanded || g->idle_on || g->stopped || !g->idle_init) return;
+  if (g->idle_on || g->stopped || !g->idle_init) return;
   g->idle_on = 1;
   uv_idle_start(&g->idle, on_idle);
 }
@@ -202,8 +234,8 @@ static void observer(void *ud, kb_sim_kind kind, uint32_t index, uint64_t rv) {
 
 /* The record no longer names a Workflow object (it is gone). */
 static void workflow_forget(glue_run *r) {
-  free(r->wf_ns), free(r->wf_name);
-  r->wf_ns = r->wf_name = NULL;
+  free(r->wf_ns), free(r->wf_name), free(r->wf_uid);
+  r->wf_ns = r->wf_name = r->wf_uid = NULL;
   r->wf_state = OBJ_GONE;
 }
 
@@ -235,7 +267,6 @@ void kb_glue_own_run(sim_glue *g, int run, const glue_owner_ops *ops, void *ud) 
   if (!r) return;
   r->ops = ops;
   r->ud = ud;
-  g->demanded = 1;
 }
 
 void kb_glue_adopt_pod(sim_glue *g, int run, const char *ns, const char *name) {
@@ -339,7 +370,10 @@ static int pod_adopt(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue_
 static int pod_create(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue_run *r) {
   if (r && r->adopt_name) return pod_adopt(g, gp, pi, r, r->adopt_ns, r->adopt_name);
   cJSON *o = owned(r) && r->ops->pod && r->ud ? r->ops->pod(r->ud, pi->run, pi->step) : NULL;
-  if (!o) o = kb_argo_server_pod(g, pi, wf_uid(g, pi->namespace_, pi->workflow));
+  /* the Workflow's uid as the mirror made it, else as stored (a peek parses it) */
+  const char *uid = r && r->wf_uid && r->wf_name && !strcmp(r->wf_name, pi->workflow)
+                        ? r->wf_uid : NULL;
+  if (!o) o = kb_argo_server_pod(g, pi, uid ? uid : wf_uid(g, pi->namespace_, pi->workflow));
   if (!o) return -1;
   cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
   const char *ns = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(md, "namespace"));
@@ -606,14 +640,18 @@ void kb_glue_event(sim_glue *g, const cJSON *obj, const char *type, const char *
   if (rc == 0) event_keep(g, ns ? ns : "default", ename);
 }
 
-static void mirror_events(sim_glue *g) {
+/* Mirrors up to `budget` new model events; returns how many. */
+static size_t mirror_events(sim_glue *g, size_t budget) {
   g->events_dirty = 0;
   uint64_t first = kb_sim_event_first(g->sim), end = kb_sim_event_end(g->sim);
   if (g->ev_next < first) g->ev_next = first;
-  for (; g->ev_next < end; g->ev_next++) {
+  size_t done = 0;
+  for (; g->ev_next < end && done < budget; g->ev_next++, done++) {
     kb_sim_event_info ev;
     if (kb_sim_event_get(g->sim, g->ev_next, &ev) == 0) mirror_event(g, &ev);
   }
+  if (g->ev_next < end) g->events_dirty = 1;
+  return done;
 }
 
 /* ---- runs: KFP workflows ---- */
@@ -677,6 +715,8 @@ void kb_glue_kfp_workflow(sim_glue *g, int run) {
       return;
     }
     r->wf_state = OBJ_LIVE;
+    const char *uid = wf_uid(g, ri.namespace_, ri.workflow);
+    r->wf_uid = uid ? strdup(uid) : NULL;
     r->wf_ns = strdup(ri.namespace_);
     r->wf_name = strdup(ri.workflow);
   }
@@ -706,9 +746,27 @@ static void mirror_run(sim_glue *g, int run) {
 /* ---- flush ---- */
 
 void kb_glue_flush(sim_glue *g) {
-  g->demanded = 1;
+  g->looked = 1;
+  flush(g, 0);
+}
+
+size_t kb_glue_backlog(const sim_glue *g) {
+  uint64_t end = kb_sim_event_end(g->sim);
+  return g->d_runs.n + g->d_pods.n + g->d_nodes.n + (size_t)(end > g->ev_next ? end - g->ev_next : 0);
+}
+
+void kb_glue_flush_all(sim_glue *g) {
+  g->looked = 1;
+  flush(g, 2);
+}
+
+#define TRIM_EVERY 64 /* objects mirrored between trims in a top-level flush */
+#define FLUSH_BUDGET 64 /* objects an idle turn mirrors at most */
+#define FLUSH_CPU 0.010 /* and seconds of CPU it takes at most (one object more) */
+
+static void flush(sim_glue *g, int top) {
   if (g->flushing || g->stopped) return;
-  if (!g->apps_clocked && g->apps_clock) { /* as lazy as the mirror */
+  if (!g->apps_clocked && g->apps_clock && g->looked) { /* as lazy as the mirror */
     g->apps_clocked = 1;
     kb_k8s_ctls_set_clock(g->apps, g->apps_clock);
   }
@@ -716,18 +774,32 @@ void kb_glue_flush(sim_glue *g) {
   kb_sim_sync(g->sim);
   /* Owners react to their runs by changing the model, which dirties more:
    * a few rounds settle it (anything left waits for the next idle turn). */
-  for (int round = 0; round < 8; round++) {
+  /* An idle turn does FLUSH_BUDGET objects and leaves the rest dirty for
+   * the next one, so the requests in between wait for one slice, not for
+   * a burst of thousands of pods; a request's own flush does everything. */
+  size_t budget = top == 1 ? FLUSH_BUDGET : SIZE_MAX;
+  double deadline = top == 1 ? thread_cpu() + FLUSH_CPU : 0;
+#define MORE() (budget && (!deadline || thread_cpu() < deadline) ? 1 : (budget = 0))
+  for (int round = 0; round < 8 && budget; round++) {
     uint32_t *v;
-    size_t n = dirty_take(&g->d_runs, &v);
-    for (size_t i = 0; i < n; i++) mirror_run(g, (int)v[i]);
+    size_t n = dirty_take(&g->d_runs, &v), i;
+    for (i = 0; i < n && MORE(); i++, budget--) {
+      mirror_run(g, (int)v[i]);
+      if (top && i % TRIM_EVERY == TRIM_EVERY - 1) trim(g);
+    }
+    for (; i < n; i++) dirty_add(&g->d_runs, v[i]);
     free(v);
     n = dirty_take(&g->d_pods, &v);
-    for (size_t i = 0; i < n; i++) mirror_pod(g, (int)v[i]);
+    for (i = 0; i < n && MORE(); i++, budget--) {
+      mirror_pod(g, (int)v[i]);
+      if (top && i % TRIM_EVERY == TRIM_EVERY - 1) trim(g);
+    }
+    for (; i < n; i++) dirty_add(&g->d_pods, v[i]);
     free(v);
     n = dirty_take(&g->d_nodes, &v);
-    for (size_t i = 0; i < n; i++) kb_glue_mirror_node(g, (int)v[i]);
+    for (i = 0; i < n; i++) kb_glue_mirror_node(g, (int)v[i]);
     free(v);
-    if (g->events_dirty) mirror_events(g);
+    if (g->events_dirty && MORE()) budget -= mirror_events(g, budget);
     if (!g->d_runs.n && !g->d_pods.n && !g->d_nodes.n && !g->events_dirty) break;
   }
   if (!g->d_runs.n && !g->d_pods.n && !g->d_nodes.n && !g->events_dirty && g->idle_on) {
@@ -774,6 +846,10 @@ int kb_glue_start(sim_glue *g) {
   if (uv_idle_init(g->loop, &g->idle)) return -1;
   g->idle.data = g;
   g->idle_init = 1;
+  if (uv_check_init(g->loop, &g->trim)) return -1;
+  g->trim.data = g;
+  uv_check_start(&g->trim, on_check);
+  uv_unref((uv_handle_t *)&g->trim); /* it keeps no loop alive */
   for (size_t i = 0; i < kb_sim_node_count(g->sim); i++) kb_glue_mirror_node(g, (int)i);
   g->ev_next = kb_sim_event_end(g->sim);
   g->ctl[0] = kb_glue_job_start(g);
@@ -790,6 +866,8 @@ int kb_glue_start(sim_glue *g) {
   return g->apps ? 0 : -1;
 }
 
+void kb_glue_set_pod_gc(sim_glue *g, size_t threshold) { kb_k8s_ctls_set_pod_gc(g->apps, threshold); }
+
 void kb_glue_stop(sim_glue *g) {
   if (!g || g->stopped) return;
   g->stopped = 1;
@@ -800,7 +878,10 @@ void kb_glue_stop(sim_glue *g) {
   }
   kb_k8s_ctls_free(g->apps);
   g->apps = NULL;
-  if (g->idle_init) uv_close((uv_handle_t *)&g->idle, NULL);
+  if (g->idle_init) {
+    uv_close((uv_handle_t *)&g->idle, NULL);
+    uv_close((uv_handle_t *)&g->trim, NULL);
+  }
 }
 
 void kb_glue_free(sim_glue *g) {
@@ -815,6 +896,7 @@ void kb_glue_free(sim_glue *g) {
     free(g->runs[i].pods);
     free(g->runs[i].wf_ns);
     free(g->runs[i].wf_name);
+    free(g->runs[i].wf_uid);
     free(g->runs[i].adopt_ns);
     free(g->runs[i].adopt_name);
   }

@@ -48,6 +48,8 @@ void kb_glue_set_kfp(sim_glue *g, kb_sim_kfp *kfp);
 void kb_glue_serving(sim_glue *g, struct kb_vclock *clock, const char *ip, int port);
 /* Installs the observer and the controllers, creates the Node objects. */
 int kb_glue_start(sim_glue *g);
+/* The terminated-pod GC threshold (k8s_ctl.h; 0: off), after kb_glue_start. */
+void kb_glue_set_pod_gc(sim_glue *g, size_t threshold);
 /* Stops the idle handle and the controllers (before the loop's last run). */
 void kb_glue_stop(sim_glue *g);
 /* After the loop's last run. */
@@ -55,6 +57,14 @@ void kb_glue_free(sim_glue *g);
 
 /* Writes out everything dirty (syncs the model first). Reentrancy-safe. */
 void kb_glue_flush(sim_glue *g);
+/* The same where nothing up the stack holds a pointer into the store (the
+ * server before a request): the store is trimmed between the writes, so a
+ * large backlog never holds a tree per object at once. */
+void kb_glue_flush_all(sim_glue *g);
+/* CPU seconds of the longest idle turn the mirror took (its slices). */
+double kb_glue_longest_turn(const sim_glue *g);
+/* Runs, pods and nodes dirty and model events not mirrored yet. */
+size_t kb_glue_backlog(const sim_glue *g);
 
 kb_sim *kb_glue_sim(sim_glue *g);
 uv_loop_t *kb_glue_loop(sim_glue *g);

@@ -232,7 +232,7 @@ static const char *verb_of(const route *r, const char *method, const char *query
 
 /* ---- streams ---------------------------------------------------------------- */
 
-static void api_maybe_free(kb_k8s_api *api) {
+void kb_k8s_api_maybe_free(kb_k8s_api *api) {
   if (api->closing && api->handles == 0) free(api);
 }
 
@@ -244,7 +244,7 @@ static void stream_closed(uv_handle_t *h) {
   free(ks->container);
   free(ks);
   api->handles--;
-  api_maybe_free(api);
+  kb_k8s_api_maybe_free(api);
 }
 
 static void stream_finish(kstream *ks) {
@@ -695,6 +695,9 @@ void kb_k8s_api_set_fault(kb_k8s_api *api, kb_k8s_fault_fn fn, void *ud) {
 
 size_t kb_k8s_api_streams(const kb_k8s_api *api) { return api->n_streams; }
 
+uint64_t kb_k8s_api_list_slices(const kb_k8s_api *api) { return api->list_slices; }
+double kb_k8s_api_longest_slice(const kb_k8s_api *api) { return api->longest_slice; }
+
 void kb_k8s_api_set_authorization(kb_k8s_api *api, int deny_all) { api->deny_all = deny_all; }
 
 void kb_k8s_api_free(kb_k8s_api *api) {
@@ -702,11 +705,12 @@ void kb_k8s_api_free(kb_k8s_api *api) {
   api->closing = 1;
   kb_k8s_log_set_listener(api->st, NULL, NULL);
   while (api->streams) stream_finish(api->streams);
+  kb_k8s_lists_end(api);
   while (api->delays) {
     kdelay *d = api->delays;
     kb_httpd_req *req = d->req;
     delay_unlink(d);
     kb_k8s_fail(req, NULL, 503, "ServiceUnavailable", "the simulated apiserver is shutting down");
   }
-  api_maybe_free(api);
+  kb_k8s_api_maybe_free(api);
 }

@@ -14,6 +14,7 @@
 
 typedef struct kstream kstream;
 typedef struct kdelay kdelay;
+typedef struct klist klist; /* a list written in slices (k8s_api_list.c) */
 
 struct kb_k8s_api {
   uv_loop_t *loop;
@@ -25,6 +26,9 @@ struct kb_k8s_api {
   void *fault_ud;
   kstream *streams;
   kdelay *delays;
+  klist *lists;
+  uint64_t list_slices; /* loop turns lists took (kb_k8s_api_list_slices) */
+  double longest_slice; /* CPU seconds of the longest */
   size_t n_streams;
   int handles; /* open uv handles; freed at 0 once closing */
   int closing;
@@ -80,6 +84,18 @@ k8s_table_include kb_k8s_table_include_of(const char *query);
 int kb_k8s_refuse_bad_rv(kb_httpd_req *req, const kb_k8s_res *res, const char *rv);
 void kb_k8s_do_watch(kb_k8s_api *api, kb_httpd_req *req, const route *r, const char *query);
 void kb_k8s_do_log(kb_k8s_api *api, kb_httpd_req *req, const route *r, const char *query);
+
+/* Frees the api once it is closing and its last handle closed. */
+void kb_k8s_api_maybe_free(kb_k8s_api *api);
+
+/* ---- k8s_api_list.c ---- */
+
+/* Answers a JSON list (no Table, no protobuf) from a snapshot: at once
+ * when it is short, else in slices over loop turns. */
+void kb_k8s_list_sliced(kb_k8s_api *api, kb_httpd_req *req, const kb_k8s_res *res,
+                        const kb_k8s_list_opts *opts);
+/* Cuts every list still being written (the api is closing). */
+void kb_k8s_lists_end(kb_k8s_api *api);
 
 /* ---- k8s_api_objects.c ---- */
 

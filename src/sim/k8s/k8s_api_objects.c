@@ -110,6 +110,11 @@ static void do_list(kb_k8s_api *api, kb_httpd_req *req, const route *r, const ch
   kb_k8s_qget(query, "limit", limit, sizeof limit);
   kb_k8s_qget(query, "continue", cont, sizeof cont);
   kb_k8s_list_opts o = {r->ns, labels, fields, (size_t)strtoul(limit, NULL, 10), cont};
+  const char *accept = kb_httpd_req_header(req, "Accept");
+  if (!kb_k8s_wants_table(req) && !(accept && kb_k8s_proto_media(accept))) {
+    kb_k8s_list_sliced(api, req, r->res, &o); /* JSON: the stored text, in slices */
+    return;
+  }
   cJSON *list;
   kb_k8s_error err;
   if (kb_k8s_list(api->st, r->res, &o, &list, &err)) {

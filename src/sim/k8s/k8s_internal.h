@@ -5,10 +5,14 @@
 #include "kb/buf.h"
 #include "kb/k8s_store.h"
 
+/* A stored object state, shared by the entry and the watch history
+ * (k8s_obj.c). */
+typedef struct k8s_obj k8s_obj;
+
 typedef struct k8s_entry {
   char *ns;   /* "" for cluster-scoped objects */
   char *name;
-  cJSON *obj;
+  k8s_obj *o;
 } k8s_entry;
 
 /* One resource type and its objects, sorted by (ns, name). */
@@ -23,8 +27,8 @@ typedef struct k8s_event {
   kb_k8s_event_type type;
   int res_index;
   uint64_t rv;
-  cJSON *obj;  /* the new state (DELETED: the last state) */
-  cJSON *prev; /* MODIFIED: the state before */
+  k8s_obj *obj;  /* the new state (DELETED: the last state) */
+  k8s_obj *prev; /* MODIFIED: the state before */
 } k8s_event;
 
 typedef struct k8s_log k8s_log;
@@ -76,7 +80,36 @@ struct kb_k8s_store {
   /* the field manager of the API request writing now (kb_k8s_store_set_manager),
    * NULL for the simulator's own writes: they record no managedFields */
   const char *manager;
+  /* objects holding a tree, for kb_k8s_store_trim (k8s_obj.c) */
+  k8s_obj **hot;
+  size_t n_hot, cap_hot;
+  struct k8s_pack *pack; /* the compressor, dictionaries by resource */
 };
+
+/* A new stored state of a resource (its index) holding tree (consumed),
+ * one reference; NULL on OOM. */
+k8s_obj *kb_k8s_obj_new(kb_k8s_store *st, int res_index, cJSON *tree);
+void kb_k8s_obj_ref(k8s_obj *o);
+/* Whether an entry holds the state (packed deflated) or only the history
+ * and lists do (packed as text: it goes when its events do). */
+void kb_k8s_obj_set_current(k8s_obj *o, int current);
+void kb_k8s_obj_unref(k8s_obj *o);
+/* The state as a tree, parsed from its text if packed (kept until the next
+ * kb_k8s_store_trim); NULL on OOM. */
+const cJSON *kb_k8s_obj_tree(const kb_k8s_store *st, k8s_obj *o);
+/* A new tree of the state (the caller's); NULL on OOM. */
+cJSON *kb_k8s_obj_copy(const k8s_obj *o);
+/* Appends the state's JSON text (cJSON_PrintUnformatted's) to out; 0 or -1. */
+int kb_k8s_obj_append(k8s_obj *o, kb_buf *out);
+/* Whether the state matches the selector (a packed one is parsed for it
+ * and not kept). */
+int kb_k8s_obj_match(const k8s_obj *o, const kb_k8s_selector *sel);
+/* Frees the compressor and its dictionaries (kb_k8s_store_free). */
+void kb_k8s_pack_free(kb_k8s_store *st);
+/* The entry's object as a tree (see kb_k8s_obj_tree). */
+static inline const cJSON *kb_k8s_entry_tree(const kb_k8s_store *st, const k8s_entry *e) {
+  return kb_k8s_obj_tree(st, e->o);
+}
 
 /* Store-internal write flags, beside the public KB_K8S_* ones. */
 #define K8S_MARK_DELETED 0x100 /* replace_entry: a delete sets the deletion fields */
@@ -154,5 +187,33 @@ int kb_k8s_schema_unknown_fields(const kb_k8s_res *r, const cJSON *obj, char *ou
  * components, to `components`; 0 if there is no such definition. */
 int kb_k8s_schema_add_closure(cJSON *components, const char *name);
 int kb_k8s_base64_decode(const char *in, char *out, size_t cap, size_t *n);
+
+/* ---- shared by the store's files (k8s_store.c, k8s_watch.c, k8s_delete.c,
+ * k8s_list.c, k8s_status.c) ---- */
+k8s_bucket *kb_k8s_bucket_of(const kb_k8s_store *st, const kb_k8s_res *res);
+/* Index of the first entry >= (ns, name); *found when equal. */
+size_t kb_k8s_bucket_search(const k8s_bucket *b, const char *ns, const char *name, int *found);
+k8s_entry *kb_k8s_entry_find(const kb_k8s_store *st, const kb_k8s_res *res, const char *ns,
+                             const char *name);
+int kb_k8s_not_found(kb_k8s_error *err, const kb_k8s_res *res, const char *name);
+int kb_k8s_conflict(kb_k8s_error *err, const kb_k8s_res *res, const char *name);
+int kb_k8s_err_named(kb_k8s_error *err, const char *name, int rc);
+int kb_k8s_oom(kb_k8s_error *err);
+int kb_k8s_set_rv(cJSON *obj, uint64_t rv);
+int kb_k8s_set_str(cJSON *obj, const char *key, const char *v);
+int kb_k8s_set_item(cJSON *obj, const char *key, cJSON *v);
+int kb_k8s_has_finalizers(const cJSON *obj);
+/* Removes the entry and returns its object (the entry's reference). */
+k8s_obj *kb_k8s_take_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e);
+/* Stores `next` (consumed) in place of entry e after the metadata rules. */
+int kb_k8s_replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, cJSON *next,
+                         unsigned flags, cJSON **out, kb_k8s_error *err);
+/* Takes the entry out and records its DELETED event (the caller bumped st->rv). */
+void kb_k8s_finish_delete(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, cJSON **out);
+/* Records a write in the history and delivers it (k8s_watch.c). */
+void kb_k8s_emit(kb_k8s_store *st, kb_k8s_event_type type, const kb_k8s_res *res,
+                 k8s_obj *obj, k8s_obj *prev);
+void kb_k8s_event_unref(k8s_event *ev);
+void kb_k8s_watch_free(kb_k8s_watch *w);
 
 #endif

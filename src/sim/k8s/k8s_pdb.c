@@ -112,7 +112,7 @@ static void count(kb_k8s_store *st, const cJSON *pdb, pdb_counts *pc) {
   k8s_bucket *b = bucket(st, kb_k8s_store_lookup(st, "", "v1", "pods"));
   int n = 0, uncontrolled = 0;
   for (size_t i = 0; b && i < b->n; i++) {
-    const cJSON *pod = b->v[i].obj;
+    const cJSON *pod = kb_k8s_entry_tree(st, &b->v[i]);
     if (ns && strcmp(b->v[i].ns, ns)) continue;
     if (!kb_k8s_label_selector_match(sel, kb_k8s_path(pod, "metadata.labels"))) continue;
     n++;
@@ -234,13 +234,13 @@ int kb_k8s_pod_evict(kb_k8s_store *st, const char *ns, const char *name, const c
   k8s_bucket *b = bucket(st, pdbs);
   for (size_t i = 0; !ignore_pdb && b && i < b->n; i++) {
     if (strcmp(b->v[i].ns, ns) ||
-        !kb_k8s_label_selector_match(kb_k8s_path(b->v[i].obj, "spec.selector"), kb_k8s_path(pod, "metadata.labels")))
+        !kb_k8s_label_selector_match(kb_k8s_path(kb_k8s_entry_tree(st, &b->v[i]), "spec.selector"), kb_k8s_path(pod, "metadata.labels")))
       continue;
     if (budget)
       return refuse(out, 500, "InternalError",
                     "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
                     NULL);
-    budget = b->v[i].obj;
+    budget = kb_k8s_entry_tree(st, &b->v[i]);
   }
   if (budget) {
     cJSON *status = kb_k8s_pdb_status(st, budget);
