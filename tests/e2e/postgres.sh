@@ -59,8 +59,9 @@ URL="$BASE/results"
 expect_code() { [ "$1" = "$2" ] || fail "$3: exit code $1, expected $2"; }
 expect_in() { grep -qF -- "$2" "$1" || { fail "'$2' not in $(basename "$1"):"; sed 's/^/    /' "$1" >&2; }; }
 
-"$KBRUN" db query --db "$BASE/postgres" "CREATE DATABASE results" >"$WORK/create" 2>&1
-expect_code $? 0 "CREATE DATABASE"
+psql -q "$BASE/postgres" -c "CREATE DATABASE results" >"$WORK/create" 2>&1
+rc=$?; [ "$rc" = 0 ] || sed "s/^/    /" "$WORK/create" >&2
+expect_code $rc 0 "CREATE DATABASE"
 
 # two runs, then the database holds exactly their folders' results
 OUT="$WORK/exp"

@@ -17,7 +17,8 @@ declare -A uses=(
   [sim_kfp]="sim_model"  [sim_k8s]="sim_model"
   [sim_argo]="sim_k8s"   [sim_ctl]="sim_k8s sim_kfp"
   [sim]="sim_argo sim_ctl"
-  [rt]="base"            [lua]="rt sim net codec stats"
+  [db]="base codec"
+  [rt]="base"            [lua]="rt sim net codec stats db"
 )
 
 closure() { # the layers $1 may use, transitively
