@@ -404,6 +404,43 @@ static void check_smp(const char *doc, const char *patch, const char *want) {
   cJSON_Delete(d); cJSON_Delete(p); cJSON_Delete(w);
 }
 
+/* Garbage collection finds dependents through the owners index: it follows
+ * ownerReferences as they are now (a patch that drops one releases the
+ * dependent) and tells same-named objects of two namespaces apart. */
+static void test_gc_owner_index(void) {
+  kb_k8s_store *st = new_store(0);
+  const kb_k8s_res *jobs = kb_k8s_store_find(st, "batch", "jobs");
+  const kb_k8s_res *pods = kb_k8s_store_find(st, "", "pods");
+  cJSON *job = J("{\"metadata\":{\"name\":\"j\"},\"spec\":{\"template\":{\"spec\":{\"restartPolicy\":\"Never\",\"containers\":[{\"name\":\"c\",\"image\":\"i\"}]}}}}");
+  cJSON *out;
+  KB_CHECK(kb_k8s_create(st, jobs, "default", job, 0, &out, NULL) == 0);
+  char uid[64];
+  snprintf(uid, sizeof uid, "%s", str_at(out, "metadata", "uid"));
+  cJSON_Delete(out);
+  add_owned_pod(st, "kept", uid);
+  add_owned_pod(st, "gone", uid);
+  /* a pod of the same name in another namespace, owned by someone else */
+  char buf[512];
+  snprintf(buf, sizeof buf,
+           "{\"metadata\":{\"name\":\"gone\",\"ownerReferences\":[{\"apiVersion\":\"v1\","
+           "\"kind\":\"Pod\",\"name\":\"x\",\"uid\":\"other-uid\"}]},"
+           "\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"i\"}]}}");
+  cJSON *p = J(buf);
+  KB_CHECK(kb_k8s_create(st, pods, "kubeflow", p, 0, NULL, NULL) == 0);
+  cJSON_Delete(p);
+  KB_CHECK(kb_k8s_patch(st, pods, "default", "kept", KB_K8S_PATCH_JSON,
+                        "[{\"op\":\"remove\",\"path\":\"/metadata/ownerReferences\"}]", 55, 0,
+                        NULL, NULL) == 0);
+  kb_k8s_delete_opts bg = {KB_K8S_PROPAGATE_BACKGROUND, NULL, NULL, 0};
+  KB_CHECK(kb_k8s_delete(st, jobs, "default", "j", &bg, NULL, NULL) == 0);
+  KB_CHECK(kb_k8s_peek(st, pods, "default", "kept") != NULL);
+  KB_CHECK(kb_k8s_peek(st, pods, "default", "gone") == NULL);
+  KB_CHECK(kb_k8s_peek(st, pods, "kubeflow", "gone") != NULL);
+  KB_CHECK(count(st, "pods") == 2);
+  cJSON_Delete(job);
+  kb_k8s_store_free(st);
+}
+
 static void test_strategic_merge(void) {
   const char *pod = "{\"spec\":{\"containers\":[{\"name\":\"a\",\"image\":\"1\",\"env\":[{\"name\":\"X\",\"value\":\"1\"}]},"
                     "{\"name\":\"b\",\"image\":\"2\"}],\"tolerations\":[{\"key\":\"t\"}]},"
@@ -735,6 +772,7 @@ int main(void) {
   KB_RUN(test_paging);
   KB_RUN(test_watch);
   KB_RUN(test_delete_gc_finalizers);
+  KB_RUN(test_gc_owner_index);
   KB_RUN(test_strategic_merge);
   KB_RUN(test_merge_and_json_patch);
   KB_RUN(test_logs);

@@ -58,33 +58,58 @@ static int owned_by(const cJSON *obj, const char *uid) {
   return 0;
 }
 
-/* Every object owned by uid (or, for a namespace, in it). */
+typedef struct dep_list {
+  kb_k8s_store *st;
+  dep_ref *v;
+  size_t n, cap;
+  int oom;
+} dep_list;
+
+static void dep_push(dep_list *l, const kb_k8s_res *res, const char *ns, const char *name) {
+  if (l->oom) return;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 8;
+    dep_ref *nv = realloc(l->v, cap * sizeof *nv);
+    if (!nv) {
+      l->oom = 1;
+      return;
+    }
+    l->v = nv;
+    l->cap = cap;
+  }
+  dep_ref d = {res, strdup(ns), strdup(name)};
+  if (!d.ns || !d.name) {
+    free(d.ns);
+    free(d.name);
+    l->oom = 1;
+    return;
+  }
+  l->v[l->n++] = d;
+}
+
+static void dep_indexed(void *ud, int res_index, const char *ns, const char *name) {
+  dep_list *l = ud;
+  if (res_index < 0 || (size_t)res_index >= l->st->n_buckets) return;
+  dep_push(l, &l->st->buckets[res_index]->res, ns, name);
+}
+
+/* Every object owned by uid (or, for a namespace, in it): from the owners
+ * index, or by a scan when the index is incomplete or for a namespace. */
 static dep_ref *dependents(kb_k8s_store *st, const char *uid, const char *in_ns, size_t *n) {
-  dep_ref *v = NULL;
-  size_t cap = 0;
-  *n = 0;
-  if (!in_ns && !kb_k8s_owners_has(st->owners, uid)) return NULL; /* nobody: no scan */
-  for (size_t i = 0; i < st->n_buckets; i++) {
-    k8s_bucket *b = st->buckets[i];
-    for (size_t j = 0; j < b->n; j++) {
-      if (in_ns ? strcmp(b->v[j].ns, in_ns) || !b->res.namespaced : !owned_by(kb_k8s_entry_tree(st, &b->v[j]), uid))
-        continue;
-      if (*n == cap) {
-        cap = cap ? cap * 2 : 8;
-        dep_ref *nv = realloc(v, cap * sizeof *nv);
-        if (!nv) return v;
-        v = nv;
+  dep_list l = {st, NULL, 0, 0, 0};
+  if (in_ns || kb_k8s_owners_dependents(st->owners, uid, dep_indexed, &l) < 0) {
+    for (size_t i = 0; i < st->n_buckets; i++) {
+      k8s_bucket *b = st->buckets[i];
+      for (size_t j = 0; j < b->n; j++) {
+        if (in_ns ? strcmp(b->v[j].ns, in_ns) || !b->res.namespaced
+                  : !owned_by(kb_k8s_entry_tree(st, &b->v[j]), uid))
+          continue;
+        dep_push(&l, &b->res, b->v[j].ns, b->v[j].name);
       }
-      v[*n] = (dep_ref){&b->res, strdup(b->v[j].ns), strdup(b->v[j].name)};
-      if (!v[*n].ns || !v[*n].name) {
-        free(v[*n].ns);
-        free(v[*n].name);
-        return v;
-      }
-      (*n)++;
     }
   }
-  return v;
+  *n = l.n;
+  return l.v;
 }
 
 static void free_deps(dep_ref *v, size_t n) {

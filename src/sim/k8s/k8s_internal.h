@@ -51,12 +51,20 @@ typedef struct k8s_pending {
   struct k8s_pending *next;
 } k8s_pending;
 
-/* Counts of ownerReferences by owner uid (k8s_owners.c). */
+/* The dependents of each owner uid, from ownerReferences (k8s_owners.c).
+ * track(+1) when an entry's state is stored, track(-1) before it is
+ * replaced or removed; ns and name are the entry's own strings. */
 typedef struct k8s_owners k8s_owners;
 k8s_owners *kb_k8s_owners_new(void);
 void kb_k8s_owners_free(k8s_owners *o);
-void kb_k8s_owners_track(k8s_owners *o, const cJSON *obj, int delta);
-int kb_k8s_owners_has(k8s_owners *o, const char *uid);
+void kb_k8s_owners_track(k8s_owners *o, int res_index, const char *ns, const char *name,
+                         const cJSON *obj, int delta);
+/* Calls fn for every object whose ownerReferences name uid; -1 when the
+ * index is incomplete (out of memory) and the caller must scan. */
+int kb_k8s_owners_dependents(const k8s_owners *o, const char *uid,
+                             void (*fn)(void *ud, int res_index, const char *ns,
+                                        const char *name),
+                             void *ud);
 
 struct kb_k8s_store {
   kb_k8s_store_config cfg;

@@ -341,7 +341,7 @@ static int put_entry(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, co
   b->v[i] = (k8s_entry){n1, n2, o};
   kb_k8s_obj_set_current(o, 1);
   b->n++;
-  kb_k8s_owners_track(st->owners, kb_k8s_obj_tree(st, o), +1);
+  kb_k8s_owners_track(st->owners, res->index, n1, n2, kb_k8s_obj_tree(st, o), +1);
   return 0;
 }
 
@@ -350,7 +350,7 @@ k8s_obj *kb_k8s_take_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e
   size_t i = (size_t)(e - b->v);
   k8s_obj *obj = e->o;
   kb_k8s_obj_set_current(obj, 0);
-  kb_k8s_owners_track(st->owners, kb_k8s_obj_tree(st, obj), -1);
+  kb_k8s_owners_track(st->owners, res->index, e->ns, e->name, kb_k8s_obj_tree(st, obj), -1);
   free(e->ns);
   free(e->name);
   memmove(&b->v[i], &b->v[i + 1], (b->n - i - 1) * sizeof *b->v);
@@ -610,8 +610,8 @@ int kb_k8s_replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, 
   k8s_obj *no = kb_k8s_obj_new(st, res->index, next);
   if (!no) return cJSON_Delete(next), kb_k8s_oom(err);
   st->rv++;
-  kb_k8s_owners_track(st->owners, old, -1);
-  kb_k8s_owners_track(st->owners, next, +1);
+  kb_k8s_owners_track(st->owners, res->index, e->ns, e->name, old, -1);
+  kb_k8s_owners_track(st->owners, res->index, e->ns, e->name, next, +1);
   k8s_obj *oo = e->o; /* `old` lives as long as it: the history may keep it */
   e->o = no;
   kb_k8s_obj_set_current(oo, 0);
