@@ -241,6 +241,10 @@ static int run_lua(const char *module, const char *fn, const char *scenario,
   kb_lua_preload(L);
   set_lua_path(L, scenario);
   kb_rt_signals_start(rt);
+  const char *profile = getenv("KBRUN_LUA_PROFILE"); /* for kbrun's own tuning: bench/ */
+  const char *every = getenv("KBRUN_LUA_PROFILE_EVERY");
+  if (profile && *profile && kb_rt_profile_start(rt, profile, every ? atoi(every) : 0))
+    fprintf(stderr, "kbrun: KBRUN_LUA_PROFILE: cannot start the profiler: %s\n", strerror(errno));
 
   /* The runner itself runs as the first task: kb.core.spawn(runner.main, args) */
   int code = 1;
@@ -268,6 +272,8 @@ static int run_lua(const char *module, const char *fn, const char *scenario,
     code = 1;
   }
 done:
+  if (profile && *profile && kb_rt_profile_stop())
+    fprintf(stderr, "kbrun: KBRUN_LUA_PROFILE: cannot write %s: %s\n", profile, strerror(errno));
   kb_rt_free(rt);
   return code;
 }

@@ -110,6 +110,13 @@ int kb_rt_stopping(kb_rt *rt);
  * so the handler gets to run. */
 int kb_rt_signals_start(kb_rt *rt);
 
+/* A sampling profiler of the Lua code (src/rt/profile.c; KBRUN_LUA_PROFILE):
+ * start counts the main thread's stacks on its CPU time (every > 0: every
+ * `every` Lua VM instructions instead); stop writes them, folded, to path.
+ * Both return 0 or -1 (errno set). */
+int kb_rt_profile_start(kb_rt *rt, const char *path, int every);
+int kb_rt_profile_stop(void);
+
 /* ---- tasks --------------------------------------------------------------- */
 kb_task *kb_task_running(lua_State *L);   /* raises a Lua error outside a task */
 kb_task *kb_task_of(lua_State *L);        /* NULL outside a task */

@@ -75,6 +75,7 @@ void kb__task_resume(kb_task *t, int nargs);
 void kb__task_release(kb_task *t);
 void kb__tasks_abandon(kb_rt *rt);
 void kb__signals_stop(kb_rt *rt);
+void kb__signal_arm(lua_State *L);
 void kb_task_register(lua_State *L);
 int kb_task_push_unobserved(lua_State *L);
 

@@ -20,6 +20,12 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar) {
   lua_error(L);
 }
 
+/* Arms the interrupt on L (the profiler re-arms it when its own hook took
+ * the place of one). */
+void kb__signal_arm(lua_State *L) {
+  lua_sethook(L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
 static void on_signal(int sig) {
   kb_rt *rt = signal_rt;
   if (!rt) return;
@@ -32,8 +38,7 @@ static void on_signal(int sig) {
   rt->pending_signal = sig;
   lua_State *running = rt->running;
   /* lua_sethook is safe to call from a signal handler (lua.c does it). */
-  if (running && running != rt->L)
-    lua_sethook(running, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+  if (running && running != rt->L) kb__signal_arm(running);
   uv_async_send(&rt->signal_async);
 }
 

@@ -312,10 +312,11 @@ void kb__task_resume(kb_task *t, int nargs) {
   }
   t->state = TASK_RUNNING;
   rt->in_lua++;
+  lua_State *outer = rt->running; /* a task resumed from inside another's Lua */
   rt->running = t->co;
   int nres = 0;
   int status = lua_resume(t->co, rt->L, nargs, &nres);
-  rt->running = NULL;
+  rt->running = outer;
   rt->in_lua--;
 
   if (status == LUA_YIELD) {
