@@ -43,6 +43,11 @@ typedef enum kb_json_numkind {
  * stop the parse with KB_JSON_EABORT. A NULL callback ignores its event.
  * String and key bytes are only valid during the call: they point into the
  * text when the string had no escapes, else into the scratch buffer. */
+/* What on_key returns to have the member's value passed over: parsed and
+ * checked as any other, but without events, so a consumer builds nothing
+ * for a large member it never reads (a status poll's run details). */
+#define KB_JSON_SKIP_MEMBER 2
+
 typedef struct kb_json_handler {
   int (*on_null)(void *ud);
   int (*on_bool)(void *ud, int value);

@@ -34,6 +34,21 @@ static const unsigned char str_stop[256] = {
 
 static inline int is_digit(unsigned c) { return c - '0' < 10u; }
 
+/* Does any of the 8 bytes at p stop a plain run (str_stop)? Word at a time:
+ * a byte < 0x20, '"', '\\' or >= 0x80. The zero-byte tests can flag a
+ * byte above a real hit (borrows), never miss one: a flagged word is
+ * rescanned byte by byte. Most of a Kubernetes or KFP object's text is
+ * string bytes, and this is where decoding spends its time. */
+static inline int stops_in8(const unsigned char *p) {
+  const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+  uint64_t x;
+  memcpy(&x, p, sizeof x);
+  uint64_t quote = x ^ (ones * '"'), bslash = x ^ (ones * '\\');
+  uint64_t hits = ((x - ones * 0x20) & ~x) | ((quote - ones) & ~quote) |
+                  ((bslash - ones) & ~bslash) | x;
+  return (hits & high) != 0;
+}
+
 int kb_json_utf8_seq(const unsigned char *s, size_t n) {
   unsigned c = s[0];
   if (c < 0x80) return 1;
@@ -65,6 +80,7 @@ typedef struct parser {
   void *ud;
   kb_buf *scratch;
   unsigned depth, max_depth;
+  int skip; /* on_key asked for its member's value to be passed over */
   kb_json_error *err;
 } parser;
 
@@ -213,6 +229,7 @@ static int parse_string(parser *ps, int is_key) {
   const unsigned char *open = ps->p, *p = open + 1, *end = ps->end, *run = p;
   kb_buf *sb = NULL; /* set once an escape forces a copy */
   for (;;) {
+    while (end - p >= 8 && !stops_in8(p)) p += 8;
     while (p < end && !str_stop[*p]) p++;
     if (p >= end) return fail(ps, open, KB_JSON_ESYNTAX, "unterminated string");
     unsigned c = *p;
@@ -243,8 +260,13 @@ static int parse_string(parser *ps, int is_key) {
     len = sb->len;
   }
   ps->p = p + 1;
-  if (is_key ? EMIT(ps, on_key, s, len) : EMIT(ps, on_string, s, len))
+  if (is_key) {
+    int rc = ps->h->on_key ? ps->h->on_key(ps->ud, s, len) : 0;
+    if (rc == KB_JSON_SKIP_MEMBER) ps->skip = 1;
+    else if (rc) return aborted(ps);
+  } else if (EMIT(ps, on_string, s, len)) {
     return aborted(ps);
+  }
   return 0;
 }
 
@@ -334,6 +356,17 @@ static int parse_array(parser *ps) {
   return EMIT0(ps, on_end_array) ? aborted(ps) : 0;
 }
 
+/* Parses the value at ps->p in full, without events (KB_JSON_SKIP_MEMBER):
+ * checked as any other, at the cost of the scan alone. */
+static int skip_value(parser *ps) {
+  static const kb_json_handler silent = {0};
+  const kb_json_handler *h = ps->h;
+  ps->h = &silent;
+  int rc = parse_value(ps);
+  ps->h = h;
+  return rc;
+}
+
 static int parse_object(parser *ps) {
   char what[24];
   const unsigned char *comma = NULL;
@@ -352,6 +385,7 @@ static int parse_object(parser *ps) {
         return fail(ps, ps->p, KB_JSON_ESYNTAX, "unexpected %s, expected a string key",
                     describe(ps, ps->p, what));
       }
+      ps->skip = 0;
       if ((rc = parse_string(ps, 1))) return rc;
       skip_ws(ps);
       if (ps->p >= ps->end || *ps->p != ':')
@@ -359,7 +393,7 @@ static int parse_object(parser *ps) {
                     describe(ps, ps->p, what));
       ps->p++;
       skip_ws(ps);
-      if ((rc = parse_value(ps))) return rc;
+      if ((rc = ps->skip ? skip_value(ps) : parse_value(ps))) return rc;
       skip_ws(ps);
       if (ps->p < ps->end && *ps->p == ',') {
         comma = ps->p++;

@@ -582,25 +582,8 @@ typedef struct decoder {
   jstate *st;
   unsigned depth;
   int room; /* stack slots known to be free (an underestimate after pops) */
-  int skip_set;       /* stack index of opts.skip, or 0 */
-  int skip_value;     /* the next value belongs to a skipped member */
-  unsigned skip_nest; /* > 0 inside a skipped member's containers */
+  int skip_set; /* stack index of opts.skip, or 0 */
 } decoder;
-
-/* 1 when the value now starting is to be left out (a skipped member's, or
- * inside one). `opens` says the value is a container, whose end will come. */
-static inline int dec_skipping(decoder *d, int opens) {
-  if (d->skip_nest) {
-    d->skip_nest += (unsigned)opens;
-    return 1;
-  }
-  if (d->skip_value) {
-    d->skip_value = 0;
-    d->skip_nest = (unsigned)opens;
-    return 1;
-  }
-  return 0;
-}
 
 static inline void dec_room(decoder *d) {
   if (--d->room < 0) {
@@ -655,7 +638,6 @@ static int dec_member(decoder *d) {
 
 static int dec_null(void *ud) {
   decoder *d = ud;
-  if (dec_skipping(d, 0)) return 0;
   dec_room(d);
   kb_push_null(d->L);
   return dec_member(d);
@@ -663,7 +645,6 @@ static int dec_null(void *ud) {
 
 static int dec_bool(void *ud, int v) {
   decoder *d = ud;
-  if (dec_skipping(d, 0)) return 0;
   dec_room(d);
   lua_pushboolean(d->L, v);
   return dec_member(d);
@@ -672,7 +653,6 @@ static int dec_bool(void *ud, int v) {
 static int dec_number(void *ud, const char *s, size_t len, kb_json_numkind kind) {
   decoder *d = ud;
   int64_t i;
-  if (dec_skipping(d, 0)) return 0;
   dec_room(d);
   if (kind == KB_JSON_INTEGER && kb_json_number_int64(s, len, &i) == 0)
     lua_pushinteger(d->L, (lua_Integer)i);
@@ -683,7 +663,6 @@ static int dec_number(void *ud, const char *s, size_t len, kb_json_numkind kind)
 
 static int dec_string(void *ud, const char *s, size_t len) {
   decoder *d = ud;
-  if (dec_skipping(d, 0)) return 0;
   dec_room(d);
   lua_pushlstring(d->L, s, len);
   return dec_member(d);
@@ -691,20 +670,18 @@ static int dec_string(void *ud, const char *s, size_t len) {
 
 static int dec_key(void *ud, const char *s, size_t len) {
   decoder *d = ud;
-  if (d->skip_nest) return 0;
   dec_room(d);
   lua_pushlstring(d->L, s, len);
   if (d->skip_set) {
     lua_pushvalue(d->L, -1);
     int skip = lua_rawget(d->L, d->skip_set) != LUA_TNIL;
     lua_pop(d->L, skip ? 2 : 1); /* a skipped member leaves no key behind */
-    d->skip_value = skip;
+    if (skip) return KB_JSON_SKIP_MEMBER;
   }
   return 0;
 }
 
 static int dec_begin(decoder *d, int kind) {
-  if (dec_skipping(d, 1)) return 0;
   frame *f = state_frame(d->L, d->st, d->depth, "kb.json.decode");
   f->kind = kind;
   f->index = 0;
@@ -716,10 +693,6 @@ static int dec_begin(decoder *d, int kind) {
 
 static int dec_end(void *ud) {
   decoder *d = ud;
-  if (d->skip_nest) {
-    d->skip_nest--;
-    return 0;
-  }
   dec_flush(d, &d->st->frames[d->depth - 1]);
   d->depth--;
   return dec_member(d);

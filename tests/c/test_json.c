@@ -362,6 +362,55 @@ static void test_errors(void) {
   kb_buf_free(&e.out);
 }
 
+/* Strings are scanned eight bytes at a time: a stop byte (the closing
+ * quote, an escape, a control character, UTF-8) at every offset of a long
+ * run is found where it is, and the decoded bytes around it are intact. */
+typedef struct captured {
+  char s[128];
+  size_t n;
+} captured;
+
+static int capture_string(void *ud, const char *s, size_t n) {
+  captured *c = ud;
+  if (n >= sizeof c->s) return 1;
+  memcpy(c->s, s, n);
+  c->n = n;
+  return 0;
+}
+
+static void test_string_word_scan(void) {
+  static const struct {
+    const char *stop;    /* what sits at offset i of a run of 'a's */
+    const char *decoded; /* it decoded; NULL: an error at offset i */
+  } stops[] = {
+    {"\\n", "\n"},          {"\\\"", "\""},   {"\\u00e9", "\xc3\xa9"},
+    {"\xc3\xa9", "\xc3\xa9"}, {"\x7f", "\x7f"}, {"~", "~"},
+    {"\x1f", NULL},          {"\xff", NULL},   {"\xc3(", NULL},
+  };
+  kb_json_handler h = {0};
+  h.on_string = capture_string;
+  for (size_t k = 0; k < sizeof stops / sizeof *stops; k++) {
+    for (size_t i = 0; i < 40; i++) {
+      char text[128], want[128];
+      size_t n = 0, w = 0;
+      text[n++] = '"';
+      for (size_t j = 0; j < i; j++) text[n++] = want[w++] = 'a';
+      n += (size_t)snprintf(text + n, sizeof text - n, "%s", stops[k].stop);
+      if (stops[k].decoded) w += (size_t)snprintf(want + w, sizeof want - w, "%s", stops[k].decoded);
+      for (size_t j = 0; j < 17; j++) text[n++] = want[w++] = 'b';
+      text[n++] = '"';
+      captured c = {{0}, 0};
+      kb_json_error err;
+      int rc = kb_json_parse(text, n, &h, &c, &err);
+      if (!stops[k].decoded) {
+        KB_CHECK(rc != 0 && err.offset == 1 + i);
+      } else {
+        KB_CHECK(rc == 0 && c.n == w && memcmp(c.s, want, w) == 0);
+      }
+    }
+  }
+}
+
 static void test_text_not_terminated(void) {
   /* Only len bytes are read: "12" inside "123" is the number 12. */
   capture c;
@@ -661,6 +710,7 @@ int main(void) {
   KB_RUN(test_unicode);
   KB_RUN(test_utf8_seq);
   KB_RUN(test_errors);
+  KB_RUN(test_string_word_scan);
   KB_RUN(test_text_not_terminated);
   KB_RUN(test_depth);
   KB_RUN(test_abort);
