@@ -53,10 +53,15 @@ function M.format_number(v)
   return s
 end
 
+local scrub -- kb.secrets.scrub, required on first use (kb.secrets needs this module)
+
 -- Text cells pass kb.secrets' scrubber, as everything kbrun writes (docs/security.md).
 local function cell(v)
   local t = type(v)
-  if t == "string" then return require("kb.secrets").scrub(v) end
+  if t == "string" then
+    scrub = scrub or require("kb.secrets").scrub
+    return scrub(v)
+  end
   if t == "number" then return M.format_number(v) end
   if v == nil or v == json.null then return "" end
   return tostring(v)
@@ -77,15 +82,19 @@ local function line_ending(opts, who)
   return eol
 end
 
---- Encodes one row (a list; `list.n` counts trailing nils) as a line without
--- its line ending.
-function M.encode_row(list)
-  local n = list.n or #list
+-- The line of cells 1..n of list, without its line ending.
+local function encode_cells(list, n)
   local out = {}
   for i = 1, n do out[i] = quote(cell(list[i])) end
   -- a lone empty field would be a blank line, which parse skips
   if n == 1 and out[1] == "" then return '""' end
   return table.concat(out, ",", 1, n)
+end
+
+--- Encodes one row (a list; `list.n` counts trailing nils) as a line without
+-- its line ending.
+function M.encode_row(list)
+  return encode_cells(list, list.n or #list)
 end
 
 local function is_list(row)
@@ -421,10 +430,20 @@ end
 -- is an error). Never raises for a failed write (see csv.writer).
 function Writer:write(row)
   if self.closed then error(format("kb.csv.writer: '%s' is closed", self.path), 2) end
-  local map = self:_map(row)
+  local item
+  if self.ready and not self.lock and self.columns == self.header and type(row) == "table"
+      and row[1] ~= nil then
+    -- a list row in the file's own column order: encoded as it is, no map
+    local n = #self.header
+    if #row > n then
+      error(format("kb.csv.writer: row has %d fields but the header has %d", #row, n), 2)
+    end
+    item = encode_cells(row, n) .. self.eol
+  else
+    item = self:_map(row)
+    if self.ready and not self.lock then item = self:_line(item) end
+  end
   self.rows = self.rows + 1
-  local item = map
-  if self.ready and not self.lock then item = self:_line(map) end
   if self.held or not self.ready then
     hold(self, item)
     if clock() - (self.last_try or 0) >= RETRY_INTERVAL then self:_drain() end

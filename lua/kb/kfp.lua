@@ -350,7 +350,7 @@ function M.client(opts)
     api = dialect.api, host = base, url = base .. "/apis/" .. dialect.api,
     namespace = opts.namespace, timeout = timeout, metrics_prefix = prefix,
     retry = policy, _budget = policy and policy:budget(),
-    _dialect = dialect, _tls = tls, _send = send,
+    _dialect = dialect, _tls = tls, _send = send, _kfp_prefix = prefix .. "kfp.",
   }, Client)
   secrets[c] = s
   return c
@@ -464,12 +464,46 @@ local function count_error(prefix, op, class)
   metrics.counter(prefix .. "kfp.errors", { op = op, class = class }):inc()
 end
 
+-- The decode options of a skip set, made once per set (the dialects' sets
+-- are constants).
+local skip_options = setmetatable({}, { __mode = "k" })
+local function decode_options(skip)
+  local o = skip_options[skip]
+  if not o then
+    o = { skip = skip }
+    skip_options[skip] = o
+  end
+  return o
+end
+
+-- The metrics of one op of client c: its attempts' histogram, its calls'
+-- (`call`, once one succeeded) and, by status, its request counters
+-- (kb.metrics.handles: named once, not per call).
+local function op_metrics(c, op)
+  local h = metrics.handles(c)
+  local m = h[op]
+  if not m then
+    local prefix = c.metrics_prefix
+    m = { attempt = metrics.histogram(prefix .. op .. ".attempt"), requests = {} }
+    h[op] = m
+  end
+  return m
+end
+
+local function count_request(c, m, op, status)
+  local counter = m.requests[status]
+  if not counter then
+    counter = metrics.counter(c.metrics_prefix .. "kfp.requests", { op = op, status = tostring(status) })
+    m.requests[status] = counter
+  end
+  counter:inc()
+end
+
 -- One attempt: sends the request and decodes the answer. Returns true,
 -- doc, response, or false, error (as pcall). Every answer counts in
 -- kfp.requests{op, status}; every attempt, failed or not, records its time
 -- in the histogram `<op>.attempt`.
 local function attempt(self, s, req, o, op, method, url)
-  local prefix = self.metrics_prefix
   local t0 = kb.now()
   local ok, r = pcall(self._send, o)
   local elapsed = kb.now() - t0
@@ -477,14 +511,15 @@ local function attempt(self, s, req, o, op, method, url)
     if type(r) == "table" and getmetatable(r) == ErrorMeta and not kb.is_cancelled(r) then
       r.op = r.op or op
       if r.class == "connect" and r.hint == nil then r.hint = HINTS.connect end
-      metrics.histogram(prefix .. op .. ".attempt"):record(elapsed)
+      op_metrics(self, op).attempt:record(elapsed)
     end
     return false, r, nil, elapsed
   end
   elapsed = r.time and r.time.total or elapsed
-  metrics.histogram(prefix .. op .. ".attempt"):record(elapsed)
+  local m = op_metrics(self, op)
+  m.attempt:record(elapsed)
   local status = r.status
-  metrics.counter(prefix .. "kfp.requests", { op = op, status = tostring(status) }):inc()
+  count_request(self, m, op, status)
   if log.enabled("debug") then
     log.debug("kfp %s %s %s -> %d in %.3f s", op, method, url, status, elapsed)
   end
@@ -492,7 +527,7 @@ local function attempt(self, s, req, o, op, method, url)
   if req.raw then return true, r.body, r, elapsed end
   local doc = {}
   if r.body:find("%S") then
-    local okd, d = pcall(json.decode, r.body, req.skip and { skip = req.skip } or nil)
+    local okd, d = pcall(json.decode, r.body, req.skip and decode_options(req.skip) or nil)
     if not okd or type(d) ~= "table" then
       return false, kb_error("protocol", string.format("%s: %s %s -> HTTP %d with a body that is "
         .. "not a JSON object (%s): %s (%s)", op, method, url, status,
@@ -562,7 +597,7 @@ function Client:request(req)
   local ok, doc, r, info
   if self.retry then
     ok, doc, r, info = pcall(self.retry.run, self.retry, { op = op, method = method,
-      budget = self._budget, prefix = prefix .. "kfp.", recover = req.recover }, once)
+      budget = self._budget, prefix = self._kfp_prefix, recover = req.recover }, once)
   else
     ok, doc, r = once()
     info = { attempts = 1, slept = 0 }
@@ -581,7 +616,10 @@ function Client:request(req)
   else
     r = { recovered = true, attempts = info.attempts, elapsed = elapsed, headers = {} }
   end
-  metrics.histogram(prefix .. op):record(elapsed)
+  local m = op_metrics(self, op)
+  -- made at the first success: a call that never succeeded has no histogram
+  m.call = m.call or metrics.histogram(self.metrics_prefix .. op)
+  m.call:record(elapsed)
   return doc, r
 end
 

@@ -67,27 +67,62 @@ local function label_value(k, v)
   return nil, string.format("label '%s' must be a string, number or boolean, got %s", k, t)
 end
 
+-- Names, label names and label values already found valid: every call of
+-- kb.metrics.counter(name, labels) on a hot path (kb.kfp counts each
+-- request) then builds its key without pattern matching. Bounded: the
+-- values' memo starts again past VALUES_MAX entries.
+local good_names, good_labels = {}, {}
+local encoded_values, n_encoded, VALUES_MAX = {}, 0, 4096
+
+local function valid_name(name)
+  if good_names[name] then return true end
+  if type(name) ~= "string" or not name:match(NAME) then return false end
+  good_names[name] = true
+  return true
+end
+
+local function encoded_value(k, v)
+  if type(v) == "string" then
+    local e = encoded_values[v]
+    if e then return e end
+    e = label_value(k, v)
+    if n_encoded >= VALUES_MAX then encoded_values, n_encoded = {}, 0 end
+    encoded_values[v], n_encoded = e, n_encoded + 1
+    return e
+  end
+  return label_value(k, v)
+end
+
 -- The key of name + labels and a private copy of the labels, or nil and why.
 local function identify(name, labels)
-  if type(name) ~= "string" or not name:match(NAME) then
+  if not valid_name(name) then
     return nil, string.format("bad metric name %s (letters, digits, _ . - : /)",
       type(name) == "string" and string.format("%q", name) or type(name))
   end
   if labels == nil then return name, {} end
   if type(labels) ~= "table" then return nil, "labels must be a table, got " .. type(labels) end
-  local names, copy = {}, {}
+  local names, copy, n = {}, {}, 0
   for k, v in pairs(labels) do
-    if type(k) ~= "string" or not k:match(LABEL) then
-      return nil, string.format("bad label name %s", type(k) == "string" and string.format("%q", k) or tostring(k))
+    if not good_labels[k] then
+      if type(k) ~= "string" or not k:match(LABEL) then
+        return nil, string.format("bad label name %s", type(k) == "string" and string.format("%q", k) or tostring(k))
+      end
+      good_labels[k] = true
     end
-    names[#names + 1] = k
+    n = n + 1
+    names[n] = k
     copy[k] = v
   end
-  if #names == 0 then return name, copy end
-  table.sort(names)
+  if n == 0 then return name, copy end
+  if n == 2 then
+    if names[2] < names[1] then names[1], names[2] = names[2], names[1] end
+  elseif n > 2 then
+    table.sort(names)
+  end
   local parts = {}
-  for i, k in ipairs(names) do
-    local v, why = label_value(k, labels[k])
+  for i = 1, n do
+    local k = names[i]
+    local v, why = encoded_value(k, labels[k])
     if not v then return nil, why end
     parts[i] = k .. "=" .. v
   end
@@ -399,6 +434,30 @@ Scope.__index = Scope
 -- task's registry.
 function M.scope(name)
   return setmetatable({ name = name or "scope", entries = {}, parent = current() }, Scope)
+end
+
+-- registry entries -> owner -> the owner's handles (M.handles); weak both ways
+local handle_sets = setmetatable({}, { __mode = "k" })
+
+--- kb.metrics.handles(owner) -> a table, the owner's own, for keeping the
+-- metrics it records on a hot path (a kb.kfp client: each request's
+-- histograms and counters) instead of naming them on every call. It
+-- belongs to the calling task's registry: another scope (a sweep cell) or
+-- kb.metrics.clear() gives a fresh, empty one, so a kept metric is always
+-- the one kb.metrics.histogram(...) would return.
+function M.handles(owner)
+  local entries = current().entries
+  local per = handle_sets[entries]
+  if not per then
+    per = setmetatable({}, { __mode = "k" })
+    handle_sets[entries] = per
+  end
+  local h = per[owner]
+  if not h then
+    h = {}
+    per[owner] = h
+  end
+  return h
 end
 
 --- kb.metrics.current_scope() -> the calling task's scope, or nil at the root.

@@ -254,6 +254,35 @@ local function scrub_value(v, seen)
   return out
 end
 
+-- Does v (or a table inside it) hold fields protected by M.protect?
+local function reaches_protected(v, seen)
+  if type(v) ~= "table" or seen[v] then return false end
+  if protected[v] then return true end
+  seen[v] = true
+  for _, x in pairs(v) do
+    if type(x) == "table" and reaches_protected(x, seen) then return true end
+  end
+  return false
+end
+
+-- A table of plain values (a journal record, a call's row) that scrubbing
+-- would leave alone: it is not protected, holds no table, no field is
+-- named like a credential and no string (key or value) changes under
+-- M.scrub. Checked field by field, so the strings that repeat (keys, op
+-- names, states) hit the scrubber's cache and the numbers, which hold no
+-- secret, are not scanned at all: the journal's per-call lines no longer
+-- pay a scrub of their whole, always new, text.
+local function flat_and_clean(v)
+  if type(v) ~= "table" or protected[v] or getmetatable(v) ~= nil then return false end
+  for k, x in pairs(v) do
+    local tx = type(x)
+    if tx == "table" then return false end
+    if type(k) == "string" and (M.scrub(k) ~= k or credential_field(k, x)) then return false end
+    if tx == "string" and M.scrub(x) ~= x then return false end
+  end
+  return true
+end
+
 --- secrets.scrub_value(v) -> a copy of v with every string scrubbed
 -- (M.scrub, keys too), the value of every field named like a credential
 -- (token, password, secret, authorization, cookie, ... as kb_redact's
@@ -271,8 +300,9 @@ end
 -- about) is the value scrubbed field by field and encoded again, so the
 -- JSON stays valid (a header rule never swallows a closing quote).
 function M.encode_json(v, opts)
+  if flat_and_clean(v) then return json.encode(v, opts) end
   local text = json.encode(v, opts)
-  if next(protected) == nil and M.scrub(text) == text then return text end
+  if not reaches_protected(v, {}) and M.scrub(text) == text then return text end
   return json.encode(scrub_value(v, {}), opts)
 end
 

@@ -319,4 +319,25 @@ T.case("scopes and the journal: a scope's measurements reach it when the scope c
   fs.remove(dir, { recursive = true })
 end)
 
+T.case("handles: one table per owner and registry; a scope or clear() gives a fresh one", function()
+  local owner, other = {}, {}
+  local h = metrics.handles(owner)
+  h.lat = metrics.histogram("handles.lat")
+  T.ok(metrics.handles(owner) == h, "the same table for the same owner")
+  T.ok(metrics.handles(other) ~= h, "another owner's is another table")
+  local s = metrics.scope("cell")
+  local in_scope = s:run(function()
+    local hs = metrics.handles(owner)
+    T.eq(hs.lat, nil, "a scope starts empty")
+    hs.lat = metrics.histogram("handles.lat")
+    hs.lat:record(0.5)
+    return hs
+  end)
+  T.ok(in_scope ~= h, "the scope's table is its own")
+  T.eq(h.lat:count(), 0, "the root's histogram did not get the scope's value")
+  T.eq(s:get("handles.lat"):count(), 1)
+  metrics.clear()
+  T.eq(metrics.handles(owner).lat, nil, "after clear(), a kept metric is gone with the registry")
+end)
+
 T.run()
