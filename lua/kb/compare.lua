@@ -602,7 +602,7 @@ local function num(v)
   return (format("%.4f", v):gsub("0+$", ""):gsub("%.$", ""))
 end
 
-local function seconds(v) return require("kb.summary").duration(v) end
+local function seconds(v) return require("kb.report.summary").duration(v) end
 
 local function signed_seconds(v)
   if v == nil then return "-" end

@@ -378,7 +378,7 @@ function Run:finish()
   unsaved(outputs.failed())
   -- -q keeps the verdict and every failed threshold
   local okp, perr = pcall(function()
-    local summary = require "kb.summary"
+    local summary = require "kb.report.summary"
     doc.status, doc.exit_code = self.status, self.exit_code
     if self.args.quiet then summary.print_quiet(doc, { tty = self.args.tty })
     else summary.print(doc, self.exp, { tty = self.args.tty }) end

@@ -8,7 +8,7 @@ local csv = require "kb.csv"
 local rdb = require "kb.results.db"
 local trend = require "kb.results.trend"
 local compare = require "kb.compare"
-local summary = require "kb.summary"
+local summary = require "kb.report.summary"
 
 local M = {}
 

@@ -28,7 +28,7 @@
 --   scenario  = the scenario table, for its `report` field (write only)
 --
 -- The page is one file: inline CSS and inline SVG, no script, no network.
-local svg = require "kb.svg"
+local svg = require "kb.report.svg"
 local hist = require "kb.hist"
 local json = require "kb.json"
 local fs = require "kb.fs"
@@ -766,7 +766,7 @@ function M.html(doc, opts)
   body[#body + 1] = plots_section(plot_list, opts, doc, plot_ids)
   local plot_keys = {}
   for i, m in ipairs(plot_list) do plot_keys[i] = metric_key(m) end
-  body[#body + 1] = require("kb.report_overtime").section(doc, plot_keys) -- "Over time"
+  body[#body + 1] = require("kb.report.overtime").section(doc, plot_keys) -- "Over time"
   body[#body + 1] = params_section(doc)
   body[#body + 1] = environment_section(doc, opts)
   body[#body + 1] = result_section(doc)

@@ -1,6 +1,6 @@
---- kb.svg: a small plotting library that returns SVG documents as strings.
+--- kb.report.svg: a small plotting library that returns SVG documents as strings.
 --
---   local svg = require "kb.svg"
+--   local svg = require "kb.report.svg"
 --   local text = svg.histogram {
 --     title = "run.create", unit = "s",
 --     points = { { value = 0.12, count = 3 }, ... },  -- or samples = { 0.12, ... }
