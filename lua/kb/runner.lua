@@ -164,7 +164,7 @@ end
 -- scenarios' events too, e.g. the storm's), buffered and flushed every
 -- KBRUN_JOURNAL_FLUSH_MS (default 50 ms, 0 = each record), so a SIGKILL
 -- loses at most that much; `kbrun report DIR` rebuilds the result files
--- from the journal when result.json is missing or older (kb.rebuild).
+-- from the journal when result.json is missing or older (kb.results.rebuild).
 function Run:open_journal()
   local journal = require "kb.journal"
   local interval, warning = journal.flush_interval()
@@ -516,7 +516,7 @@ local function main(run, args)
   if args.help then -- the scenario explains itself; nothing runs, nothing is written
     local okc, scenario = pcall(chunk)
     if not okc then return early_exit(EXIT_FAILED, message_of(scenario)) end
-    io.stdout:write(require("kb.scenario_help").text(args.scenario, scenario))
+    io.stdout:write(require("kb.cli.scenario_help").text(args.scenario, scenario))
     io.stdout:flush()
     return core.exit(EXIT_OK)
   end

@@ -10,7 +10,7 @@
 --   local html, series = page.html(store, metrics, filter)
 local svg = require "kb.report.svg"
 local trend = require "kb.results.trend"
-local compare = require "kb.compare"
+local compare = require "kb.results.compare"
 local summary = require "kb.report.summary"
 
 local M = {}
