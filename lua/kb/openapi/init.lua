@@ -1261,8 +1261,9 @@ end
 
 --- The folder of the API specs kbrun carries (`specs/` of the source tree,
 -- installed as share/kbrun/specs): $KBRUN_SPECS_DIR, else
--- $KBRUN_SOURCE_DIR/specs, else ../../specs from this file (the source tree
--- and the installed layout both put it there). Raises a kb "openapi" error
+-- $KBRUN_SOURCE_DIR/specs, else ../../../specs from this file
+-- (lua/kb/openapi/init.lua: the source tree and the installed layout both
+-- put it there). Raises a kb "openapi" error
 -- naming every place it looked.
 function M.specs_dir()
   local tried = {}
@@ -1279,7 +1280,7 @@ function M.specs_dir()
   end
   local here = package.searchpath("kb.openapi", package.path)
   if here then
-    local p = fs.join(fs.dirname(fs.abspath(here)), "..", "..", "specs")
+    local p = fs.join(fs.dirname(fs.abspath(here)), "..", "..", "..", "specs")
     if fs.exists(p) then return p end
     tried[#tried + 1] = p
   end
