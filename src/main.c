@@ -278,7 +278,7 @@ done:
   return code;
 }
 
-/* kbrun SUBCOMMAND ...: Lua subcommands live in lua/kb/commands.lua. */
+/* kbrun SUBCOMMAND ...: Lua subcommands live in lua/kb/cli/init.lua. */
 static const char *lua_subcommands[] = {"report", "render", "compare", "merge", "k8s-job",
                                         "history", "db", NULL};
 
@@ -288,7 +288,7 @@ static int run_subcommand(int argc, char **argv) {
   for (const char **c = lua_subcommands; *c; c++) {
     if (strcmp(name, *c) != 0) continue;
     entry_args a = {NULL, argc, 2, argv};
-    return run_lua("kb.commands", name, NULL, push_argv, &a);
+    return run_lua("kb.cli", name, NULL, push_argv, &a);
   }
   return -1;
 }

@@ -164,7 +164,7 @@ end
 -- scenarios' events too, e.g. the storm's), buffered and flushed every
 -- KBRUN_JOURNAL_FLUSH_MS (default 50 ms, 0 = each record), so a SIGKILL
 -- loses at most that much; `kbrun report DIR` rebuilds the result files
--- from the journal when result.json is missing or older (kb.rebuild).
+-- from the journal when result.json is missing or older (kb.results.rebuild).
 function Run:open_journal()
   local journal = require "kb.journal"
   local interval, warning = journal.flush_interval()
@@ -378,7 +378,7 @@ function Run:finish()
   unsaved(outputs.failed())
   -- -q keeps the verdict and every failed threshold
   local okp, perr = pcall(function()
-    local summary = require "kb.summary"
+    local summary = require "kb.report.summary"
     doc.status, doc.exit_code = self.status, self.exit_code
     if self.args.quiet then summary.print_quiet(doc, { tty = self.args.tty })
     else summary.print(doc, self.exp, { tty = self.args.tty }) end
@@ -516,7 +516,7 @@ local function main(run, args)
   if args.help then -- the scenario explains itself; nothing runs, nothing is written
     local okc, scenario = pcall(chunk)
     if not okc then return early_exit(EXIT_FAILED, message_of(scenario)) end
-    io.stdout:write(require("kb.scenario_help").text(args.scenario, scenario))
+    io.stdout:write(require("kb.cli.scenario_help").text(args.scenario, scenario))
     io.stdout:flush()
     return core.exit(EXIT_OK)
   end

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `kbrun compare --help` is complete and true: every option the parser takes
-# (lua/kb/commands.lua) is in the help, every --stat it accepts is listed,
+# (lua/kb/cli/init.lua) is in the help, every --stat it accepts is listed,
 # and each exit code the help names is what the command does.
 set -u
 KBRUN=${KBRUN_BIN:?KBRUN_BIN must point to the kbrun binary}
@@ -22,8 +22,8 @@ begin help
 "$KBRUN" compare -h >"$WORK/help2" 2>&1; expect_code $? 0
 cmp -s "$WORK/help" "$WORK/help2" || fail "-h and --help differ"
 # every option the parser compares `a` with is in the help
-opts=$(sed -n '/^function M.compare(args)/,/^end/p' "$SRC/lua/kb/commands.lua" | grep -o 'a == "-[-a-z]*"' | sed 's/a == "\(.*\)"/\1/' | sort -u)
-[ -n "$opts" ] || fail "no options found in lua/kb/commands.lua"
+opts=$(sed -n '/^function M.compare(args)/,/^end/p' "$SRC/lua/kb/cli/init.lua" | grep -o 'a == "-[-a-z]*"' | sed 's/a == "\(.*\)"/\1/' | sort -u)
+[ -n "$opts" ] || fail "no options found in lua/kb/cli/init.lua"
 for o in $opts; do grep -qE -- "(^|[ ,])$o( |,|$)" "$WORK/help" || fail "option $o is parsed but not in the help"; done
 # every statistic --stat accepts is listed, and one it refuses is refused
 for s in p50 p75 p90 p95 p99 p999 p9999 mean min max; do

@@ -15,7 +15,7 @@
 --     first cell starts with "function". A name there is the leading
 --     identifier of a code span (`kb.http.get(url)`, `csv.parse(text)`,
 --     `read(path)`: get, parse, read); its prefix before the last dot
---     says the module when it names one (`svg.lines` is kb.svg's).
+--     says the module when it names one (`svg.lines` is kb.report.svg's).
 --   * Every name such a table gives exists in its module.
 local kb = require "kb"
 local T = require "kb.testing"
@@ -96,7 +96,7 @@ local function parse_doc(text)
         in_internal, internal_level = true, level
       else
         local mods = {}
-        -- the module names before a ':' (or the whole title): "kb.report and kb.svg"
+        -- the module names before a ':' (or the whole title): "kb.report and kb.report.svg"
         for _, name in ipairs(kb_names(title:match("^([^:]*)") or title)) do mods[#mods + 1] = name end
         if #mods > 0 then
           stack[level] = { modules = mods, line = i, rows = {} }

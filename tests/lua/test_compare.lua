@@ -1,7 +1,7 @@
--- kb.compare and `kbrun compare`: statistics, gates, experiments and sweeps.
+-- kb.results.compare and `kbrun compare`: statistics, gates, experiments and sweeps.
 local T = require "kb.testing"
 local kb = require "kb"
-local compare = require "kb.compare"
+local compare = require "kb.results.compare"
 
 local json, fs = kb.json, kb.fs
 

@@ -1,5 +1,5 @@
 -- The run journal (output/journal.jsonl) and the results rebuilt from it
--- (kb.journal, kb.metrics.set_journal, kb.rebuild, `kbrun report`).
+-- (kb.journal, kb.metrics.set_journal, kb.results.rebuild, `kbrun report`).
 -- Runs kbrun as a child process (KBRUN_BIN, set by ctest).
 local kb = require "kb"
 local T = require "kb.testing"
@@ -7,7 +7,7 @@ local fs = require "kb.fs"
 local json = require "kb.json"
 local journal = require "kb.journal"
 local metrics = require "kb.metrics"
-local rebuild = require "kb.rebuild"
+local rebuild = require "kb.results.rebuild"
 
 local BIN = os.getenv("KBRUN_BIN")
 local SRC = os.getenv("KBRUN_SOURCE_DIR") or "."
@@ -209,7 +209,7 @@ end)
 T.case("rebuild errors", function()
   local work = fs.tmpdir("kb-journal-err-")
   T.eq(rebuild.needed(work), false, "no journal: nothing to rebuild")
-  T.raises(rebuild.experiment, "kb.rebuild: '" .. work .. "' has no journal (output/journal.jsonl)", work)
+  T.raises(rebuild.experiment, "kb.results.rebuild: '" .. work .. "' has no journal (output/journal.jsonl)", work)
   fs.mkdir(fs.join(work, "output"))
   fs.write(fs.join(work, "output", "journal.jsonl"), '{"event":"sweep.cell"}\n')
   T.raises(rebuild.experiment, "holds no kbrun run records", work)

@@ -1,9 +1,9 @@
--- kb.k8s_job and `kbrun k8s-job`: the rendered objects are valid
+-- kb.cli.k8s_job and `kbrun k8s-job`: the rendered objects are valid
 -- Kubernetes 1.32 objects, and --apply creates them (here in the embedded
 -- simulator, whose Job controller runs the pods in its model).
 local T = require "kb.testing"
 local kb = require "kb"
-local k8s_job = require "kb.k8s_job"
+local k8s_job = require "kb.cli.k8s_job"
 local openapi = require "kb.openapi"
 
 local fs, json = kb.fs, kb.json

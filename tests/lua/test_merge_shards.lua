@@ -1,9 +1,9 @@
--- kb.shard, kb.merge and `kbrun merge`: N local shard processes merged are
+-- kb.shard, kb.results.merge and `kbrun merge`: N local shard processes merged are
 -- exactly the unsharded run.
 local T = require "kb.testing"
 local kb = require "kb"
 local shard = require "kb.shard"
-local merge = require "kb.merge"
+local merge = require "kb.results.merge"
 
 local json = kb.json
 

@@ -309,7 +309,7 @@ T.case("scopes and the journal: a scope's measurements reach it when the scope c
   s:close()
   metrics.set_journal(nil)
   j:close()
-  local replayed = require("kb.rebuild").replay(kjournal.read(path))
+  local replayed = require("kb.results.rebuild").replay(kjournal.read(path))
   local got = {}
   for _, m in ipairs(replayed.metrics.metrics) do got[m.key] = m end
   T.eq(got.n and got.n.value, 3, "the counter, replayed")

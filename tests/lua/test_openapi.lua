@@ -1,4 +1,4 @@
--- kb.openapi (lua/kb/openapi.lua): path matching, request and response
+-- kb.openapi (lua/kb/openapi/): path matching, request and response
 -- validation against the KFP, Argo and Kubernetes specs kbrun carries (specs/), schema
 -- keywords, every error message, the recorder and its coverage.
 local T = require "kb.testing"

@@ -165,7 +165,7 @@ T.case("a histogram with no values and one that cannot be decoded", function()
   T.contains(html, "<tr><th>never</th><td>0</td>")
   T.contains(html, "cannot decode the histogram")
   -- an empty histogram can still be drawn on its own
-  T.contains(require("kb.svg").histogram { title = "never", unit = "s", bins = {}, empty_text = "no values recorded" },
+  T.contains(require("kb.report.svg").histogram { title = "never", unit = "s", bins = {}, empty_text = "no values recorded" },
     "no values recorded")
 end)
 

@@ -191,7 +191,7 @@ T.case("two taxi_50runs runs: the database holds exactly their folders' results"
     end
     -- the document rebuilt from the database compares as the folder does
     local back = store:document(e.id)
-    local cmp = require("kb.compare").documents(doc, back, { gates = { { metric = "run.create", stat = "p99", tolerance = 0 } } })
+    local cmp = require("kb.results.compare").documents(doc, back, { gates = { { metric = "run.create", stat = "p99", tolerance = 0 } } })
     T.eq(cmp.gates[1].a, cmp.gates[1].b)
     T.eq(cmp.gates[1].test.p, 1)
     T.eq(cmp.regressed, false)
@@ -368,7 +368,7 @@ T.case("sweep cells are recorded with their coordinates", function()
   end
   -- sweep.csv made again from the database equals the sweep's own, also
   -- after an import of the folder into a new database
-  local cli = require "kb.results.cli"
+  local cli = require "kb.cli.results"
   local want = fs.read(fs.join(out, "grid", "sweep.csv"))
   T.eq(cli.sweep_csv(store, "grid"), want)
   store:close()

@@ -74,7 +74,7 @@ T.case("params: declarations {default, secret}", function()
   T.eq(json.decode(secrets.encode_json({ params = merged })).params.k, "<redacted>")
   T.eq(secrets.scrub("x MergedSecretQ9"), "x <redacted>")
   -- --help shows the default and marks it
-  local help = require("kb.scenario_help").text("none.lua", { params = { k = { default = "", secret = true } } })
+  local help = require("kb.cli.scenario_help").text("none.lua", { params = { k = { default = "", secret = true } } })
   T.contains(help, 'k = ""  string   (secret: never written)')
 end)
 

@@ -19,7 +19,7 @@ local kb = require "kb"
 local fs = require "kb.fs"
 local json = require "kb.json"
 local shard = require "kb.shard"
-local merge = require "kb.merge"
+local merge = require "kb.results.merge"
 
 local BIN = os.getenv("KBRUN_BIN")
 local SRC = os.getenv("KBRUN_SOURCE_DIR") or ".."

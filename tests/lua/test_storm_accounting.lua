@@ -13,7 +13,7 @@ local json = require "kb.json"
 local log = require "kb.log"
 local metrics = require "kb.metrics"
 local experiment = require "kb.experiment"
-local rebuild = require "kb.rebuild"
+local rebuild = require "kb.results.rebuild"
 local storm = require "kb.kfp.storm"
 local mocks = require "storm_mock"
 

@@ -1,9 +1,9 @@
---- kb.summary's histogram table: `.attempt` twins only where retries made
+--- kb.report.summary's histogram table: `.attempt` twins only where retries made
 -- them differ, side calls (aux.*) after the scenario's own operations, rows
 -- in the order the run first recorded them (checked against a real taxi
 -- run's journal), the scenario's verdict under the status line.
 local T = require "kb.testing"
-local summary = require "kb.summary"
+local summary = require "kb.report.summary"
 
 local function hist(name, count, max, labels)
   return { kind = "histogram", name = name, labels = labels or {},

@@ -1,7 +1,7 @@
--- kb.svg: number and unit formatting, ticks, scales, KDE, binning, and the
+-- kb.report.svg: number and unit formatting, ticks, scales, KDE, binning, and the
 -- plots themselves (well-formed, bar heights, markers, escaping, determinism).
 local T = require "kb.testing"
-local svg = require "kb.svg"
+local svg = require "kb.report.svg"
 local check_xml = require "xml_check"
 
 local function well_formed(text, what)

@@ -1,4 +1,4 @@
--- A tiny well-formedness checker for the SVG and HTML kb.svg / kb.report
+-- A tiny well-formedness checker for the SVG and HTML kb.report.svg / kb.report
 -- write (used by test_svg.lua and test_report.lua; not a test itself).
 --
 --   local check = require "xml_check"

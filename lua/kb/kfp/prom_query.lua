@@ -223,7 +223,7 @@ end
 
 -- ---- the report section -----------------------------------------------------------
 
-local function esc(v) return require("kb.svg").escape(tostring(v)) end
+local function esc(v) return require("kb.report.svg").escape(tostring(v)) end
 
 local function seconds(v)
   if v == nil or v == json.null then return "-" end

@@ -17,7 +17,7 @@
 --   result.probe = probe.summary(steps, p)
 local hist = require "kb.hist"
 local json = require "kb.json"
-local svg = require "kb.svg"
+local svg = require "kb.report.svg"
 
 local M = {}
 

@@ -757,13 +757,13 @@ end
 
 -- ---- report.html sections ------------------------------------------------------------
 
-local function esc(v) return require("kb.svg").escape(tostring(v)) end
+local function esc(v) return require("kb.report.svg").escape(tostring(v)) end
 
 -- A table cell: durations with the unit that keeps 1-3 digits (the plots'
 -- units: "31.2 min", "140 ms"), other floats to 4 significant digits.
 local function cell(v, unit)
   if v == nil or v == json.null then return "-" end
-  if type(v) == "number" and unit == "s" then return esc(require("kb.svg").format_value(v, "s")) end
+  if type(v) == "number" and unit == "s" then return esc(require("kb.report.svg").format_value(v, "s")) end
   if type(v) == "number" and math.type(v) == "float" then return esc(string.format("%.4g", v)) end
   return esc(v)
 end

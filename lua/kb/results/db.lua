@@ -6,7 +6,7 @@
 --   store:record(doc, dir)          -- one experiment (its result.json document
 --                                   -- and folder), in one transaction
 --   store:experiments{ scenario = "taxi_50runs", since = "2026-12-01" }
---   store:document(id)              -- a result.json-like document (kb.compare)
+--   store:document(id)              -- a result.json-like document (kb.results.compare)
 --   store:close()
 --   rdb.import(store, dir)          -- every experiment under dir
 --
@@ -462,7 +462,7 @@ end
 --- store:document(id) -> a document shaped like result.json (experiment_id,
 -- scenario, status, exit_code, params, metrics = a kb.metrics snapshot with
 -- every histogram's exact encoding, thresholds, result), or nil when the
--- database has no such experiment. kb.compare compares these as it does
+-- database has no such experiment. kb.results.compare compares these as it does
 -- folders.
 function Store:document(id)
   local e = self:exec("SELECT * FROM experiments WHERE id = ?", { id })[1]

@@ -8,10 +8,10 @@
 --   local page = require "kb.results.history_page"
 --   local metrics = page.default_metrics(store, filter)
 --   local html, series = page.html(store, metrics, filter)
-local svg = require "kb.svg"
+local svg = require "kb.report.svg"
 local trend = require "kb.results.trend"
-local compare = require "kb.compare"
-local summary = require "kb.summary"
+local compare = require "kb.results.compare"
+local summary = require "kb.report.summary"
 
 local M = {}
 

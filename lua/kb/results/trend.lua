@@ -1,5 +1,5 @@
 --- kb.results.trend: one metric across the experiments of a results
--- database, each point judged against the one before with kb.compare's
+-- database, each point judged against the one before with kb.results.compare's
 -- statistics (what `kbrun history --metric` prints and `kbrun report
 -- --history` draws).
 --
@@ -8,7 +8,7 @@
 --     scenario = "taxi_50runs", tolerance = 0.05, test = "mw", alpha = 0.05 })
 --   -- t.points = { {id, started_at, status, value, relative, p, mark}, ... }
 --   print(trend.sparkline(t.points))
-local compare = require "kb.compare"
+local compare = require "kb.results.compare"
 
 local M = {}
 

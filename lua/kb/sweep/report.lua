@@ -11,7 +11,7 @@
 local csv = require "kb.csv"
 local fs = require "kb.fs"
 local json = require "kb.json"
-local svg = require "kb.svg"
+local svg = require "kb.report.svg"
 
 local M = {}
 local format, concat = string.format, table.concat
@@ -448,7 +448,7 @@ local function cell_link(c)
   for i = 2, #c.dirs do
     parts[#parts + 1] = format('<a href="%s/result/report.html">r%d</a>', esc(c.dirs[i]), i)
   end
-  -- what happened over time in the cell (its report's charts, kb.report_overtime)
+  -- what happened over time in the cell (its report's charts, kb.report.overtime)
   parts[#parts + 1] = format('<a href="%s/result/report.html#overtime" class="muted">over time</a>', esc(c.dirs[1]))
   return { html = concat(parts, " ") }
 end

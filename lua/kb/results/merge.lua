@@ -1,8 +1,8 @@
---- kb.merge: combines the results of the shards of one experiment (or any
+--- kb.results.merge: combines the results of the shards of one experiment (or any
 -- experiments of one scenario) into one experiment, exactly where the data
 -- allows it (`kbrun merge DIR...`).
 --
---   local merge = require "kb.merge"
+--   local merge = require "kb.results.merge"
 --   local snap = merge.snapshots({ doc1.metrics, doc2.metrics })  -- exact
 --   local doc = merge.documents({ doc1, doc2 })                   -- result docs
 --   local exp, doc = merge.experiments({ dir1, dir2 }, { out = "experiments" })

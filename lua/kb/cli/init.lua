@@ -1,4 +1,4 @@
---- kb.commands: kbrun's subcommands written in Lua (`kbrun NAME ...`).
+--- kb.cli: kbrun's subcommands written in Lua (`kbrun NAME ...`).
 -- Each receives {argv = {...}, tty = bool} and ends with kb.core.exit(code).
 local core = require "kb.core"
 local kb = require "kb"
@@ -28,7 +28,7 @@ end
 -- output/report-data.json). When result.json is missing or older than
 -- output/journal.jsonl (kbrun was killed), or with --rebuild, first
 -- rebuilds result.json (and a storm's runs.csv, latencies.csv) from the
--- journal (kb.rebuild).
+-- journal (kb.results.rebuild).
 function M.report(args)
   local usage = [[
 usage: kbrun report [--rebuild] DIR...
@@ -56,7 +56,7 @@ not be rebuilt; 2 usage error, or a DIR that holds no experiment or sweep.]]
     else dirs[#dirs + 1] = a end
   end
   if #dirs == 0 then return fail(2, "%s", synopsis(usage)) end
-  local rebuild = require "kb.rebuild"
+  local rebuild = require "kb.results.rebuild"
   -- each DIR: an experiment, a sweep (its cells, then sweep.html) or a
   -- folder of them (kb.report.targets)
   local targets = {}
@@ -204,9 +204,9 @@ unreadable input, a gated metric in neither run, an experiment compared
 with a sweep, or two sweeps with no cell in common. Reference:
 docs/scale-out.md.]]
 
---- kbrun compare [options] A B: see COMPARE_USAGE and kb.compare.
+--- kbrun compare [options] A B: see COMPARE_USAGE and kb.results.compare.
 function M.compare(args)
-  local compare = require "kb.compare"
+  local compare = require "kb.results.compare"
   local opts, paths, metrics, json_out = { gates = {} }, {}, {}, false
   local tolerance, stat, better, baseline
   local db_opts = {}
@@ -254,7 +254,7 @@ function M.compare(args)
     if #metrics == 0 and tolerance then
       opts.all_histograms, opts.stat, opts.tolerance, opts.better = true, stat or "p99", tolerance, better
     end
-    local report = baseline and require("kb.results.cli").baseline_compare(baseline, paths[1], db_opts, opts)
+    local report = baseline and require("kb.cli.results").baseline_compare(baseline, paths[1], db_opts, opts)
       or compare.paths(paths[1], paths[2], opts)
     io.stdout:write(json_out and compare.json(report) or compare.format(report))
     return report
@@ -270,7 +270,7 @@ function M.compare(args)
 end
 
 --- kbrun merge [-o OUT] [--name NAME] [--force] DIR...: merges the
--- experiments (the shards of one run) into a new experiment; see kb.merge.
+-- experiments (the shards of one run) into a new experiment; see kb.results.merge.
 function M.merge(args)
   local usage = [[
 usage: kbrun merge [-o OUT] [--name NAME] [--force] EXPERIMENT_DIR...
@@ -307,7 +307,7 @@ results database could not record it.]]
     i = i + 1
   end
   if #dirs == 0 then return fail(2, "%s", synopsis(usage)) end
-  local ok, exp, doc = pcall(require("kb.merge").experiments, dirs, opts)
+  local ok, exp, doc = pcall(require("kb.results.merge").experiments, dirs, opts)
   if not ok then return fail(1, "merge: %s", err_text(exp)) end
   for _, w in ipairs(doc.merge.warnings) do io.stderr:write("kbrun: merge: warning: ", w, "\n") end
   if #doc.merge.unmerged > 0 then
@@ -327,9 +327,9 @@ end
 
 --- kbrun k8s-job SCENARIO --shards N [options]: prints (or with --apply
 -- creates) the ConfigMap, PVC and Indexed Job of a sharded run; see
--- kb.k8s_job.
+-- kb.cli.k8s_job.
 function M.k8s_job(args)
-  local k8s_job = require "kb.k8s_job"
+  local k8s_job = require "kb.cli.k8s_job"
   local ok, opts = pcall(k8s_job.parse_args, args.argv)
   if not ok then return fail(2, "%s", err_text(opts)) end
   if opts.help then io.stdout:write(k8s_job.USAGE, "\n") return core.exit(0) end
@@ -345,10 +345,10 @@ function M.k8s_job(args)
   core.exit(0)
 end
 --- kbrun history ... and kbrun db import|query ...: the results database
--- (kb.results.cli, docs/results.md).
+-- (kb.cli.results, docs/results.md).
 local function results_command(name)
   return function(args)
-    local ok, code = pcall(function() return require("kb.results.cli")[name](args) end)
+    local ok, code = pcall(function() return require("kb.cli.results")[name](args) end)
     if not ok then
       if type(code) == "table" and code.class == "usage" then return fail(2, "%s", code.message) end
       return fail(1, "%s", err_text(code))

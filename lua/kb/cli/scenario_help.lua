@@ -1,4 +1,4 @@
---- kb.scenario_help: what `kbrun SCENARIO.lua --help` (or `kbrun help
+--- kb.cli.scenario_help: what `kbrun SCENARIO.lua --help` (or `kbrun help
 -- SCENARIO.lua`) prints, without running anything or writing a folder:
 -- the scenario's description (the comment block it starts with), every
 -- parameter with its type, default and the comment at its declaration

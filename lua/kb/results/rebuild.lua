@@ -1,8 +1,8 @@
---- kb.rebuild: an experiment's result files rebuilt from its journal alone
+--- kb.results.rebuild: an experiment's result files rebuilt from its journal alone
 -- (output/journal.jsonl, written by kbrun's runner as the run goes; the
 -- records are described in docs/results.md).
 --
---   local rebuild = require "kb.rebuild"
+--   local rebuild = require "kb.results.rebuild"
 --   if rebuild.needed(dir) then rebuild.experiment(dir) end   -- what `kbrun report` does
 --   local state = rebuild.replay(records)   -- the metrics and events of a journal
 --
@@ -169,7 +169,7 @@ end
 function M.experiment(dir)
   local path = journal_path(dir)
   if fs.exists(path) ~= "file" then
-    error(string.format("kb.rebuild: '%s' has no journal (output/journal.jsonl)", dir), 2)
+    error(string.format("kb.results.rebuild: '%s' has no journal (output/journal.jsonl)", dir), 2)
   end
   local records, skipped = journal.read(path)
   local st = M.replay(records)
@@ -177,7 +177,7 @@ function M.experiment(dir)
   local sr = require "kb.kfp.storm_report"
   local session = sr.from_journal(st.events, exp)
   if not st.begin and #st.metrics.metrics == 0 and not session then
-    error(string.format("kb.rebuild: %s holds no kbrun run records", path), 2)
+    error(string.format("kb.results.rebuild: %s holds no kbrun run records", path), 2)
   end
   fs.mkdir(exp.result_dir)
   local doc = M.document(st, { from = "output/journal.jsonl", records = #records, skipped = skipped,

@@ -1,4 +1,4 @@
---- kb.report_overtime: report.html's "Over time" section, from result.json's
+--- kb.report.overtime: report.html's "Over time" section, from result.json's
 -- timeseries (kb.timeseries) and, for a storm at a rate, result.load:
 --   latency and durations    p50/p90/p99 of the first plotted operation and
 --                            the p99 of the next ones
@@ -13,7 +13,7 @@
 -- Stage boundaries (result.load: the schedule's start, each stage's end)
 -- are dashed lines on every chart. Charts sit three to a row, so a storm's
 -- page grows by one row (report_pages.sh bounds taxi_50runs' height).
-local svg = require "kb.svg"
+local svg = require "kb.report.svg"
 
 local M = {}
 

@@ -1,8 +1,8 @@
---- kb.compare: compares two experiments, or two sweeps cell by cell, metric
+--- kb.results.compare: compares two experiments, or two sweeps cell by cell, metric
 -- by metric, and decides whether a chosen metric regressed
 -- (`kbrun compare A B`).
 --
---   local compare = require "kb.compare"
+--   local compare = require "kb.results.compare"
 --   local r = compare.paths("exp/a-...", "exp/b-...", {
 --     gates = { { metric = "http.get", stat = "p99", tolerance = 0.10 } } })
 --   print(compare.format(r)); os.exit(r.regressed and 1 or 0)
@@ -25,7 +25,7 @@
 local fs = require "kb.fs"
 local json = require "kb.json"
 local hist = require "kb.hist"
-local merge = require "kb.merge"
+local merge = require "kb.results.merge"
 
 local M = {}
 
@@ -262,7 +262,7 @@ end
 -- { kind = "sweep", dir, cells = { {key, params, scenario, doc, dirs} } }.
 -- A sweep is any folder of experiment folders; experiments with the same
 -- scenario and parameters (repeats) form one cell, their results merged
--- (kb.merge). Raises class "usage" for a path that holds no experiment.
+-- (kb.results.merge). Raises class "usage" for a path that holds no experiment.
 function M.load(path)
   local kind = fs.exists(path)
   if kind == "file" then return { kind = "experiment", dir = path, doc = read(path) } end
@@ -602,7 +602,7 @@ local function num(v)
   return (format("%.4f", v):gsub("0+$", ""):gsub("%.$", ""))
 end
 
-local function seconds(v) return require("kb.summary").duration(v) end
+local function seconds(v) return require("kb.report.summary").duration(v) end
 
 local function signed_seconds(v)
   if v == nil then return "-" end

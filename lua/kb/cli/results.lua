@@ -1,4 +1,4 @@
---- kb.results.cli: `kbrun history`, `kbrun db import|query` and the
+--- kb.cli.results: `kbrun history`, `kbrun db import|query` and the
 -- results-database side of `kbrun compare --baseline` (docs/results.md).
 -- Each command gets {argv, tty} and returns an exit code; usage errors
 -- raise {class = "usage", message}.
@@ -7,8 +7,8 @@ local json = require "kb.json"
 local csv = require "kb.csv"
 local rdb = require "kb.results.db"
 local trend = require "kb.results.trend"
-local compare = require "kb.compare"
-local summary = require "kb.summary"
+local compare = require "kb.results.compare"
+local summary = require "kb.report.summary"
 
 local M = {}
 

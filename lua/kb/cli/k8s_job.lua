@@ -1,7 +1,7 @@
---- kb.k8s_job: one experiment as an Indexed Kubernetes Job of N kbrun pods
+--- kb.cli.k8s_job: one experiment as an Indexed Kubernetes Job of N kbrun pods
 -- (`kbrun k8s-job SCENARIO --shards N`).
 --
---   local k8s_job = require "kb.k8s_job"
+--   local k8s_job = require "kb.cli.k8s_job"
 --   local objs = k8s_job.render{ scenario = "scenarios/http_storm.lua", shards = 4,
 --                                image = "registry.example/kbrun:0.1" }
 --   io.write(k8s_job.yaml(objs))                 -- ConfigMap, [PVC,] Job

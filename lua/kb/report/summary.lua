@@ -1,4 +1,4 @@
---- kb.summary: the table kbrun prints at the end of a run.
+--- kb.report.summary: the table kbrun prints at the end of a run.
 local M = {}
 
 local function color(on, code, text)
