@@ -22,7 +22,7 @@
 --
 -- Journal: kb.metrics.set_journal(j) (kbrun's runner does it with
 -- output/journal.jsonl) sends every measurement of a registered metric to
--- the kb.journal j, so the results can be rebuilt from it (kb.rebuild):
+-- the kb.journal j, so the results can be rebuilt from it (kb.results.rebuild):
 -- a definition per metric when it is registered, then batches written at
 -- each flush of j (see "the journal sink" below for the records).
 local hist = require "kb.hist"
@@ -297,7 +297,7 @@ end
 --- kb.metrics.order() -> {[key] = n}: the order in which the calling
 -- task's registry first saw each metric (histograms and counters are
 -- registered at their first record, so this is the order of the
--- scenario's steps); kb.summary prints its rows in it.
+-- scenario's steps); kb.report.summary prints its rows in it.
 function M.order()
   local out = {}
   for key, e in pairs(current().entries) do out[key] = e.seq end

@@ -291,7 +291,7 @@ function M.report_data(s, r)
   return { samples = samples, outcomes = r.outcomes }
 end
 
--- ---- rebuilt from a journal (kb.rebuild) ------------------------------------------------
+-- ---- rebuilt from a journal (kb.results.rebuild) ------------------------------------------------
 
 local Rebuilt = {}
 Rebuilt.__index = function(_, k)
