@@ -357,13 +357,20 @@ local CREDENTIAL_HEADERS = { authorization = true, ["proxy-authorization"] = tru
 
 --- secrets.credential_header(name) -> whether a header of this name carries
 -- a credential (its value is registered before it is sent).
+local header_verdicts, n_verdicts = {}, 0 -- name -> credential_header's answer
 function M.credential_header(name)
   if type(name) ~= "string" then return false end
+  local known = header_verdicts[name]
+  if known ~= nil then return known end
   local n = name:lower()
-  return CREDENTIAL_HEADERS[n] or n:find("auth", 1, true) ~= nil or n:find("token", 1, true) ~= nil
+  known = CREDENTIAL_HEADERS[n] or n:find("auth", 1, true) ~= nil or n:find("token", 1, true) ~= nil
     or n:find("secret", 1, true) ~= nil or n:find("key", 1, true) ~= nil
     or n:find("session", 1, true) ~= nil or n:find("password", 1, true) ~= nil
     or n:find("cookie", 1, true) ~= nil
+  -- every request's headers pass here: names are few, answers kept (bounded)
+  if n_verdicts >= CACHE_MAX then header_verdicts, n_verdicts = {}, 0 end
+  header_verdicts[name], n_verdicts = known, n_verdicts + 1
+  return known
 end
 
 --- secrets.register_headers(headers): registers the values of the
