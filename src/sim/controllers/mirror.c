@@ -367,6 +367,29 @@ static int pod_adopt(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue_
   return 0;
 }
 
+/* The model pod's latest state on o (the object about to be created, or
+ * a copy of the stored one): its node once bound, its status, and Argo's
+ * completed=true once it ended (Argo's controller labels a pod it has seen
+ * finish so; other pods have no such label). However often the pod changed
+ * since the mirror last wrote it, this is one write. */
+static void pod_state(sim_glue *g, glue_pod *gp, cJSON *o, const kb_sim_pod_info *pi) {
+  cJSON *spec = cJSON_GetObjectItemCaseSensitive(o, "spec");
+  if (pi->node && !gp->bound && spec) {
+    kb_k8s_set_str(spec, "nodeName", pi->node);
+    gp->bound = 1;
+  }
+  cJSON *status = kb_glue_pod_status(g, pi, cJSON_GetObjectItemCaseSensitive(spec, "containers"));
+  if (status) {
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "status");
+    cJSON_AddItemToObject(o, "status", status);
+  }
+  if (pi->phase != KB_SIM_POD_SUCCEEDED && pi->phase != KB_SIM_POD_FAILED) return;
+  cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
+  const cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels");
+  const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(labels, "workflows.argoproj.io/completed"));
+  if (v && !strcmp(v, "false")) kb_k8s_set_meta(md, "labels", "workflows.argoproj.io/completed", "true");
+}
+
 static int pod_create(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue_run *r) {
   if (r && r->adopt_name) return pod_adopt(g, gp, pi, r, r->adopt_ns, r->adopt_name);
   cJSON *o = owned(r) && r->ops->pod && r->ud ? r->ops->pod(r->ud, pi->run, pi->step) : NULL;
@@ -383,13 +406,15 @@ static int pod_create(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue
   gp->ns = strdup(ns ? ns : pi->namespace_);
   gp->name = strdup(name ? name : pi->name);
   gp->container = strdup(ctr ? ctr : "main");
-  if (pi->node) cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(o, "spec"), "nodeName", pi->node);
-  gp->bound = pi->node != NULL;
+  gp->bound = 0;
+  /* created as it is now: a pod the mirror reaches late (a backlog) is one
+   * ADDED with its latest state, not a replay of every step it took */
+  pod_state(g, gp, o, pi);
   kb_glue_ensure_namespace(g, gp->ns);
   kb_k8s_error e;
   kb_glue_write_begin(g);
   g->creating_pod++;
-  int rc = kb_k8s_create(g->st, g->r_pods, gp->ns, o, 0, NULL, &e);
+  int rc = kb_k8s_create(g->st, g->r_pods, gp->ns, o, K8S_WHOLE, NULL, &e);
   g->creating_pod--;
   kb_glue_write_end(g);
   cJSON_Delete(o);
@@ -401,36 +426,40 @@ static int pod_create(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue
   return 0;
 }
 
-/* The scheduler bound the pod: spec.nodeName is the main resource's. */
-static int pod_bind(sim_glue *g, glue_pod *gp, const char *node) {
-  const cJSON *cur = kb_k8s_peek(g->st, g->r_pods, gp->ns, gp->name);
+/* The stored pod takes the model's latest state: one write of both halves
+ * (spec.nodeName, status), as a kubelet and a scheduler would in two.
+ * -404 when the pod is gone from the store. */
+static int pod_write(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi) {
+  k8s_entry *e = kb_k8s_entry_find(g->st, g->r_pods, gp->ns, gp->name);
+  const cJSON *cur = e ? kb_k8s_entry_tree(g->st, e) : NULL;
   if (!cur) return -404;
   cJSON *o = cJSON_Duplicate(cur, 1);
-  cJSON *spec = cJSON_GetObjectItemCaseSensitive(o, "spec");
-  cJSON_DeleteItemFromObjectCaseSensitive(spec, "nodeName");
-  cJSON_AddStringToObject(spec, "nodeName", node);
+  if (!o) return -1;
+  pod_state(g, gp, o, pi);
   kb_glue_write_begin(g);
-  int rc = kb_k8s_update(g->st, g->r_pods, gp->ns, gp->name, o, 0, NULL, NULL);
+  int rc = kb_k8s_replace_entry(g->st, g->r_pods, e, o, K8S_WHOLE, NULL, NULL);
   kb_glue_write_end(g);
-  cJSON_Delete(o);
   return rc;
 }
 
-/* Argo's controller labels a pod it has seen finish completed=true (its
- * pod informer then leaves it alone); other pods have no such label. */
-static void pod_completed(sim_glue *g, glue_pod *gp) {
-  const cJSON *cur = kb_k8s_peek(g->st, g->r_pods, gp->ns, gp->name);
-  const cJSON *labels = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cur, "metadata"), "labels");
-  const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(labels, "workflows.argoproj.io/completed"));
-  if (!v || strcmp(v, "false")) return;
-  cJSON *o = cJSON_Duplicate(cur, 1);
-  kb_k8s_set_meta(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "labels", "workflows.argoproj.io/completed", "true");
-  kb_glue_write_begin(g);
-  kb_k8s_update(g->st, g->r_pods, gp->ns, gp->name, o, 0, NULL, NULL);
-  kb_glue_write_end(g);
-  cJSON_Delete(o);
+/* A container's output is in its log before the pod shows it terminated
+ * (as on a node), so `logs -f`, which ends when the pod does, gets the
+ * last line: the log first, then the pod's write. */
+static void pod_logs(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi) {
+  int started = !strcmp(pi->container_state, "running") ||
+                (!strcmp(pi->container_state, "terminated") && pi->started_at >= 0);
+  if (started && !gp->started_logged) {
+    gp->started_logged = 1;
+    kb_glue_logs_started(g, pi, gp->ns, gp->name, gp->container);
+  }
+  if (!strcmp(pi->container_state, "terminated") && !gp->ended_logged) {
+    gp->ended_logged = 1;
+    kb_glue_logs_ended(g, pi, gp->ns, gp->name, gp->container);
+  }
 }
 
+/* The pod's latest state, in one write however many times it changed since
+ * the last (the dirty set holds it once). */
 static void mirror_pod(sim_glue *g, int id) {
   glue_pod *gp = pod_rec(g, id);
   if (!gp) return;
@@ -450,42 +479,29 @@ static void mirror_pod(sim_glue *g, int id) {
     return;
   }
   if (gp->state == OBJ_NONE) {
+    int adopted = r && r->adopt_name; /* the client's pod: written below */
     if (pod_create(g, gp, &pi, r) < 0) {
       gp->state = OBJ_GONE;
       return;
     }
     gp->state = OBJ_LIVE;
-  }
-  if (pi.node && !gp->bound) {
-    if (pod_bind(g, gp, pi.node) == -404) {
-      gp->state = OBJ_GONE;
+    if (!adopted) {
+      /* nobody follows the logs of a pod that was not there: they come
+       * after it, when a training pod's command can be read from it */
+      pod_logs(g, gp, &pi);
+      if (owned(r)) dirty_add(&g->d_runs, (uint32_t)pi.run);
       return;
     }
-    gp->bound = 1;
   }
-  const cJSON *cur = kb_k8s_peek(g->st, g->r_pods, gp->ns, gp->name);
-  if (!cur) {
+  if (!kb_k8s_entry_find(g->st, g->r_pods, gp->ns, gp->name)) {
     gp->state = OBJ_GONE; /* deleted through the API (or its owner) */
     return;
   }
-  /* The log first, then the status: as on a node, a container's output is
-   * in its log before the pod shows it terminated, so `logs -f` (which
-   * ends when the pod does) gets the last line. */
-  int started = !strcmp(pi.container_state, "running") ||
-                (!strcmp(pi.container_state, "terminated") && pi.started_at >= 0);
-  if (started && !gp->started_logged) {
-    gp->started_logged = 1;
-    kb_glue_logs_started(g, &pi, gp->ns, gp->name, gp->container);
+  pod_logs(g, gp, &pi);
+  if (pod_write(g, gp, &pi) == -404) {
+    gp->state = OBJ_GONE;
+    return;
   }
-  if (!strcmp(pi.container_state, "terminated") && !gp->ended_logged) {
-    gp->ended_logged = 1;
-    kb_glue_logs_ended(g, &pi, gp->ns, gp->name, gp->container);
-  }
-  cJSON *status = kb_glue_pod_status(
-      g, &pi, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cur, "spec"), "containers"));
-  kb_glue_put_status(g, g->r_pods, gp->ns, gp->name, status);
-  cJSON_Delete(status);
-  if (pi.phase == KB_SIM_POD_SUCCEEDED || pi.phase == KB_SIM_POD_FAILED) pod_completed(g, gp);
   if (owned(r)) dirty_add(&g->d_runs, (uint32_t)pi.run);
 }
 

@@ -114,6 +114,8 @@ static inline const cJSON *kb_k8s_entry_tree(const kb_k8s_store *st, const k8s_e
 /* Store-internal write flags, beside the public KB_K8S_* ones. */
 #define K8S_MARK_DELETED 0x100 /* replace_entry: a delete sets the deletion fields */
 #define K8S_KEEP_MANAGED 0x200 /* create/update: managedFields are the caller's (apply) */
+#define K8S_WHOLE 0x400 /* create/replace_entry: the object's spec and status both, as
+                         * given (the mirror's one write of a pod's latest state) */
 
 /* managedFields (k8s_apply.c): the REST layer names the request's field
  * manager around a write; the store then records, in next, the fields the

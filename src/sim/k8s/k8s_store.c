@@ -486,7 +486,13 @@ int kb_k8s_create(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const
             kb_k8s_set_item(m, "generation", cJSON_CreateNumber(1)) ||
             (res->namespaced && kb_k8s_set_str(m, "namespace", nsbuf));
   if (bad) return cJSON_Delete(obj), kb_k8s_oom(err);
+  /* K8S_WHOLE: the status is the caller's, not the defaults' (Pending) */
+  cJSON *status = (flags & K8S_WHOLE) ? cJSON_DetachItemFromObjectCaseSensitive(obj, "status") : NULL;
   rc = kb_k8s_default(st, res, obj, 1, err);
+  if (status) {
+    cJSON_DeleteItemFromObjectCaseSensitive(obj, "status");
+    cJSON_AddItemToObject(obj, "status", status);
+  }
   if (rc) {
     cJSON_Delete(obj);
     return kb_k8s_err_named(err, namebuf, rc);
@@ -566,7 +572,7 @@ int kb_k8s_replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, 
   }
   if (kb_k8s_set_str(next, "apiVersion", res->api_version) || kb_k8s_set_str(next, "kind", res->kind))
     return cJSON_Delete(next), kb_k8s_oom(err);
-  if ((flags & KB_K8S_STATUS) || res->status_subresource) {
+  if (!(flags & K8S_WHOLE) && ((flags & KB_K8S_STATUS) || res->status_subresource)) {
     /* the status subresource and the main resource each own their half */
     cJSON *base = (flags & KB_K8S_STATUS) ? cJSON_Duplicate(old, 1) : next;
     if (!base) return cJSON_Delete(next), kb_k8s_oom(err);
