@@ -661,6 +661,10 @@ static size_t mirror_events(sim_glue *g, size_t budget) {
   g->events_dirty = 0;
   uint64_t first = kb_sim_event_first(g->sim), end = kb_sim_event_end(g->sim);
   if (g->ev_next < first) g->ev_next = first;
+  /* Of a backlog, only the newest MAX_EVENT_OBJECTS would still be kept
+   * once it is mirrored: older ones would be created and deleted unseen
+   * (Events expire), so they are not written at all. */
+  if (end - g->ev_next > MAX_EVENT_OBJECTS) g->ev_next = end - MAX_EVENT_OBJECTS;
   size_t done = 0;
   for (; g->ev_next < end && done < budget; g->ev_next++, done++) {
     kb_sim_event_info ev;
@@ -774,6 +778,10 @@ size_t kb_glue_backlog(const sim_glue *g) {
 void kb_glue_flush_all(sim_glue *g) {
   g->looked = 1;
   flush(g, 2);
+}
+
+void kb_glue_reading(sim_glue *g, const char *path) {
+  if (path && strstr(path, "/apis/coordination.k8s.io/")) kb_k8s_ctls_leases_read(g->apps);
 }
 
 #define TRIM_EVERY 64 /* objects mirrored between trims in a top-level flush */

@@ -217,5 +217,7 @@ void kb_k8s_emit(kb_k8s_store *st, kb_k8s_event_type type, const kb_k8s_res *res
                  k8s_obj *obj, k8s_obj *prev);
 void kb_k8s_event_unref(k8s_event *ev);
 void kb_k8s_watch_free(kb_k8s_watch *w);
+/* 1 while a watch (a client's or a controller's) on res is open. */
+int kb_k8s_store_watched(const kb_k8s_store *st, const kb_k8s_res *res);
 
 #endif
