@@ -414,10 +414,9 @@ static int pod_create(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue
   kb_k8s_error e;
   kb_glue_write_begin(g);
   g->creating_pod++;
-  int rc = kb_k8s_create(g->st, g->r_pods, gp->ns, o, K8S_WHOLE, NULL, &e);
+  int rc = kb_k8s_create_take(g->st, g->r_pods, gp->ns, o, K8S_WHOLE, NULL, &e);
   g->creating_pod--;
   kb_glue_write_end(g);
-  cJSON_Delete(o);
   if (rc < 0) {
     kb_log(KB_LOG_WARN, "simulator: cannot mirror pod %s/%s: %s", gp->ns, gp->name, e.message);
     return -1;

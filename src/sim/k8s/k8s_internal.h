@@ -208,6 +208,10 @@ int kb_k8s_has_finalizers(const cJSON *obj);
 /* Removes the entry and returns its object (the entry's reference). */
 k8s_obj *kb_k8s_take_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e);
 /* Stores `next` (consumed) in place of entry e after the metadata rules. */
+/* kb_k8s_create of obj itself (consumed, whatever the outcome): a writer
+ * that built the object for the store saves the copy. */
+int kb_k8s_create_take(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, cJSON *obj,
+                       unsigned flags, cJSON **out, kb_k8s_error *err);
 int kb_k8s_replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, cJSON *next,
                          unsigned flags, cJSON **out, kb_k8s_error *err);
 /* Takes the entry out and records its DELETED event (the caller bumped st->rv). */

@@ -415,10 +415,21 @@ int kb_k8s_create(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const
   if (!kb_k8s_bucket_of(st, res)) return kb_k8s_error_set(err, 404, "NotFound", "unknown resource");
   if (!cJSON_IsObject(in))
     return kb_k8s_error_set(err, 400, "BadRequest", "the body must be a JSON object");
-  int rc = check_kind(res, in, err);
-  if (rc) return rc;
   cJSON *obj = cJSON_Duplicate(in, 1);
-  cJSON *m = obj ? kb_k8s_meta(obj) : NULL;
+  if (!obj) return kb_k8s_oom(err);
+  return kb_k8s_create_take(st, res, ns, obj, flags, out, err);
+}
+
+int kb_k8s_create_take(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, cJSON *obj,
+                       unsigned flags, cJSON **out, kb_k8s_error *err) {
+  if (out) *out = NULL;
+  if (!kb_k8s_bucket_of(st, res))
+    return cJSON_Delete(obj), kb_k8s_error_set(err, 404, "NotFound", "unknown resource");
+  if (!cJSON_IsObject(obj))
+    return cJSON_Delete(obj), kb_k8s_error_set(err, 400, "BadRequest", "the body must be a JSON object");
+  int rc = check_kind(res, obj, err);
+  if (rc) return cJSON_Delete(obj), rc;
+  cJSON *m = kb_k8s_meta(obj);
   if (!m || secret_string_data(res, obj)) return cJSON_Delete(obj), kb_k8s_oom(err);
   const char *ons = kb_k8s_meta_str(obj, "namespace");
   char nsbuf[256];
