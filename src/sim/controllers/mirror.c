@@ -1,82 +1,19 @@
 /* The mirror: the model's nodes, pods and events as Kubernetes objects in
- * the store, the Workflow objects of KFP runs, and pod logs. The model's
- * observer only marks things dirty; kb_glue_flush writes them out (see
- * sim_glue.h for why). Pods of runs a controller owns take the shape the
+ * the store, the Workflow objects of KFP runs, and pod logs (Events in
+ * mirror_events.c, nodes in mirror_nodes.c, logs in mirror_logs.c). The
+ * model's observer only marks things dirty, once per object however often
+ * it changes; kb_glue_flush writes each out once, with its latest state
+ * (see sim_glue.h for why). Pods of runs a controller owns take the shape the
  * controller gives them (names, labels, owner references); the rest look
  * like Argo's. */
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "k8s_internal.h"
-#include "k8s_ctl.h"
 #include "kb/log.h"
-#include "sim_glue.h"
-
-#define MAX_EVENT_OBJECTS 4096 /* Event objects kept; older ones are deleted (events expire) */
-
-enum { OBJ_NONE, OBJ_LIVE, OBJ_GONE };
-
-/* Records are indexed by model id. The model reuses the ids of deleted
- * runs and pods, so a record also keeps the generation it describes: when
- * the model's differs, the record is of a predecessor, whose objects are
- * deleted (by the names kept here) before the record starts afresh. */
-typedef struct glue_pod {
-  char *ns, *name, *container;
-  uint32_t gen;
-  uint8_t state, bound, started_logged, ended_logged;
-} glue_pod;
-
-typedef struct glue_run {
-  const glue_owner_ops *ops;
-  void *ud;
-  int *pods;
-  size_t n_pods, cap_pods;
-  uint32_t gen;
-  uint8_t wf_state;       /* the KFP run's Workflow object */
-  char *wf_ns, *wf_name;  /* its name, while it is LIVE */
-  char *wf_uid;           /* and uid (its pods' ownerReferences) */
-  char *adopt_ns, *adopt_name; /* the client's pod object (kb_glue_adopt_pod) */
-} glue_run;
-
-typedef struct dirty_set {
-  uint32_t *v;
-  size_t n, cap;
-  uint8_t *flag;
-  size_t n_flag;
-} dirty_set;
-
-struct sim_glue {
-  kb_sim *sim;
-  kb_k8s_store *st;
-  kb_sim_kfp *kfp;
-  uv_loop_t *loop;
-  uv_idle_t idle;
-  uv_check_t trim; /* packs the store's objects between loop turns */
-  int idle_init, idle_on, flushing, writing, stopped;
-  int looked; /* a Kubernetes/Argo request came: the leases start */
-  int creating_pod; /* pod_create is writing a model pod */
-  glue_pod *pods;
-  size_t n_pods;
-  glue_run *runs;
-  size_t n_runs;
-  dirty_set d_pods, d_nodes, d_runs;
-  int events_dirty;
-  uint64_t ev_next;
-  uint64_t ctl_events; /* Events written by controllers, for their names */
-  char **ev_keys; /* "ns/name" of Event objects, a ring */
-  size_t ev_head, ev_count;
-  uint64_t rng;
-  glue_ctl *ctl[7];
-  k8s_ctls *apps; /* the store-level controllers (k8s_ctl.h) */
-  kb_vclock *apps_clock; /* theirs once someone looks (leases cost writes) */
-  int apps_clocked;
-  double longest_turn; /* CPU seconds of the longest idle flush (kb_glue_longest_turn) */
-  const kb_k8s_res *r_pods, *r_nodes, *r_events, *r_workflows, *r_namespaces;
-};
+#include "mirror_internal.h"
 
 /* ---- small helpers ---- */
 
@@ -504,175 +441,6 @@ static void mirror_pod(sim_glue *g, int id) {
   if (owned(r)) dirty_add(&g->d_runs, (uint32_t)pi.run);
 }
 
-/* ---- events ---- */
-
-static void event_keep(sim_glue *g, const char *ns, const char *name) {
-  if (!g->ev_keys && !(g->ev_keys = calloc(MAX_EVENT_OBJECTS, sizeof *g->ev_keys))) return;
-  if (g->ev_count == MAX_EVENT_OBJECTS) {
-    char *old = g->ev_keys[g->ev_head];
-    char *slash = strchr(old, '/');
-    *slash = 0;
-    kb_glue_write_begin(g);
-    kb_k8s_delete(g->st, g->r_events, old, slash + 1, NULL, NULL, NULL);
-    kb_glue_write_end(g);
-    free(old);
-    g->ev_keys[g->ev_head] = NULL;
-    g->ev_head = (g->ev_head + 1) % MAX_EVENT_OBJECTS;
-    g->ev_count--;
-  }
-  size_t n = strlen(ns) + strlen(name) + 2;
-  char *key = malloc(n);
-  if (!key) return;
-  snprintf(key, n, "%s/%s", ns, name);
-  g->ev_keys[(g->ev_head + g->ev_count++) % MAX_EVENT_OBJECTS] = key;
-}
-
-/* The model's message names its own pod and container: say what the store
- * shows (a controller's pod name, the pod's main container). */
-static void event_message(const kb_sim_event_info *ev, const char *model_name, const glue_pod *gp,
-                          char *out, size_t cap) {
-  const char *m = ev->message ? ev->message : "";
-  size_t o = 0;
-  size_t ml = model_name ? strlen(model_name) : 0;
-  while (*m && o + 1 < cap) {
-    if (ml && gp && !strncmp(m, model_name, ml)) {
-      o += (size_t)snprintf(out + o, cap - o, "%s", gp->name);
-      m += ml;
-    } else if (gp && !strncmp(m, "container main", 14) && strcmp(gp->container, "main")) {
-      o += (size_t)snprintf(out + o, cap - o, "container %s", gp->container);
-      m += 14;
-    } else {
-      out[o++] = *m++;
-    }
-    if (o >= cap) o = cap - 1;
-  }
-  out[o] = 0;
-}
-
-static void mirror_event(sim_glue *g, const kb_sim_event_info *ev) {
-  const char *ns = "default", *name = NULL, *kind = "Node", *host = NULL, *uid = NULL;
-  const kb_k8s_res *res = g->r_nodes;
-  kb_sim_node_info ni;
-  kb_sim_pod_info pi;
-  glue_pod *gp = NULL;
-  if (ev->object_kind == KB_SIM_KIND_POD) {
-    gp = ev->object >= 0 && (size_t)ev->object < g->n_pods ? &g->pods[ev->object] : NULL;
-    if (!gp || gp->state != OBJ_LIVE || gp->gen != ev->object_gen ||
-        kb_sim_pod_get(g->sim, ev->object, &pi) < 0 || pi.gen != gp->gen)
-      return;
-    ns = gp->ns;
-    name = gp->name;
-    kind = "Pod";
-    res = g->r_pods;
-  } else if (kb_sim_node_get(g->sim, ev->object, &ni) == 0) {
-    name = ni.name;
-  }
-  if (!name) return;
-  const cJSON *obj = kb_k8s_peek(g->st, res, ev->object_kind == KB_SIM_KIND_POD ? ns : NULL, name);
-  if (obj) uid = kb_k8s_meta_str(obj, "uid");
-  if (ev->object_kind == KB_SIM_KIND_POD && obj)
-    host = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "spec"), "nodeName"));
-  int sched = !strcmp(ev->reason, "Scheduled") || !strcmp(ev->reason, "FailedScheduling");
-  const char *component = sched ? "default-scheduler"
-                          : ev->object_kind == KB_SIM_KIND_NODE ? "node-controller" : "kubelet";
-  char ename[384], ts[32], msg[1024];
-  event_message(ev, gp ? pi.name : NULL, gp, msg, sizeof msg);
-  snprintf(ename, sizeof ename, "%s.%016llx", name, (unsigned long long)(0x17e0000000000000ull + ev->seq));
-  kb_glue_time(g, ev->time, ts);
-  cJSON *o = cJSON_CreateObject();
-  cJSON *md = cJSON_AddObjectToObject(o, "metadata");
-  cJSON_AddStringToObject(md, "name", ename);
-  cJSON_AddStringToObject(md, "namespace", ns);
-  cJSON *io = cJSON_AddObjectToObject(o, "involvedObject");
-  cJSON_AddStringToObject(io, "kind", kind);
-  if (ev->object_kind == KB_SIM_KIND_POD) cJSON_AddStringToObject(io, "namespace", ns);
-  cJSON_AddStringToObject(io, "name", name);
-  if (uid) cJSON_AddStringToObject(io, "uid", uid);
-  cJSON_AddStringToObject(io, "apiVersion", "v1");
-  if (ev->object_kind == KB_SIM_KIND_POD && !sched) {
-    char fp[300];
-    snprintf(fp, sizeof fp, "spec.containers{%s}", gp->container);
-    cJSON_AddStringToObject(io, "fieldPath", fp);
-  }
-  cJSON_AddStringToObject(o, "reason", ev->reason);
-  cJSON_AddStringToObject(o, "message", msg);
-  cJSON *src = cJSON_AddObjectToObject(o, "source");
-  cJSON_AddStringToObject(src, "component", component);
-  if (host && !sched) cJSON_AddStringToObject(src, "host", host);
-  cJSON_AddStringToObject(o, "firstTimestamp", ts);
-  cJSON_AddStringToObject(o, "lastTimestamp", ts);
-  cJSON_AddNumberToObject(o, "count", 1);
-  cJSON_AddStringToObject(o, "type", ev->type);
-  cJSON_AddNullToObject(o, "eventTime");
-  cJSON_AddStringToObject(o, "reportingComponent", sched ? "default-scheduler" : component);
-  cJSON_AddStringToObject(o, "reportingInstance", host && !sched ? host : "");
-  kb_glue_ensure_namespace(g, ns);
-  kb_glue_write_begin(g);
-  int rc = kb_k8s_create(g->st, g->r_events, ns, o, 0, NULL, NULL);
-  kb_glue_write_end(g);
-  cJSON_Delete(o);
-  if (rc == 0) event_keep(g, ns, ename);
-}
-
-void kb_glue_event(sim_glue *g, const cJSON *obj, const char *type, const char *reason,
-                const char *component, const char *fmt, ...) {
-  const char *ns = kb_k8s_meta_str(obj, "namespace"), *name = kb_k8s_meta_str(obj, "name");
-  if (!obj || !name) return;
-  char msg[512], ename[384], ts[32];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  snprintf(ename, sizeof ename, "%s.%016llx", name,
-           (unsigned long long)(0x1800000000000000ull + ++g->ctl_events));
-  kb_glue_time(g, kb_sim_now(g->sim), ts);
-  cJSON *o = cJSON_CreateObject();
-  cJSON *md = cJSON_AddObjectToObject(o, "metadata");
-  cJSON_AddStringToObject(md, "name", ename);
-  cJSON_AddStringToObject(md, "namespace", ns ? ns : "default");
-  cJSON *io = cJSON_AddObjectToObject(o, "involvedObject");
-  const char *kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, "kind"));
-  const char *av = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, "apiVersion"));
-  cJSON_AddStringToObject(io, "kind", kind ? kind : "");
-  if (ns) cJSON_AddStringToObject(io, "namespace", ns);
-  cJSON_AddStringToObject(io, "name", name);
-  if (kb_k8s_meta_str(obj, "uid")) cJSON_AddStringToObject(io, "uid", kb_k8s_meta_str(obj, "uid"));
-  cJSON_AddStringToObject(io, "apiVersion", av ? av : "v1");
-  cJSON_AddStringToObject(o, "reason", reason);
-  cJSON_AddStringToObject(o, "message", msg);
-  cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "source"), "component", component);
-  cJSON_AddStringToObject(o, "firstTimestamp", ts);
-  cJSON_AddStringToObject(o, "lastTimestamp", ts);
-  cJSON_AddNumberToObject(o, "count", 1);
-  cJSON_AddStringToObject(o, "type", type);
-  cJSON_AddNullToObject(o, "eventTime");
-  cJSON_AddStringToObject(o, "reportingComponent", component);
-  cJSON_AddStringToObject(o, "reportingInstance", "");
-  kb_glue_write_begin(g);
-  int rc = kb_k8s_create(g->st, g->r_events, ns ? ns : "default", o, 0, NULL, NULL);
-  kb_glue_write_end(g);
-  cJSON_Delete(o);
-  if (rc == 0) event_keep(g, ns ? ns : "default", ename);
-}
-
-/* Mirrors up to `budget` new model events; returns how many. */
-static size_t mirror_events(sim_glue *g, size_t budget) {
-  g->events_dirty = 0;
-  uint64_t first = kb_sim_event_first(g->sim), end = kb_sim_event_end(g->sim);
-  if (g->ev_next < first) g->ev_next = first;
-  /* Of a backlog, only the newest MAX_EVENT_OBJECTS would still be kept
-   * once it is mirrored: older ones would be created and deleted unseen
-   * (Events expire), so they are not written at all. */
-  if (end - g->ev_next > MAX_EVENT_OBJECTS) g->ev_next = end - MAX_EVENT_OBJECTS;
-  size_t done = 0;
-  for (; g->ev_next < end && done < budget; g->ev_next++, done++) {
-    kb_sim_event_info ev;
-    if (kb_sim_event_get(g->sim, g->ev_next, &ev) == 0) mirror_event(g, &ev);
-  }
-  if (g->ev_next < end) g->events_dirty = 1;
-  return done;
-}
-
 /* ---- runs: KFP workflows ---- */
 
 void kb_glue_workflow_status(sim_glue *g, int run, const char *ns, const char *name) {
@@ -822,7 +590,7 @@ static void flush(sim_glue *g, int top) {
     n = dirty_take(&g->d_nodes, &v);
     for (i = 0; i < n; i++) kb_glue_mirror_node(g, (int)v[i]);
     free(v);
-    if (g->events_dirty && MORE()) budget -= mirror_events(g, budget);
+    if (g->events_dirty && MORE()) budget -= kb_glue_mirror_events(g, budget);
     if (!g->d_runs.n && !g->d_pods.n && !g->d_nodes.n && !g->events_dirty) break;
   }
   if (!g->d_runs.n && !g->d_pods.n && !g->d_nodes.n && !g->events_dirty && g->idle_on) {
