@@ -32,7 +32,6 @@ typedef struct k8s_event {
 } k8s_event;
 
 typedef struct k8s_log k8s_log;
-#define K8S_LOG_BUCKETS 1024
 
 struct kb_k8s_watch {
   kb_k8s_store *st;
@@ -74,7 +73,8 @@ struct kb_k8s_store {
   k8s_pending *pend_head, *pend_tail;
   int dispatching;
   /* logs */
-  k8s_log *logs[K8S_LOG_BUCKETS];
+  k8s_log **logs; /* a hash table by pod (k8s_log.c), grown with n_logs */
+  size_t n_logs, cap_logs;
   kb_k8s_log_fn log_fn;
   void *log_ud;
   /* the field manager of the API request writing now (kb_k8s_store_set_manager),
