@@ -91,9 +91,19 @@ static glue_pod *pod_rec(sim_glue *g, int pod) {
 
 /* ---- dirty sets and the observer ---- */
 
+/* A dirty set is a queue of ids, each in it at most once (flag): however
+ * often an object changes before the mirror reaches it, it is written once.
+ * The mirror takes ids from the head in place (dirty_pop); the queue is
+ * compacted when it would grow, so a backlog of 500,000 ids is not copied
+ * at every turn that takes 64 of them. */
 static void dirty_add(dirty_set *d, uint32_t i) {
   if (grow((void **)&d->flag, &d->n_flag, (size_t)i + 1, 1)) return;
   if (d->flag[i]) return;
+  if (d->n == d->cap && d->head) {
+    memmove(d->v, d->v + d->head, (d->n - d->head) * sizeof *d->v);
+    d->n -= d->head;
+    d->head = 0;
+  }
   if (d->n == d->cap) {
     size_t cap = d->cap ? d->cap * 2 : 64;
     uint32_t *v = realloc(d->v, cap * sizeof *v);
@@ -105,14 +115,14 @@ static void dirty_add(dirty_set *d, uint32_t i) {
   d->v[d->n++] = i;
 }
 
-/* Takes the set's contents (the caller frees *out). */
-static size_t dirty_take(dirty_set *d, uint32_t **out) {
-  size_t n = d->n;
-  *out = d->v;
-  for (size_t i = 0; i < n; i++) d->flag[d->v[i]] = 0;
-  d->v = NULL;
-  d->n = d->cap = 0;
-  return n;
+static size_t dirty_count(const dirty_set *d) { return d->n - d->head; }
+
+/* Takes the oldest id out of the set. */
+static uint32_t dirty_pop(dirty_set *d) {
+  uint32_t i = d->v[d->head++];
+  d->flag[i] = 0;
+  if (d->head == d->n) d->head = d->n = 0;
+  return i;
 }
 
 /* top: 0 inside another's work (no trims), 1 an idle turn (trims, a
@@ -539,7 +549,8 @@ void kb_glue_flush(sim_glue *g) {
 
 size_t kb_glue_backlog(const sim_glue *g) {
   uint64_t end = kb_sim_event_end(g->sim);
-  return g->d_runs.n + g->d_pods.n + g->d_nodes.n + (size_t)(end > g->ev_next ? end - g->ev_next : 0);
+  return dirty_count(&g->d_runs) + dirty_count(&g->d_pods) + dirty_count(&g->d_nodes) +
+         (size_t)(end > g->ev_next ? end - g->ev_next : 0);
 }
 
 void kb_glue_flush_all(sim_glue *g) {
@@ -553,6 +564,7 @@ void kb_glue_reading(sim_glue *g, const char *path) {
 
 #define TRIM_EVERY 64 /* objects mirrored between trims in a top-level flush */
 #define FLUSH_BUDGET 64 /* objects an idle turn mirrors at most */
+#define NODES_EVERY_MS 100 /* see flush */
 #define FLUSH_CPU 0.010 /* and seconds of CPU it takes at most (one object more) */
 
 static void flush(sim_glue *g, int top) {
@@ -572,28 +584,30 @@ static void flush(sim_glue *g, int top) {
   double deadline = top == 1 ? thread_cpu() + FLUSH_CPU : 0;
 #define MORE() (budget && (!deadline || thread_cpu() < deadline) ? 1 : (budget = 0))
   for (int round = 0; round < 8 && budget; round++) {
-    uint32_t *v;
-    size_t n = dirty_take(&g->d_runs, &v), i;
-    for (i = 0; i < n && MORE(); i++, budget--) {
-      mirror_run(g, (int)v[i]);
+    /* what is dirty as the round starts (what its writes dirty waits for
+     * the next round) */
+    size_t n = dirty_count(&g->d_runs);
+    for (size_t i = 0; i < n && MORE(); i++, budget--) {
+      mirror_run(g, (int)dirty_pop(&g->d_runs));
       if (top && i % TRIM_EVERY == TRIM_EVERY - 1) trim(g);
     }
-    for (; i < n; i++) dirty_add(&g->d_runs, v[i]);
-    free(v);
-    n = dirty_take(&g->d_pods, &v);
-    for (i = 0; i < n && MORE(); i++, budget--) {
-      mirror_pod(g, (int)v[i]);
+    n = dirty_count(&g->d_pods);
+    for (size_t i = 0; i < n && MORE(); i++, budget--) {
+      mirror_pod(g, (int)dirty_pop(&g->d_pods));
       if (top && i % TRIM_EVERY == TRIM_EVERY - 1) trim(g);
     }
-    for (; i < n; i++) dirty_add(&g->d_pods, v[i]);
-    free(v);
-    n = dirty_take(&g->d_nodes, &v);
-    for (i = 0; i < n; i++) kb_glue_mirror_node(g, (int)v[i]);
-    free(v);
+    /* A node changes with every pod bound to or leaving it: amid a backlog
+     * of pods an idle turn writes nodes at most every NODES_EVERY_MS (a
+     * request's flush, and the turn that ends the backlog, always) */
+    if (top != 1 || !dirty_count(&g->d_pods) || uv_now(g->loop) - g->nodes_at >= NODES_EVERY_MS) {
+      g->nodes_at = uv_now(g->loop);
+      n = dirty_count(&g->d_nodes);
+      for (size_t i = 0; i < n; i++) kb_glue_mirror_node(g, (int)dirty_pop(&g->d_nodes));
+    }
     if (g->events_dirty && MORE()) budget -= kb_glue_mirror_events(g, budget);
-    if (!g->d_runs.n && !g->d_pods.n && !g->d_nodes.n && !g->events_dirty) break;
+    if (!kb_glue_backlog(g)) break;
   }
-  if (!g->d_runs.n && !g->d_pods.n && !g->d_nodes.n && !g->events_dirty && g->idle_on) {
+  if (!kb_glue_backlog(g) && g->idle_on) {
     uv_idle_stop(&g->idle);
     g->idle_on = 0;
   }

@@ -36,8 +36,8 @@ typedef struct glue_run {
 } glue_run;
 
 typedef struct dirty_set {
-  uint32_t *v;
-  size_t n, cap;
+  uint32_t *v; /* v[head..n) are dirty, oldest first */
+  size_t head, n, cap;
   uint8_t *flag;
   size_t n_flag;
 } dirty_set;
@@ -57,6 +57,7 @@ struct sim_glue {
   glue_run *runs;
   size_t n_runs;
   dirty_set d_pods, d_nodes, d_runs;
+  uint64_t nodes_at; /* uv_now of the last write of dirty nodes (flush) */
   int events_dirty;
   uint64_t ev_next;
   uint64_t ctl_events; /* Events written by controllers, for their names */
