@@ -5,7 +5,8 @@
  * create, bind and status writes it would have taken live. A pod the mirror
  * wrote while it ran and that changed several times since is one MODIFIED
  * more. A watcher's events are consistent with a list: resourceVersions
- * rise, and the last event of each pod is the listed object. */
+ * rise, and the last event of each pod is the listed object. Pods the
+ * terminated-pod GC would delete as soon as they were written are not. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,8 +209,28 @@ static void test_live_pod_one_write_per_flush(void) {
   env_free(&e);
 }
 
+/* With the terminated-pod GC at 5, a backlog of 11 finished pods ends as
+ * the GC would leave it (the 5 newest), and the 6 it would have deleted at
+ * once are not written: the watcher sees 5 ADDED, no DELETED. */
+static void test_backlog_gc_not_written(void) {
+  env e;
+  env_init(&e);
+  kb_glue_set_pod_gc(e.g, 5);
+  kb_sim_error err;
+  KB_CHECK(kb_sim_run_create(e.sim, e.pipeline, NULL, &err) >= 0);
+  KB_CHECK(kb_sim_run_until_idle(e.sim, 1e6) > 0);
+  KB_CHECK(kb_sim_pod_count(e.sim) == 11);
+  kb_glue_flush_all(e.g);
+  KB_CHECK(check_list_matches(&e) == 5);
+  KB_CHECK(e.r.n == 5);
+  for (size_t i = 0; i < e.r.n; i++) KB_CHECK(e.r.v[i].added == 1 && e.r.v[i].deleted == 0);
+  KB_CHECK(!e.r.rv_fell);
+  env_free(&e);
+}
+
 int main(void) {
   KB_RUN(test_backlog_written_once);
   KB_RUN(test_live_pod_one_write_per_flush);
+  KB_RUN(test_backlog_gc_not_written);
   return kb_test_report();
 }

@@ -113,6 +113,7 @@ static void dirty_add(dirty_set *d, uint32_t i) {
   }
   d->flag[i] = 1;
   d->v[d->n++] = i;
+  d->added++;
 }
 
 static size_t dirty_count(const dirty_set *d) { return d->n - d->head; }
@@ -451,6 +452,34 @@ static void mirror_pod(sim_glue *g, int id) {
   if (owned(r)) dirty_add(&g->d_runs, (uint32_t)pi.run);
 }
 
+/* Of a backlog, a terminated pod with pod_gc terminated pods queued after
+ * it would be created, then deleted by the terminated-pod GC (ctl_podgc.c:
+ * the oldest go first, and every pod written after it is newer) before
+ * the backlog is through: it is not written at all, nor its logs. Only
+ * pods no controller owns (a Job counts its pods from the store). The scan
+ * walks the queue from its newest end, again once it grew by a quarter of
+ * the threshold. */
+static void skip_collected(sim_glue *g) {
+  dirty_set *d = &g->d_pods;
+  if (!g->pod_gc || dirty_count(d) <= g->pod_gc || d->added - g->gc_scanned < g->pod_gc / 4) return;
+  g->gc_scanned = d->added;
+  size_t newer = 0;
+  for (size_t i = d->n; i-- > d->head;) {
+    kb_sim_pod_info pi;
+    kb_sim_run_info ri;
+    glue_pod *gp = pod_rec(g, (int)d->v[i]);
+    if (!gp || kb_sim_pod_get(g->sim, (int)d->v[i], &pi) < 0) continue;
+    if (pi.phase != KB_SIM_POD_SUCCEEDED && pi.phase != KB_SIM_POD_FAILED) continue;
+    if (gp->gen == pi.gen && gp->state != OBJ_NONE) continue; /* written (or gone) */
+    if (pi.run < 0 || kb_sim_run_get(g->sim, pi.run, &ri) < 0) continue;
+    /* an owner names its run (kb_glue_own_run) before the run has pods */
+    if ((size_t)pi.run < g->n_runs && g->runs[pi.run].gen == ri.gen && owned(&g->runs[pi.run])) continue;
+    if (++newer <= g->pod_gc) continue;
+    if (gp->gen != pi.gen) pod_renew(g, gp, pi.gen);
+    gp->state = OBJ_GONE;
+  }
+}
+
 /* ---- runs: KFP workflows ---- */
 
 void kb_glue_workflow_status(sim_glue *g, int run, const char *ns, const char *name) {
@@ -575,6 +604,7 @@ static void flush(sim_glue *g, int top) {
   }
   g->flushing = 1;
   kb_sim_sync(g->sim);
+  skip_collected(g);
   /* Owners react to their runs by changing the model, which dirties more:
    * a few rounds settle it (anything left waits for the next idle turn). */
   /* An idle turn does FLUSH_BUDGET objects and leaves the rest dirty for
@@ -602,7 +632,7 @@ static void flush(sim_glue *g, int top) {
     if (top != 1 || !dirty_count(&g->d_pods) || uv_now(g->loop) - g->nodes_at >= NODES_EVERY_MS) {
       g->nodes_at = uv_now(g->loop);
       n = dirty_count(&g->d_nodes);
-      for (size_t i = 0; i < n; i++) kb_glue_mirror_node(g, (int)dirty_pop(&g->d_nodes));
+      for (size_t i = 0; i < n && MORE(); i++, budget--) kb_glue_mirror_node(g, (int)dirty_pop(&g->d_nodes));
     }
     if (g->events_dirty && MORE()) budget -= kb_glue_mirror_events(g, budget);
     if (!kb_glue_backlog(g)) break;
@@ -628,6 +658,7 @@ sim_glue *kb_glue_new(kb_sim *sim, kb_k8s_store *st, kb_sim_kfp *kfp, uv_loop_t 
   g->kfp = kfp;
   g->loop = loop;
   g->rng = 0x6b62727573696dull;
+  g->pod_gc = KB_K8S_POD_GC_THRESHOLD;
   g->r_pods = kb_k8s_store_lookup(st, "", "v1", "pods");
   g->r_nodes = kb_k8s_store_lookup(st, "", "v1", "nodes");
   g->r_events = kb_k8s_store_lookup(st, "", "v1", "events");
@@ -671,7 +702,10 @@ int kb_glue_start(sim_glue *g) {
   return g->apps ? 0 : -1;
 }
 
-void kb_glue_set_pod_gc(sim_glue *g, size_t threshold) { kb_k8s_ctls_set_pod_gc(g->apps, threshold); }
+void kb_glue_set_pod_gc(sim_glue *g, size_t threshold) {
+  g->pod_gc = threshold;
+  kb_k8s_ctls_set_pod_gc(g->apps, threshold);
+}
 
 void kb_glue_stop(sim_glue *g) {
   if (!g || g->stopped) return;

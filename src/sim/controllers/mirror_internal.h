@@ -38,6 +38,7 @@ typedef struct glue_run {
 typedef struct dirty_set {
   uint32_t *v; /* v[head..n) are dirty, oldest first */
   size_t head, n, cap;
+  uint64_t added; /* ids ever added */
   uint8_t *flag;
   size_t n_flag;
 } dirty_set;
@@ -58,6 +59,8 @@ struct sim_glue {
   size_t n_runs;
   dirty_set d_pods, d_nodes, d_runs;
   uint64_t nodes_at; /* uv_now of the last write of dirty nodes (flush) */
+  size_t pod_gc;       /* the terminated-pod GC threshold (0: off) */
+  uint64_t gc_scanned; /* d_pods.added at the last skip_collected scan */
   int events_dirty;
   uint64_t ev_next;
   uint64_t ctl_events; /* Events written by controllers, for their names */
