@@ -310,24 +310,36 @@ int kb_k8s_obj_append(k8s_obj *o, kb_buf *out) {
   return 0;
 }
 
-void kb_k8s_store_trim(kb_k8s_store *st) {
-  for (size_t i = 0; i < st->n_hot; i++) {
-    k8s_obj *o = st->hot[i];
-    o->hot = 0;
-    size_t len;
-    const char *t = o->current && !o->text && !o->z ? print_tree(st, o, &len) : NULL;
-    if (t && !deflate_into(st, o, t, len)) { /* printed and packed: no text kept between */
-      cJSON_Delete(o->tree);
-      o->tree = NULL;
-    } else if (!ensure_text(o)) { /* out of memory: the tree stays, unlisted */
-      /* the current state is deflated; a superseded one (the history's
-       * alone, soon gone) stays text: deflating it would cost more */
-      if (o->text && o->current) deflate_text(st, o); /* else the text stays */
-      cJSON_Delete(o->tree);
-      o->tree = NULL;
-    }
+/* Packs one hot object (its tree goes); o->hot is the caller's. */
+static void pack(kb_k8s_store *st, k8s_obj *o) {
+  size_t len;
+  const char *t = o->current && !o->text && !o->z ? print_tree(st, o, &len) : NULL;
+  if (t && !deflate_into(st, o, t, len)) { /* printed and packed: no text kept between */
+    cJSON_Delete(o->tree);
+    o->tree = NULL;
+  } else if (!ensure_text(o)) { /* out of memory: the tree stays, unlisted */
+    /* the current state is deflated; a superseded one (the history's
+     * alone, soon gone) stays text: deflating it would cost more */
+    if (o->text && o->current) deflate_text(st, o); /* else the text stays */
+    cJSON_Delete(o->tree);
+    o->tree = NULL;
   }
-  st->n_hot = 0;
+}
+
+void kb_k8s_store_trim_to(kb_k8s_store *st, size_t keep) {
+  if (st->n_hot <= keep) return;
+  size_t n = st->n_hot - keep; /* the first listed (the oldest, mostly) go */
+  for (size_t i = 0; i < n; i++) {
+    st->hot[i]->hot = 0;
+    pack(st, st->hot[i]);
+  }
+  memmove(st->hot, st->hot + n, keep * sizeof *st->hot);
+  st->n_hot = keep;
+  for (size_t i = 0; i < keep; i++) st->hot[i]->hot = i + 1;
+}
+
+void kb_k8s_store_trim(kb_k8s_store *st) {
+  kb_k8s_store_trim_to(st, 0);
   if (st->cap_hot > 4096) { /* a burst's list is not kept */
     free(st->hot);
     st->hot = NULL;
