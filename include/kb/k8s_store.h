@@ -115,9 +115,6 @@ kb_k8s_store *kb_k8s_store_new(const kb_k8s_store_config *cfg); /* NULL: default
  * watch callback) gave is still in use: the simulator calls it between loop
  * turns and between the mirror's writes. Without it objects keep trees. */
 void kb_k8s_store_trim(kb_k8s_store *st);
-/* The same for all but the `keep` most recently made trees (a trim spread
- * over turns: each packs what came since, not hundreds at once). */
-void kb_k8s_store_trim_to(kb_k8s_store *st, size_t keep);
 /* What the store holds, for bounds on its memory (tests, bench). */
 typedef struct kb_k8s_store_stats {
   size_t objects;    /* stored objects, every type */

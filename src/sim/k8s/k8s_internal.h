@@ -221,6 +221,10 @@ void kb_k8s_emit(kb_k8s_store *st, kb_k8s_event_type type, const kb_k8s_res *res
                  k8s_obj *obj, k8s_obj *prev);
 void kb_k8s_event_unref(k8s_event *ev);
 void kb_k8s_watch_free(kb_k8s_watch *w);
+/* kb_k8s_store_trim for all but the `keep` most recently made trees (a
+ * trim spread over turns: each packs what came since, not hundreds at
+ * once); the same rule on where it may be called. */
+void kb_k8s_store_trim_to(kb_k8s_store *st, size_t keep);
 /* 1 while a watch (a client's or a controller's) on res is open. */
 int kb_k8s_store_watched(const kb_k8s_store *st, const kb_k8s_res *res);
 
