@@ -459,7 +459,10 @@ static void dispatch_api(kb_sim_server *s, kb_httpd_req *req, int api) {
   }
   if (api == API_K8S || api == API_ARGO) {
     /* the store shows the model as of this request (probes read none of it) */
-    if (!probe_path(kb_httpd_req_path(req))) kb_glue_flush_all(s->glue);
+    if (!probe_path(kb_httpd_req_path(req))) {
+      kb_glue_flush_all(s->glue);
+      kb_glue_reading(s->glue, kb_httpd_req_path(req));
+    }
     if (api == API_ARGO && kb_argo_server_handle(s->argo, req)) return;
     s->k8s_req = req;
     int taken = api == API_K8S && kb_k8s_api_handle(s->k8s, req);

@@ -4,7 +4,8 @@
  * maxUnavailable (pods counted from the store after every step),
  * Endpoints and EndpointSlices from the Ready pods a selector matches, and
  * CronJobs spawning Jobs on an events clock (exact counts over N virtual
- * minutes; Forbid, Replace, suspend, history limits).
+ * minutes; Forbid, Replace, suspend, history limits), and node Leases
+ * renewed in the store only while watched, else once before a read.
  *
  * Nothing runs the pods here: `kubelet_ready` plays the kubelet, writing
  * a pod's status (Running, a pod IP, Ready) through the status
@@ -522,6 +523,62 @@ static void test_endpoint_slices_split(void) {
   env_free(&e);
 }
 
+/* ---- node leases: written while watched, else once before a read ---- */
+
+static int lease_events;
+static void on_lease(void *ud, kb_k8s_event_type type, const cJSON *obj) {
+  (void)ud;
+  (void)obj;
+  if (type == KB_K8S_MODIFIED) lease_events++;
+}
+
+static const cJSON *lease(env *e, const kb_k8s_res *leases) {
+  return kb_k8s_peek(e->st, leases, "kube-node-lease", "n1");
+}
+
+static const char *lease_str(env *e, const kb_k8s_res *leases, const char *a, const char *b) {
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(lease(e, leases), a);
+  return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, b));
+}
+
+static void test_node_leases_lazy(void) {
+  env e;
+  uv_loop_init(&loop);
+  g_clock = kb_vclock_new(&loop, KB_VCLOCK_EVENTS, 1);
+  env_init(&e);
+  const kb_k8s_res *nodes = kb_k8s_store_lookup(e.st, "", "v1", "nodes");
+  const kb_k8s_res *leases = kb_k8s_store_lookup(e.st, "coordination.k8s.io", "v1", "leases");
+  cJSON *n = cJSON_Parse("{\"metadata\":{\"name\":\"n1\"}}");
+  KB_CHECK(kb_k8s_create(e.st, nodes, NULL, n, 0, NULL, NULL) == 0);
+  cJSON_Delete(n);
+  kb_k8s_ctls_set_clock(e.ctls, g_clock);
+  KB_CHECK(lease(&e, leases) != NULL); /* made with the node */
+  char rv0[32], t0s[40];
+  snprintf(rv0, sizeof rv0, "%s", lease_str(&e, leases, "metadata", "resourceVersion"));
+  snprintf(t0s, sizeof t0s, "%s", lease_str(&e, leases, "spec", "renewTime"));
+  uint64_t store_rv = kb_k8s_store_rv(e.st);
+  double t0 = kb_vclock_now(g_clock);
+  run_until(t0 + 35); /* three renewals, nobody looking: no writes */
+  KB_CHECK(kb_k8s_store_rv(e.st) == store_rv);
+  KB_CHECK_STR(lease_str(&e, leases, "metadata", "resourceVersion"), rv0);
+  /* a read: renewed first, once, as of now */
+  kb_k8s_ctls_leases_read(e.ctls);
+  KB_CHECK(kb_k8s_store_rv(e.st) == store_rv + 1);
+  KB_CHECK(strcmp(lease_str(&e, leases, "spec", "renewTime"), t0s) > 0);
+  kb_k8s_ctls_leases_read(e.ctls); /* no tick since: nothing to write */
+  KB_CHECK(kb_k8s_store_rv(e.st) == store_rv + 1);
+  /* watched: every renewal is a MODIFIED, as from a cluster */
+  kb_k8s_watch *w = kb_k8s_store_on(e.st, leases, on_lease, NULL);
+  lease_events = 0;
+  run_until(t0 + 65);
+  KB_CHECK(lease_events == 3);
+  kb_k8s_watch_cancel(w);
+  store_rv = kb_k8s_store_rv(e.st);
+  run_until(t0 + 95);
+  KB_CHECK(kb_k8s_store_rv(e.st) == store_rv);
+  cron_env_free(&e);
+}
+
 int main(void) {
   KB_RUN(test_template_hash);
   KB_RUN(test_deploy_scale);
@@ -530,5 +587,6 @@ int main(void) {
   KB_RUN(test_endpoint_slices_split);
   KB_RUN(test_cron_allow);
   KB_RUN(test_cron_forbid_replace);
+  KB_RUN(test_node_leases_lazy);
   return kb_test_report();
 }

@@ -10,6 +10,7 @@
  * again (after a retry) replaces its copy. The archive is in memory and
  * keeps the newest ARCHIVE_MAX workflows (older ones drop out, so a
  * simulator serving storm after storm stays flat). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ struct argo_archive {
   argo_env *env;
   kb_k8s_watch *w;
   cJSON *items; /* array, oldest first */
+  int n;        /* its size */
 };
 
 static const char *label_of(const cJSON *o, const char *key) {
@@ -30,12 +32,22 @@ static const char *label_of(const cJSON *o, const char *key) {
   return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(md, "labels"), key));
 }
 
+/* Each archived copy carries a hash of its uid in valueint (unused in an
+ * object, never printed), so that finding a uid among ARCHIVE_MAX copies,
+ * which every completing workflow does, compares integers, not trees. */
+static int uid_hash(const char *uid) {
+  uint32_t h = 2166136261u;
+  for (; uid && *uid; uid++) h = (h ^ (unsigned char)*uid) * 16777619u;
+  return (int)(h & 0x7fffffff);
+}
+
 static cJSON *find_uid(const argo_archive *ar, const char *uid, int *index) {
-  int i = 0;
+  if (!uid) return NULL;
+  int i = 0, h = uid_hash(uid);
   cJSON *w;
   cJSON_ArrayForEach(w, ar->items) {
-    const char *u = kb_k8s_meta_str(w, "uid");
-    if (u && uid && !strcmp(u, uid)) {
+    const char *u = w->valueint == h ? kb_k8s_meta_str(w, "uid") : NULL;
+    if (u && !strcmp(u, uid)) {
       if (index) *index = i;
       return w;
     }
@@ -50,11 +62,18 @@ static void on_workflow(void *ud, kb_k8s_event_type type, const cJSON *obj) {
   const char *done = label_of(obj, "workflows.argoproj.io/completed");
   if (!done || strcmp(done, "true")) return;
   int at = -1;
-  if (find_uid(ar, kb_k8s_meta_str(obj, "uid"), &at)) cJSON_DeleteItemFromArray(ar->items, at);
+  if (find_uid(ar, kb_k8s_meta_str(obj, "uid"), &at)) {
+    cJSON_DeleteItemFromArray(ar->items, at);
+    ar->n--;
+  }
   cJSON *copy = cJSON_Duplicate(obj, 1);
   if (!copy) return;
+  copy->valueint = uid_hash(kb_k8s_meta_str(obj, "uid"));
   cJSON_AddItemToArray(ar->items, copy);
-  if (cJSON_GetArraySize(ar->items) > ARCHIVE_MAX) cJSON_DeleteItemFromArray(ar->items, 0);
+  if (++ar->n > ARCHIVE_MAX) {
+    cJSON_DeleteItemFromArray(ar->items, 0);
+    ar->n--;
+  }
 }
 
 argo_archive *kb_argo_archive_new(argo_env *env) {
@@ -155,6 +174,7 @@ void kb_argo_archive_route(argo_archive *ar, kb_httpd_req *req, const char *m, i
     kb_argo_send_json(req, 200, cJSON_Duplicate(w, 1));
   } else if (n == 2 && !strcmp(m, "DELETE")) {
     cJSON_DeleteItemFromArray(ar->items, at);
+    ar->n--;
     kb_argo_send_json(req, 200, cJSON_CreateObject());
   } else if (n == 3 && !strcmp(m, "PUT") && !strcmp(seg[2], "resubmit")) {
     kb_argo_resubmit(ar->env, req, kb_k8s_meta_str(w, "namespace"), kb_k8s_meta_str(w, "name"),

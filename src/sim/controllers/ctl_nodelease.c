@@ -2,9 +2,16 @@
  * in kube-node-lease (holderIdentity the node, leaseDurationSeconds 40,
  * owned by the Node), renewed every 10 seconds of the virtual clock as the
  * kubelet's renewInterval (a quarter of the duration) has it. A Node that
- * goes takes its Lease with it (garbage collection). Each renewal is one
- * store write per node: at 600x that is 60 writes per real second per
- * node, which the watch history (4096 events) shares. */
+ * goes takes its Lease with it (garbage collection).
+ *
+ * A renewal is one store write per node: at 600x, 60 writes per real
+ * second per node (12,000 for 200 nodes), which would crowd the watch
+ * history (4096 events) and the loop. So renewals are written when someone
+ * can see them: at each tick while a watch on Leases is open (its client
+ * gets every MODIFIED, as from a cluster), and otherwise once, just before
+ * a request reads Leases after a tick went unwritten (kb_k8s_nodelease_read).
+ * A reader finds every renewTime at most one renewInterval old either way;
+ * resourceVersions stay monotonic (a lazy renewal takes the store's next). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +30,7 @@ typedef struct ctl_lease {
   kb_k8s_watch *w_nodes;
   kb_vclock *clock;
   kb_vtimer timer;
+  int stale; /* a tick went unwritten: nobody was watching */
 } ctl_lease;
 
 /* MicroTime, as renewTime is written: 2024-01-02T03:04:05.123456Z */
@@ -60,13 +68,24 @@ static void renew(ctl_lease *c, const cJSON *node) {
   cJSON_Delete(o);
 }
 
-static void renew_all(kb_vtimer *t) {
-  ctl_lease *c = t->data;
+static void renew_all(ctl_lease *c) {
   const cJSON *items, *n;
   cJSON *list = kb_ctl_list(c->st, c->nodes, NULL, NULL, &items);
   cJSON_ArrayForEach(n, items) renew(c, n);
   cJSON_Delete(list);
+  c->stale = 0;
+}
+
+static void on_tick(kb_vtimer *t) {
+  ctl_lease *c = t->data;
+  if (kb_k8s_store_watched(c->st, c->leases)) renew_all(c);
+  else c->stale = 1;
   kb_vtimer_start(&c->timer, RENEW_EVERY);
+}
+
+void kb_k8s_nodelease_read(k8s_ctl *base) {
+  ctl_lease *c = (ctl_lease *)base;
+  if (c && c->stale) renew_all(c);
 }
 
 static void on_node(void *ud, kb_k8s_event_type type, const cJSON *obj) {
@@ -80,7 +99,7 @@ static void set_clock(k8s_ctl *base, kb_vclock *clock) {
   if (c->clock) kb_vtimer_stop(&c->timer);
   c->clock = clock;
   if (!clock) return;
-  kb_vtimer_init(clock, &c->timer, renew_all, c);
+  kb_vtimer_init(clock, &c->timer, on_tick, c);
   kb_vtimer_start(&c->timer, RENEW_EVERY);
 }
 

@@ -36,6 +36,10 @@ void kb_k8s_ctls_set_clock(k8s_ctls *s, kb_vclock *clock) {
     if (s->c[i]->set_clock) s->c[i]->set_clock(s->c[i], clock);
 }
 
+void kb_k8s_ctls_leases_read(k8s_ctls *s) {
+  if (s) kb_k8s_nodelease_read(s->c[CTL_NODELEASE]);
+}
+
 void kb_k8s_ctls_set_apiserver(k8s_ctls *s, const char *ip, int port) {
   if (s) kb_k8s_endpoints_set_apiserver(s->c[CTL_ENDPOINTS], ip, port);
 }

@@ -26,6 +26,9 @@ void kb_k8s_ctls_set_clock(k8s_ctls *c, kb_vclock *clock);
 void kb_k8s_ctls_set_apiserver(k8s_ctls *c, const char *ip, int port);
 /* Terminated pods kept before the oldest are deleted (0: all kept). */
 void kb_k8s_ctls_set_pod_gc(k8s_ctls *c, size_t threshold);
+/* A request is about to read the node Leases (their renewals are written
+ * lazily, see ctl_nodelease.c). */
+void kb_k8s_ctls_leases_read(k8s_ctls *c);
 void kb_k8s_ctls_free(k8s_ctls *c);
 
 /* ---- one controller ---- */
@@ -40,6 +43,7 @@ k8s_ctl *kb_k8s_endpoints_start(kb_k8s_store *st);
 void kb_k8s_endpoints_set_apiserver(k8s_ctl *c, const char *ip, int port);
 k8s_ctl *kb_k8s_cronjob_start(kb_k8s_store *st);
 k8s_ctl *kb_k8s_nodelease_start(kb_k8s_store *st);
+void kb_k8s_nodelease_read(k8s_ctl *c);
 /* Terminated-pod garbage collection (ctl_podgc.c): kube-controller-
  * manager's --terminated-pod-gc-threshold and its default. */
 #define KB_K8S_POD_GC_THRESHOLD 12500

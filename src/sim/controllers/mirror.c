@@ -1,82 +1,19 @@
 /* The mirror: the model's nodes, pods and events as Kubernetes objects in
- * the store, the Workflow objects of KFP runs, and pod logs. The model's
- * observer only marks things dirty; kb_glue_flush writes them out (see
- * sim_glue.h for why). Pods of runs a controller owns take the shape the
+ * the store, the Workflow objects of KFP runs, and pod logs (Events in
+ * mirror_events.c, nodes in mirror_nodes.c, logs in mirror_logs.c). The
+ * model's observer only marks things dirty, once per object however often
+ * it changes; kb_glue_flush writes each out once, with its latest state
+ * (see sim_glue.h for why). Pods of runs a controller owns take the shape the
  * controller gives them (names, labels, owner references); the rest look
  * like Argo's. */
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "k8s_internal.h"
-#include "k8s_ctl.h"
 #include "kb/log.h"
-#include "sim_glue.h"
-
-#define MAX_EVENT_OBJECTS 4096 /* Event objects kept; older ones are deleted (events expire) */
-
-enum { OBJ_NONE, OBJ_LIVE, OBJ_GONE };
-
-/* Records are indexed by model id. The model reuses the ids of deleted
- * runs and pods, so a record also keeps the generation it describes: when
- * the model's differs, the record is of a predecessor, whose objects are
- * deleted (by the names kept here) before the record starts afresh. */
-typedef struct glue_pod {
-  char *ns, *name, *container;
-  uint32_t gen;
-  uint8_t state, bound, started_logged, ended_logged;
-} glue_pod;
-
-typedef struct glue_run {
-  const glue_owner_ops *ops;
-  void *ud;
-  int *pods;
-  size_t n_pods, cap_pods;
-  uint32_t gen;
-  uint8_t wf_state;       /* the KFP run's Workflow object */
-  char *wf_ns, *wf_name;  /* its name, while it is LIVE */
-  char *wf_uid;           /* and uid (its pods' ownerReferences) */
-  char *adopt_ns, *adopt_name; /* the client's pod object (kb_glue_adopt_pod) */
-} glue_run;
-
-typedef struct dirty_set {
-  uint32_t *v;
-  size_t n, cap;
-  uint8_t *flag;
-  size_t n_flag;
-} dirty_set;
-
-struct sim_glue {
-  kb_sim *sim;
-  kb_k8s_store *st;
-  kb_sim_kfp *kfp;
-  uv_loop_t *loop;
-  uv_idle_t idle;
-  uv_check_t trim; /* packs the store's objects between loop turns */
-  int idle_init, idle_on, flushing, writing, stopped;
-  int looked; /* a Kubernetes/Argo request came: the leases start */
-  int creating_pod; /* pod_create is writing a model pod */
-  glue_pod *pods;
-  size_t n_pods;
-  glue_run *runs;
-  size_t n_runs;
-  dirty_set d_pods, d_nodes, d_runs;
-  int events_dirty;
-  uint64_t ev_next;
-  uint64_t ctl_events; /* Events written by controllers, for their names */
-  char **ev_keys; /* "ns/name" of Event objects, a ring */
-  size_t ev_head, ev_count;
-  uint64_t rng;
-  glue_ctl *ctl[7];
-  k8s_ctls *apps; /* the store-level controllers (k8s_ctl.h) */
-  kb_vclock *apps_clock; /* theirs once someone looks (leases cost writes) */
-  int apps_clocked;
-  double longest_turn; /* CPU seconds of the longest idle flush (kb_glue_longest_turn) */
-  const kb_k8s_res *r_pods, *r_nodes, *r_events, *r_workflows, *r_namespaces;
-};
+#include "mirror_internal.h"
 
 /* ---- small helpers ---- */
 
@@ -154,9 +91,19 @@ static glue_pod *pod_rec(sim_glue *g, int pod) {
 
 /* ---- dirty sets and the observer ---- */
 
+/* A dirty set is a queue of ids, each in it at most once (flag): however
+ * often an object changes before the mirror reaches it, it is written once.
+ * The mirror takes ids from the head in place (dirty_pop); the queue is
+ * compacted when it would grow, so a backlog of 500,000 ids is not copied
+ * at every turn that takes 64 of them. */
 static void dirty_add(dirty_set *d, uint32_t i) {
   if (grow((void **)&d->flag, &d->n_flag, (size_t)i + 1, 1)) return;
   if (d->flag[i]) return;
+  if (d->n == d->cap && d->head) {
+    memmove(d->v, d->v + d->head, (d->n - d->head) * sizeof *d->v);
+    d->n -= d->head;
+    d->head = 0;
+  }
   if (d->n == d->cap) {
     size_t cap = d->cap ? d->cap * 2 : 64;
     uint32_t *v = realloc(d->v, cap * sizeof *v);
@@ -166,16 +113,17 @@ static void dirty_add(dirty_set *d, uint32_t i) {
   }
   d->flag[i] = 1;
   d->v[d->n++] = i;
+  d->added++;
 }
 
-/* Takes the set's contents (the caller frees *out). */
-static size_t dirty_take(dirty_set *d, uint32_t **out) {
-  size_t n = d->n;
-  *out = d->v;
-  for (size_t i = 0; i < n; i++) d->flag[d->v[i]] = 0;
-  d->v = NULL;
-  d->n = d->cap = 0;
-  return n;
+static size_t dirty_count(const dirty_set *d) { return d->n - d->head; }
+
+/* Takes the oldest id out of the set. */
+static uint32_t dirty_pop(dirty_set *d) {
+  uint32_t i = d->v[d->head++];
+  d->flag[i] = 0;
+  if (d->head == d->n) d->head = d->n = 0;
+  return i;
 }
 
 /* top: 0 inside another's work (no trims), 1 an idle turn (trims, a
@@ -198,12 +146,15 @@ static void on_idle(uv_idle_t *h) {
 }
 
 double kb_glue_longest_turn(const sim_glue *g) { return g->longest_turn; }
-/* Trees kept before a trim: an object written or read again soon (a pod
- * through its phases) is not printed and parsed at every turn. */
+/* Trees kept: an object written or read again soon (a pod through its
+ * phases) is not printed and parsed at every turn. A trim packs the
+ * oldest down to HOT_KEEP, so each packs about what came since the last
+ * (packing 512 at once held a turn for 50 ms). */
 #define HOT_BUDGET 512
+#define HOT_KEEP 448
 
 static void trim(sim_glue *g) {
-  if (kb_k8s_store_hot(g->st) > HOT_BUDGET) kb_k8s_store_trim(g->st);
+  if (kb_k8s_store_hot(g->st) > HOT_BUDGET) kb_k8s_store_trim_to(g->st, HOT_KEEP);
 }
 
 static void on_check(uv_check_t *h) { trim(h->data); }
@@ -367,6 +318,29 @@ static int pod_adopt(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue_
   return 0;
 }
 
+/* The model pod's latest state on o (the object about to be created, or
+ * a copy of the stored one): its node once bound, its status, and Argo's
+ * completed=true once it ended (Argo's controller labels a pod it has seen
+ * finish so; other pods have no such label). However often the pod changed
+ * since the mirror last wrote it, this is one write. */
+static void pod_state(sim_glue *g, glue_pod *gp, cJSON *o, const kb_sim_pod_info *pi) {
+  cJSON *spec = cJSON_GetObjectItemCaseSensitive(o, "spec");
+  if (pi->node && !gp->bound && spec) {
+    kb_k8s_set_str(spec, "nodeName", pi->node);
+    gp->bound = 1;
+  }
+  cJSON *status = kb_glue_pod_status(g, pi, cJSON_GetObjectItemCaseSensitive(spec, "containers"));
+  if (status) {
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "status");
+    cJSON_AddItemToObject(o, "status", status);
+  }
+  if (pi->phase != KB_SIM_POD_SUCCEEDED && pi->phase != KB_SIM_POD_FAILED) return;
+  cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
+  const cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels");
+  const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(labels, "workflows.argoproj.io/completed"));
+  if (v && !strcmp(v, "false")) kb_k8s_set_meta(md, "labels", "workflows.argoproj.io/completed", "true");
+}
+
 static int pod_create(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue_run *r) {
   if (r && r->adopt_name) return pod_adopt(g, gp, pi, r, r->adopt_ns, r->adopt_name);
   cJSON *o = owned(r) && r->ops->pod && r->ud ? r->ops->pod(r->ud, pi->run, pi->step) : NULL;
@@ -383,16 +357,17 @@ static int pod_create(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue
   gp->ns = strdup(ns ? ns : pi->namespace_);
   gp->name = strdup(name ? name : pi->name);
   gp->container = strdup(ctr ? ctr : "main");
-  if (pi->node) cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(o, "spec"), "nodeName", pi->node);
-  gp->bound = pi->node != NULL;
+  gp->bound = 0;
+  /* created as it is now: a pod the mirror reaches late (a backlog) is one
+   * ADDED with its latest state, not a replay of every step it took */
+  pod_state(g, gp, o, pi);
   kb_glue_ensure_namespace(g, gp->ns);
   kb_k8s_error e;
   kb_glue_write_begin(g);
   g->creating_pod++;
-  int rc = kb_k8s_create(g->st, g->r_pods, gp->ns, o, 0, NULL, &e);
+  int rc = kb_k8s_create_take(g->st, g->r_pods, gp->ns, o, K8S_WHOLE, NULL, &e);
   g->creating_pod--;
   kb_glue_write_end(g);
-  cJSON_Delete(o);
   if (rc < 0) {
     kb_log(KB_LOG_WARN, "simulator: cannot mirror pod %s/%s: %s", gp->ns, gp->name, e.message);
     return -1;
@@ -401,36 +376,40 @@ static int pod_create(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi, glue
   return 0;
 }
 
-/* The scheduler bound the pod: spec.nodeName is the main resource's. */
-static int pod_bind(sim_glue *g, glue_pod *gp, const char *node) {
-  const cJSON *cur = kb_k8s_peek(g->st, g->r_pods, gp->ns, gp->name);
+/* The stored pod takes the model's latest state: one write of both halves
+ * (spec.nodeName, status), as a kubelet and a scheduler would in two.
+ * -404 when the pod is gone from the store. */
+static int pod_write(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi) {
+  k8s_entry *e = kb_k8s_entry_find(g->st, g->r_pods, gp->ns, gp->name);
+  const cJSON *cur = e ? kb_k8s_entry_tree(g->st, e) : NULL;
   if (!cur) return -404;
   cJSON *o = cJSON_Duplicate(cur, 1);
-  cJSON *spec = cJSON_GetObjectItemCaseSensitive(o, "spec");
-  cJSON_DeleteItemFromObjectCaseSensitive(spec, "nodeName");
-  cJSON_AddStringToObject(spec, "nodeName", node);
+  if (!o) return -1;
+  pod_state(g, gp, o, pi);
   kb_glue_write_begin(g);
-  int rc = kb_k8s_update(g->st, g->r_pods, gp->ns, gp->name, o, 0, NULL, NULL);
+  int rc = kb_k8s_replace_entry(g->st, g->r_pods, e, o, K8S_WHOLE, NULL, NULL);
   kb_glue_write_end(g);
-  cJSON_Delete(o);
   return rc;
 }
 
-/* Argo's controller labels a pod it has seen finish completed=true (its
- * pod informer then leaves it alone); other pods have no such label. */
-static void pod_completed(sim_glue *g, glue_pod *gp) {
-  const cJSON *cur = kb_k8s_peek(g->st, g->r_pods, gp->ns, gp->name);
-  const cJSON *labels = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cur, "metadata"), "labels");
-  const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(labels, "workflows.argoproj.io/completed"));
-  if (!v || strcmp(v, "false")) return;
-  cJSON *o = cJSON_Duplicate(cur, 1);
-  kb_k8s_set_meta(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "labels", "workflows.argoproj.io/completed", "true");
-  kb_glue_write_begin(g);
-  kb_k8s_update(g->st, g->r_pods, gp->ns, gp->name, o, 0, NULL, NULL);
-  kb_glue_write_end(g);
-  cJSON_Delete(o);
+/* A container's output is in its log before the pod shows it terminated
+ * (as on a node), so `logs -f`, which ends when the pod does, gets the
+ * last line: the log first, then the pod's write. */
+static void pod_logs(sim_glue *g, glue_pod *gp, const kb_sim_pod_info *pi) {
+  int started = !strcmp(pi->container_state, "running") ||
+                (!strcmp(pi->container_state, "terminated") && pi->started_at >= 0);
+  if (started && !gp->started_logged) {
+    gp->started_logged = 1;
+    kb_glue_logs_started(g, pi, gp->ns, gp->name, gp->container);
+  }
+  if (!strcmp(pi->container_state, "terminated") && !gp->ended_logged) {
+    gp->ended_logged = 1;
+    kb_glue_logs_ended(g, pi, gp->ns, gp->name, gp->container);
+  }
 }
 
+/* The pod's latest state, in one write however many times it changed since
+ * the last (the dirty set holds it once). */
 static void mirror_pod(sim_glue *g, int id) {
   glue_pod *gp = pod_rec(g, id);
   if (!gp) return;
@@ -450,208 +429,58 @@ static void mirror_pod(sim_glue *g, int id) {
     return;
   }
   if (gp->state == OBJ_NONE) {
+    int adopted = r && r->adopt_name; /* the client's pod: written below */
     if (pod_create(g, gp, &pi, r) < 0) {
       gp->state = OBJ_GONE;
       return;
     }
     gp->state = OBJ_LIVE;
-  }
-  if (pi.node && !gp->bound) {
-    if (pod_bind(g, gp, pi.node) == -404) {
-      gp->state = OBJ_GONE;
+    if (!adopted) {
+      /* nobody follows the logs of a pod that was not there: they come
+       * after it, when a training pod's command can be read from it */
+      pod_logs(g, gp, &pi);
+      if (owned(r)) dirty_add(&g->d_runs, (uint32_t)pi.run);
       return;
     }
-    gp->bound = 1;
   }
-  const cJSON *cur = kb_k8s_peek(g->st, g->r_pods, gp->ns, gp->name);
-  if (!cur) {
+  if (!kb_k8s_entry_find(g->st, g->r_pods, gp->ns, gp->name)) {
     gp->state = OBJ_GONE; /* deleted through the API (or its owner) */
     return;
   }
-  /* The log first, then the status: as on a node, a container's output is
-   * in its log before the pod shows it terminated, so `logs -f` (which
-   * ends when the pod does) gets the last line. */
-  int started = !strcmp(pi.container_state, "running") ||
-                (!strcmp(pi.container_state, "terminated") && pi.started_at >= 0);
-  if (started && !gp->started_logged) {
-    gp->started_logged = 1;
-    kb_glue_logs_started(g, &pi, gp->ns, gp->name, gp->container);
+  pod_logs(g, gp, &pi);
+  if (pod_write(g, gp, &pi) == -404) {
+    gp->state = OBJ_GONE;
+    return;
   }
-  if (!strcmp(pi.container_state, "terminated") && !gp->ended_logged) {
-    gp->ended_logged = 1;
-    kb_glue_logs_ended(g, &pi, gp->ns, gp->name, gp->container);
-  }
-  cJSON *status = kb_glue_pod_status(
-      g, &pi, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cur, "spec"), "containers"));
-  kb_glue_put_status(g, g->r_pods, gp->ns, gp->name, status);
-  cJSON_Delete(status);
-  if (pi.phase == KB_SIM_POD_SUCCEEDED || pi.phase == KB_SIM_POD_FAILED) pod_completed(g, gp);
   if (owned(r)) dirty_add(&g->d_runs, (uint32_t)pi.run);
 }
 
-/* ---- events ---- */
-
-static void event_keep(sim_glue *g, const char *ns, const char *name) {
-  if (!g->ev_keys && !(g->ev_keys = calloc(MAX_EVENT_OBJECTS, sizeof *g->ev_keys))) return;
-  if (g->ev_count == MAX_EVENT_OBJECTS) {
-    char *old = g->ev_keys[g->ev_head];
-    char *slash = strchr(old, '/');
-    *slash = 0;
-    kb_glue_write_begin(g);
-    kb_k8s_delete(g->st, g->r_events, old, slash + 1, NULL, NULL, NULL);
-    kb_glue_write_end(g);
-    free(old);
-    g->ev_keys[g->ev_head] = NULL;
-    g->ev_head = (g->ev_head + 1) % MAX_EVENT_OBJECTS;
-    g->ev_count--;
+/* Of a backlog, a terminated pod with pod_gc terminated pods queued after
+ * it would be created, then deleted by the terminated-pod GC (ctl_podgc.c:
+ * the oldest go first, and every pod written after it is newer) before
+ * the backlog is through: it is not written at all, nor its logs. Only
+ * pods no controller owns (a Job counts its pods from the store). The scan
+ * walks the queue from its newest end, again once it grew by a quarter of
+ * the threshold. */
+static void skip_collected(sim_glue *g) {
+  dirty_set *d = &g->d_pods;
+  if (!g->pod_gc || dirty_count(d) <= g->pod_gc || d->added - g->gc_scanned < g->pod_gc / 4) return;
+  g->gc_scanned = d->added;
+  size_t newer = 0;
+  for (size_t i = d->n; i-- > d->head;) {
+    kb_sim_pod_info pi;
+    kb_sim_run_info ri;
+    glue_pod *gp = pod_rec(g, (int)d->v[i]);
+    if (!gp || kb_sim_pod_get(g->sim, (int)d->v[i], &pi) < 0) continue;
+    if (pi.phase != KB_SIM_POD_SUCCEEDED && pi.phase != KB_SIM_POD_FAILED) continue;
+    if (gp->gen == pi.gen && gp->state != OBJ_NONE) continue; /* written (or gone) */
+    if (pi.run < 0 || kb_sim_run_get(g->sim, pi.run, &ri) < 0) continue;
+    /* an owner names its run (kb_glue_own_run) before the run has pods */
+    if ((size_t)pi.run < g->n_runs && g->runs[pi.run].gen == ri.gen && owned(&g->runs[pi.run])) continue;
+    if (++newer <= g->pod_gc) continue;
+    if (gp->gen != pi.gen) pod_renew(g, gp, pi.gen);
+    gp->state = OBJ_GONE;
   }
-  size_t n = strlen(ns) + strlen(name) + 2;
-  char *key = malloc(n);
-  if (!key) return;
-  snprintf(key, n, "%s/%s", ns, name);
-  g->ev_keys[(g->ev_head + g->ev_count++) % MAX_EVENT_OBJECTS] = key;
-}
-
-/* The model's message names its own pod and container: say what the store
- * shows (a controller's pod name, the pod's main container). */
-static void event_message(const kb_sim_event_info *ev, const char *model_name, const glue_pod *gp,
-                          char *out, size_t cap) {
-  const char *m = ev->message ? ev->message : "";
-  size_t o = 0;
-  size_t ml = model_name ? strlen(model_name) : 0;
-  while (*m && o + 1 < cap) {
-    if (ml && gp && !strncmp(m, model_name, ml)) {
-      o += (size_t)snprintf(out + o, cap - o, "%s", gp->name);
-      m += ml;
-    } else if (gp && !strncmp(m, "container main", 14) && strcmp(gp->container, "main")) {
-      o += (size_t)snprintf(out + o, cap - o, "container %s", gp->container);
-      m += 14;
-    } else {
-      out[o++] = *m++;
-    }
-    if (o >= cap) o = cap - 1;
-  }
-  out[o] = 0;
-}
-
-static void mirror_event(sim_glue *g, const kb_sim_event_info *ev) {
-  const char *ns = "default", *name = NULL, *kind = "Node", *host = NULL, *uid = NULL;
-  const kb_k8s_res *res = g->r_nodes;
-  kb_sim_node_info ni;
-  kb_sim_pod_info pi;
-  glue_pod *gp = NULL;
-  if (ev->object_kind == KB_SIM_KIND_POD) {
-    gp = ev->object >= 0 && (size_t)ev->object < g->n_pods ? &g->pods[ev->object] : NULL;
-    if (!gp || gp->state != OBJ_LIVE || gp->gen != ev->object_gen ||
-        kb_sim_pod_get(g->sim, ev->object, &pi) < 0 || pi.gen != gp->gen)
-      return;
-    ns = gp->ns;
-    name = gp->name;
-    kind = "Pod";
-    res = g->r_pods;
-  } else if (kb_sim_node_get(g->sim, ev->object, &ni) == 0) {
-    name = ni.name;
-  }
-  if (!name) return;
-  const cJSON *obj = kb_k8s_peek(g->st, res, ev->object_kind == KB_SIM_KIND_POD ? ns : NULL, name);
-  if (obj) uid = kb_k8s_meta_str(obj, "uid");
-  if (ev->object_kind == KB_SIM_KIND_POD && obj)
-    host = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "spec"), "nodeName"));
-  int sched = !strcmp(ev->reason, "Scheduled") || !strcmp(ev->reason, "FailedScheduling");
-  const char *component = sched ? "default-scheduler"
-                          : ev->object_kind == KB_SIM_KIND_NODE ? "node-controller" : "kubelet";
-  char ename[384], ts[32], msg[1024];
-  event_message(ev, gp ? pi.name : NULL, gp, msg, sizeof msg);
-  snprintf(ename, sizeof ename, "%s.%016llx", name, (unsigned long long)(0x17e0000000000000ull + ev->seq));
-  kb_glue_time(g, ev->time, ts);
-  cJSON *o = cJSON_CreateObject();
-  cJSON *md = cJSON_AddObjectToObject(o, "metadata");
-  cJSON_AddStringToObject(md, "name", ename);
-  cJSON_AddStringToObject(md, "namespace", ns);
-  cJSON *io = cJSON_AddObjectToObject(o, "involvedObject");
-  cJSON_AddStringToObject(io, "kind", kind);
-  if (ev->object_kind == KB_SIM_KIND_POD) cJSON_AddStringToObject(io, "namespace", ns);
-  cJSON_AddStringToObject(io, "name", name);
-  if (uid) cJSON_AddStringToObject(io, "uid", uid);
-  cJSON_AddStringToObject(io, "apiVersion", "v1");
-  if (ev->object_kind == KB_SIM_KIND_POD && !sched) {
-    char fp[300];
-    snprintf(fp, sizeof fp, "spec.containers{%s}", gp->container);
-    cJSON_AddStringToObject(io, "fieldPath", fp);
-  }
-  cJSON_AddStringToObject(o, "reason", ev->reason);
-  cJSON_AddStringToObject(o, "message", msg);
-  cJSON *src = cJSON_AddObjectToObject(o, "source");
-  cJSON_AddStringToObject(src, "component", component);
-  if (host && !sched) cJSON_AddStringToObject(src, "host", host);
-  cJSON_AddStringToObject(o, "firstTimestamp", ts);
-  cJSON_AddStringToObject(o, "lastTimestamp", ts);
-  cJSON_AddNumberToObject(o, "count", 1);
-  cJSON_AddStringToObject(o, "type", ev->type);
-  cJSON_AddNullToObject(o, "eventTime");
-  cJSON_AddStringToObject(o, "reportingComponent", sched ? "default-scheduler" : component);
-  cJSON_AddStringToObject(o, "reportingInstance", host && !sched ? host : "");
-  kb_glue_ensure_namespace(g, ns);
-  kb_glue_write_begin(g);
-  int rc = kb_k8s_create(g->st, g->r_events, ns, o, 0, NULL, NULL);
-  kb_glue_write_end(g);
-  cJSON_Delete(o);
-  if (rc == 0) event_keep(g, ns, ename);
-}
-
-void kb_glue_event(sim_glue *g, const cJSON *obj, const char *type, const char *reason,
-                const char *component, const char *fmt, ...) {
-  const char *ns = kb_k8s_meta_str(obj, "namespace"), *name = kb_k8s_meta_str(obj, "name");
-  if (!obj || !name) return;
-  char msg[512], ename[384], ts[32];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  snprintf(ename, sizeof ename, "%s.%016llx", name,
-           (unsigned long long)(0x1800000000000000ull + ++g->ctl_events));
-  kb_glue_time(g, kb_sim_now(g->sim), ts);
-  cJSON *o = cJSON_CreateObject();
-  cJSON *md = cJSON_AddObjectToObject(o, "metadata");
-  cJSON_AddStringToObject(md, "name", ename);
-  cJSON_AddStringToObject(md, "namespace", ns ? ns : "default");
-  cJSON *io = cJSON_AddObjectToObject(o, "involvedObject");
-  const char *kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, "kind"));
-  const char *av = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, "apiVersion"));
-  cJSON_AddStringToObject(io, "kind", kind ? kind : "");
-  if (ns) cJSON_AddStringToObject(io, "namespace", ns);
-  cJSON_AddStringToObject(io, "name", name);
-  if (kb_k8s_meta_str(obj, "uid")) cJSON_AddStringToObject(io, "uid", kb_k8s_meta_str(obj, "uid"));
-  cJSON_AddStringToObject(io, "apiVersion", av ? av : "v1");
-  cJSON_AddStringToObject(o, "reason", reason);
-  cJSON_AddStringToObject(o, "message", msg);
-  cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "source"), "component", component);
-  cJSON_AddStringToObject(o, "firstTimestamp", ts);
-  cJSON_AddStringToObject(o, "lastTimestamp", ts);
-  cJSON_AddNumberToObject(o, "count", 1);
-  cJSON_AddStringToObject(o, "type", type);
-  cJSON_AddNullToObject(o, "eventTime");
-  cJSON_AddStringToObject(o, "reportingComponent", component);
-  cJSON_AddStringToObject(o, "reportingInstance", "");
-  kb_glue_write_begin(g);
-  int rc = kb_k8s_create(g->st, g->r_events, ns ? ns : "default", o, 0, NULL, NULL);
-  kb_glue_write_end(g);
-  cJSON_Delete(o);
-  if (rc == 0) event_keep(g, ns ? ns : "default", ename);
-}
-
-/* Mirrors up to `budget` new model events; returns how many. */
-static size_t mirror_events(sim_glue *g, size_t budget) {
-  g->events_dirty = 0;
-  uint64_t first = kb_sim_event_first(g->sim), end = kb_sim_event_end(g->sim);
-  if (g->ev_next < first) g->ev_next = first;
-  size_t done = 0;
-  for (; g->ev_next < end && done < budget; g->ev_next++, done++) {
-    kb_sim_event_info ev;
-    if (kb_sim_event_get(g->sim, g->ev_next, &ev) == 0) mirror_event(g, &ev);
-  }
-  if (g->ev_next < end) g->events_dirty = 1;
-  return done;
 }
 
 /* ---- runs: KFP workflows ---- */
@@ -752,7 +581,8 @@ void kb_glue_flush(sim_glue *g) {
 
 size_t kb_glue_backlog(const sim_glue *g) {
   uint64_t end = kb_sim_event_end(g->sim);
-  return g->d_runs.n + g->d_pods.n + g->d_nodes.n + (size_t)(end > g->ev_next ? end - g->ev_next : 0);
+  return dirty_count(&g->d_runs) + dirty_count(&g->d_pods) + dirty_count(&g->d_nodes) +
+         (size_t)(end > g->ev_next ? end - g->ev_next : 0);
 }
 
 void kb_glue_flush_all(sim_glue *g) {
@@ -760,8 +590,13 @@ void kb_glue_flush_all(sim_glue *g) {
   flush(g, 2);
 }
 
+void kb_glue_reading(sim_glue *g, const char *path) {
+  if (path && strstr(path, "/apis/coordination.k8s.io/")) kb_k8s_ctls_leases_read(g->apps);
+}
+
 #define TRIM_EVERY 64 /* objects mirrored between trims in a top-level flush */
 #define FLUSH_BUDGET 64 /* objects an idle turn mirrors at most */
+#define NODES_EVERY_MS 100 /* see flush */
 #define FLUSH_CPU 0.010 /* and seconds of CPU it takes at most (one object more) */
 
 static void flush(sim_glue *g, int top) {
@@ -772,6 +607,7 @@ static void flush(sim_glue *g, int top) {
   }
   g->flushing = 1;
   kb_sim_sync(g->sim);
+  skip_collected(g);
   /* Owners react to their runs by changing the model, which dirties more:
    * a few rounds settle it (anything left waits for the next idle turn). */
   /* An idle turn does FLUSH_BUDGET objects and leaves the rest dirty for
@@ -781,28 +617,30 @@ static void flush(sim_glue *g, int top) {
   double deadline = top == 1 ? thread_cpu() + FLUSH_CPU : 0;
 #define MORE() (budget && (!deadline || thread_cpu() < deadline) ? 1 : (budget = 0))
   for (int round = 0; round < 8 && budget; round++) {
-    uint32_t *v;
-    size_t n = dirty_take(&g->d_runs, &v), i;
-    for (i = 0; i < n && MORE(); i++, budget--) {
-      mirror_run(g, (int)v[i]);
+    /* what is dirty as the round starts (what its writes dirty waits for
+     * the next round) */
+    size_t n = dirty_count(&g->d_runs);
+    for (size_t i = 0; i < n && MORE(); i++, budget--) {
+      mirror_run(g, (int)dirty_pop(&g->d_runs));
       if (top && i % TRIM_EVERY == TRIM_EVERY - 1) trim(g);
     }
-    for (; i < n; i++) dirty_add(&g->d_runs, v[i]);
-    free(v);
-    n = dirty_take(&g->d_pods, &v);
-    for (i = 0; i < n && MORE(); i++, budget--) {
-      mirror_pod(g, (int)v[i]);
+    n = dirty_count(&g->d_pods);
+    for (size_t i = 0; i < n && MORE(); i++, budget--) {
+      mirror_pod(g, (int)dirty_pop(&g->d_pods));
       if (top && i % TRIM_EVERY == TRIM_EVERY - 1) trim(g);
     }
-    for (; i < n; i++) dirty_add(&g->d_pods, v[i]);
-    free(v);
-    n = dirty_take(&g->d_nodes, &v);
-    for (i = 0; i < n; i++) kb_glue_mirror_node(g, (int)v[i]);
-    free(v);
-    if (g->events_dirty && MORE()) budget -= mirror_events(g, budget);
-    if (!g->d_runs.n && !g->d_pods.n && !g->d_nodes.n && !g->events_dirty) break;
+    /* A node changes with every pod bound to or leaving it: amid a backlog
+     * of pods an idle turn writes nodes at most every NODES_EVERY_MS (a
+     * request's flush, and the turn that ends the backlog, always) */
+    if (top != 1 || !dirty_count(&g->d_pods) || uv_now(g->loop) - g->nodes_at >= NODES_EVERY_MS) {
+      g->nodes_at = uv_now(g->loop);
+      n = dirty_count(&g->d_nodes);
+      for (size_t i = 0; i < n && MORE(); i++, budget--) kb_glue_mirror_node(g, (int)dirty_pop(&g->d_nodes));
+    }
+    if (g->events_dirty && MORE()) budget -= kb_glue_mirror_events(g, budget);
+    if (!kb_glue_backlog(g)) break;
   }
-  if (!g->d_runs.n && !g->d_pods.n && !g->d_nodes.n && !g->events_dirty && g->idle_on) {
+  if (!kb_glue_backlog(g) && g->idle_on) {
     uv_idle_stop(&g->idle);
     g->idle_on = 0;
   }
@@ -823,6 +661,7 @@ sim_glue *kb_glue_new(kb_sim *sim, kb_k8s_store *st, kb_sim_kfp *kfp, uv_loop_t 
   g->kfp = kfp;
   g->loop = loop;
   g->rng = 0x6b62727573696dull;
+  g->pod_gc = KB_K8S_POD_GC_THRESHOLD;
   g->r_pods = kb_k8s_store_lookup(st, "", "v1", "pods");
   g->r_nodes = kb_k8s_store_lookup(st, "", "v1", "nodes");
   g->r_events = kb_k8s_store_lookup(st, "", "v1", "events");
@@ -866,7 +705,10 @@ int kb_glue_start(sim_glue *g) {
   return g->apps ? 0 : -1;
 }
 
-void kb_glue_set_pod_gc(sim_glue *g, size_t threshold) { kb_k8s_ctls_set_pod_gc(g->apps, threshold); }
+void kb_glue_set_pod_gc(sim_glue *g, size_t threshold) {
+  g->pod_gc = threshold;
+  kb_k8s_ctls_set_pod_gc(g->apps, threshold);
+}
 
 void kb_glue_stop(sim_glue *g) {
   if (!g || g->stopped) return;

@@ -61,6 +61,9 @@ void kb_glue_flush(sim_glue *g);
  * server before a request): the store is trimmed between the writes, so a
  * large backlog never holds a tree per object at once. */
 void kb_glue_flush_all(sim_glue *g);
+/* A Kubernetes request for path is about to be answered: node Leases are
+ * renewed first when it reads them (their renewals are lazy). */
+void kb_glue_reading(sim_glue *g, const char *path);
 /* CPU seconds of the longest idle turn the mirror took (its slices). */
 double kb_glue_longest_turn(const sim_glue *g);
 /* Runs, pods and nodes dirty and model events not mirrored yet. */

@@ -32,7 +32,6 @@ typedef struct k8s_event {
 } k8s_event;
 
 typedef struct k8s_log k8s_log;
-#define K8S_LOG_BUCKETS 1024
 
 struct kb_k8s_watch {
   kb_k8s_store *st;
@@ -82,7 +81,8 @@ struct kb_k8s_store {
   k8s_pending *pend_head, *pend_tail;
   int dispatching;
   /* logs */
-  k8s_log *logs[K8S_LOG_BUCKETS];
+  k8s_log **logs; /* a hash table by pod (k8s_log.c), grown with n_logs */
+  size_t n_logs, cap_logs;
   kb_k8s_log_fn log_fn;
   void *log_ud;
   /* the field manager of the API request writing now (kb_k8s_store_set_manager),
@@ -122,6 +122,8 @@ static inline const cJSON *kb_k8s_entry_tree(const kb_k8s_store *st, const k8s_e
 /* Store-internal write flags, beside the public KB_K8S_* ones. */
 #define K8S_MARK_DELETED 0x100 /* replace_entry: a delete sets the deletion fields */
 #define K8S_KEEP_MANAGED 0x200 /* create/update: managedFields are the caller's (apply) */
+#define K8S_WHOLE 0x400 /* create/replace_entry: the object's spec and status both, as
+                         * given (the mirror's one write of a pod's latest state) */
 
 /* managedFields (k8s_apply.c): the REST layer names the request's field
  * manager around a write; the store then records, in next, the fields the
@@ -214,6 +216,10 @@ int kb_k8s_has_finalizers(const cJSON *obj);
 /* Removes the entry and returns its object (the entry's reference). */
 k8s_obj *kb_k8s_take_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e);
 /* Stores `next` (consumed) in place of entry e after the metadata rules. */
+/* kb_k8s_create of obj itself (consumed, whatever the outcome): a writer
+ * that built the object for the store saves the copy. */
+int kb_k8s_create_take(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, cJSON *obj,
+                       unsigned flags, cJSON **out, kb_k8s_error *err);
 int kb_k8s_replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, cJSON *next,
                          unsigned flags, cJSON **out, kb_k8s_error *err);
 /* Takes the entry out and records its DELETED event (the caller bumped st->rv). */
@@ -223,5 +229,11 @@ void kb_k8s_emit(kb_k8s_store *st, kb_k8s_event_type type, const kb_k8s_res *res
                  k8s_obj *obj, k8s_obj *prev);
 void kb_k8s_event_unref(k8s_event *ev);
 void kb_k8s_watch_free(kb_k8s_watch *w);
+/* kb_k8s_store_trim for all but the `keep` most recently made trees (a
+ * trim spread over turns: each packs what came since, not hundreds at
+ * once); the same rule on where it may be called. */
+void kb_k8s_store_trim_to(kb_k8s_store *st, size_t keep);
+/* 1 while a watch (a client's or a controller's) on res is open. */
+int kb_k8s_store_watched(const kb_k8s_store *st, const kb_k8s_res *res);
 
 #endif

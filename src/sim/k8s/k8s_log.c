@@ -1,6 +1,7 @@
 /* Pod logs: one buffer per (namespace, pod, container), kept as the
  * kubelet keeps them: "RFC3339-time text\n" per line, so timestamps=true,
  * tailLines and sinceSeconds can be answered. Dropped with the pod. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,17 +16,46 @@ struct k8s_log {
   k8s_log *next;
 };
 
-static unsigned hash(const char *s) { return kb_fnv32(KB_FNV32_INIT, s) % K8S_LOG_BUCKETS; }
+/* The bucket is the pod's ("ns/pod/", the key without its container), so
+ * that dropping a pod's logs looks in one bucket, not in every log. */
+static size_t pod_hash(const char *key) {
+  const char *end = strrchr(key, '/');
+  uint32_t h = KB_FNV32_INIT;
+  for (const char *c = key; c < end; c++) h = (h ^ (unsigned char)*c) * 16777619u;
+  return h;
+}
 
 static void make_key(char *out, size_t n, const char *ns, const char *pod, const char *c) {
   snprintf(out, n, "%s/%s/%s", ns, pod, c ? c : "");
 }
 
+/* Doubles the table (a pod's log per pod, 110,000 pods: chains stay short). */
+static int grow(kb_k8s_store *st) {
+  size_t cap = st->cap_logs ? st->cap_logs * 2 : 1024;
+  k8s_log **v = calloc(cap, sizeof *v);
+  if (!v) return -1;
+  for (size_t i = 0; i < st->cap_logs; i++) {
+    while (st->logs[i]) {
+      k8s_log *l = st->logs[i];
+      st->logs[i] = l->next;
+      size_t h = pod_hash(l->key) & (cap - 1);
+      l->next = v[h];
+      v[h] = l;
+    }
+  }
+  free(st->logs);
+  st->logs = v;
+  st->cap_logs = cap;
+  return 0;
+}
+
 static k8s_log *find(kb_k8s_store *st, const char *key, int create) {
-  unsigned h = hash(key);
+  if (!st->cap_logs && (!create || grow(st))) return NULL;
+  size_t h = pod_hash(key) & (st->cap_logs - 1);
   for (k8s_log *l = st->logs[h]; l; l = l->next)
     if (!strcmp(l->key, key)) return l;
   if (!create) return NULL;
+  if (st->n_logs >= st->cap_logs && !grow(st)) h = pod_hash(key) & (st->cap_logs - 1);
   k8s_log *l = calloc(1, sizeof *l);
   if (!l || !(l->key = strdup(key))) {
     free(l);
@@ -33,6 +63,7 @@ static k8s_log *find(kb_k8s_store *st, const char *key, int create) {
   }
   l->next = st->logs[h];
   st->logs[h] = l;
+  st->n_logs++;
   return l;
 }
 
@@ -43,28 +74,31 @@ static void log_free(k8s_log *l) {
 }
 
 void kb_k8s_log_free_all(kb_k8s_store *st) {
-  for (size_t i = 0; i < K8S_LOG_BUCKETS; i++) {
+  for (size_t i = 0; i < st->cap_logs; i++) {
     while (st->logs[i]) {
       k8s_log *l = st->logs[i];
       st->logs[i] = l->next;
       log_free(l);
     }
   }
+  free(st->logs);
+  st->logs = NULL;
+  st->n_logs = st->cap_logs = 0;
 }
 
 void kb_k8s_log_drop_pod(kb_k8s_store *st, const char *ns, const char *pod) {
   char prefix[600];
   int n = snprintf(prefix, sizeof prefix, "%s/%s/", ns, pod);
-  for (size_t i = 0; i < K8S_LOG_BUCKETS; i++) {
-    k8s_log **pp = &st->logs[i];
-    while (*pp) {
-      k8s_log *l = *pp;
-      if (!strncmp(l->key, prefix, (size_t)n) && !strchr(l->key + n, '/')) {
-        *pp = l->next;
-        log_free(l);
-      } else {
-        pp = &l->next;
-      }
+  if (!st->cap_logs || n < 0 || (size_t)n >= sizeof prefix) return;
+  k8s_log **pp = &st->logs[pod_hash(prefix) & (st->cap_logs - 1)];
+  while (*pp) {
+    k8s_log *l = *pp;
+    if (!strncmp(l->key, prefix, (size_t)n) && !strchr(l->key + n, '/')) {
+      *pp = l->next;
+      log_free(l);
+      st->n_logs--;
+    } else {
+      pp = &l->next;
     }
   }
 }

@@ -19,6 +19,7 @@
 #include <zlib.h>
 
 #include "k8s_internal.h"
+#include "kb/json.h"
 
 #define DICT_MAX 32768 /* deflate's window */
 
@@ -46,6 +47,7 @@ struct k8s_pack {
   size_t n_dicts;
   unsigned char *buf; /* deflate's output */
   size_t cap;
+  kb_buf text; /* a state printed (print_tree), before it is copied or deflated */
 };
 
 /* Lists o as hot (the list holds no reference: a freed object leaves it).
@@ -112,6 +114,7 @@ void kb_k8s_pack_free(kb_k8s_store *st) {
   for (size_t i = 0; i < p->n_dicts; i++) free(p->dicts[i].d);
   free(p->dicts);
   free(p->buf);
+  kb_buf_free(&p->text);
   free(p);
   st->pack = NULL;
 }
@@ -136,26 +139,26 @@ static const k8s_dict *dict_of(struct k8s_pack *p, int res, const char *text, si
   return d->d ? d : NULL;
 }
 
-/* o->text deflated into o->z (the text then freed). 0, or -1 (the text stays). */
-static int deflate_text(kb_k8s_store *st, k8s_obj *o) {
+/* text[0..len) (o's printed state) deflated into o->z. 0, or -1. */
+static int deflate_into(kb_k8s_store *st, k8s_obj *o, const char *text, size_t len) {
   struct k8s_pack *p = pack_of(st);
   if (!p) return -1;
   if (!p->zd_ok) {
     if (deflateInit2(&p->zd, 1, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK) return -1;
     p->zd_ok = 1;
   }
-  const k8s_dict *d = dict_of(p, o->res, o->text, o->len);
+  const k8s_dict *d = dict_of(p, o->res, text, len);
   deflateReset(&p->zd);
   if (d && deflateSetDictionary(&p->zd, d->d, (uInt)d->n) != Z_OK) return -1;
-  size_t bound = deflateBound(&p->zd, (uLong)o->len);
+  size_t bound = deflateBound(&p->zd, (uLong)len);
   if (bound > p->cap) {
     unsigned char *b = realloc(p->buf, bound);
     if (!b) return -1;
     p->buf = b;
     p->cap = bound;
   }
-  p->zd.next_in = (Bytef *)o->text;
-  p->zd.avail_in = (uInt)o->len;
+  p->zd.next_in = (Bytef *)text;
+  p->zd.avail_in = (uInt)len;
   p->zd.next_out = p->buf;
   p->zd.avail_out = (uInt)bound;
   if (deflate(&p->zd, Z_FINISH) != Z_STREAM_END) return -1;
@@ -165,6 +168,13 @@ static int deflate_text(kb_k8s_store *st, k8s_obj *o) {
   memcpy(z, p->buf, zlen);
   o->z = z;
   o->zlen = zlen;
+  o->len = len;
+  return 0;
+}
+
+/* o->text deflated into o->z (the text then freed). 0, or -1 (the text stays). */
+static int deflate_text(kb_k8s_store *st, k8s_obj *o) {
+  if (deflate_into(st, o, o->text, o->len)) return -1;
   free(o->text);
   o->text = NULL;
   return 0;
@@ -191,9 +201,65 @@ static int inflate_into(kb_k8s_store *st, const k8s_obj *o, char *out) {
 
 /* ---- the state's forms ---- */
 
+/* ---- printing ---- */
+
+/* The value as cJSON_PrintUnformatted spells it (numbers aside, which take
+ * the shortest form that reads back: the same for the integers objects
+ * hold), straight into b: no buffer regrown per value, no number read
+ * back by scanf. -1 on invalid UTF-8 (cJSON then prints it) or memory. */
+static int print_value(kb_buf *b, const cJSON *v) {
+  switch (v->type & 0xff) {
+  case cJSON_NULL: return kb_buf_append(b, "null", 4);
+  case cJSON_False: return kb_buf_append(b, "false", 5);
+  case cJSON_True: return kb_buf_append(b, "true", 4);
+  case cJSON_Number: {
+    char n[KB_JSON_NUMBUF];
+    size_t k = kb_json_format_double(n, v->valuedouble);
+    return k ? kb_buf_append(b, n, k) : kb_buf_append(b, "null", 4);
+  }
+  case cJSON_String: {
+    const char *t = v->valuestring ? v->valuestring : "";
+    return kb_json_write_string(b, t, strlen(t), NULL) ? -1 : 0;
+  }
+  case cJSON_Raw: return v->valuestring ? kb_buf_append(b, v->valuestring, strlen(v->valuestring)) : -1;
+  case cJSON_Array:
+  case cJSON_Object: {
+    int obj = (v->type & 0xff) == cJSON_Object;
+    if (kb_buf_putc(b, obj ? '{' : '[')) return -1;
+    for (const cJSON *c = v->child; c; c = c->next) {
+      if (c != v->child && kb_buf_putc(b, ',')) return -1;
+      if (obj && (!c->string || kb_json_write_string(b, c->string, strlen(c->string), NULL) ||
+                  kb_buf_putc(b, ':')))
+        return -1;
+      if (print_value(b, c)) return -1;
+    }
+    return kb_buf_putc(b, obj ? '}' : ']');
+  }
+  default: return -1;
+  }
+}
+
+/* o's tree printed into the pack's buffer (valid until the next print):
+ * its text and length, or NULL (out of memory, or invalid UTF-8). */
+static const char *print_tree(kb_k8s_store *st, const k8s_obj *o, size_t *len) {
+  struct k8s_pack *p = pack_of(st);
+  if (!p || !o->tree) return NULL;
+  p->text.len = 0;
+  if (print_value(&p->text, o->tree) || kb_buf_putc(&p->text, 0)) return NULL;
+  *len = p->text.len - 1;
+  return p->text.data;
+}
+
 static int ensure_text(k8s_obj *o) {
   if (o->text || o->z) return 0;
   if (!o->tree) return -1;
+  size_t len;
+  const char *t = print_tree(o->st, o, &len);
+  if (t && (o->text = malloc(len + 1))) {
+    memcpy(o->text, t, len + 1);
+    o->len = len;
+    return 0;
+  }
   o->text = cJSON_PrintUnformatted(o->tree);
   if (!o->text) return -1;
   o->len = strlen(o->text);
@@ -244,19 +310,36 @@ int kb_k8s_obj_append(k8s_obj *o, kb_buf *out) {
   return 0;
 }
 
-void kb_k8s_store_trim(kb_k8s_store *st) {
-  for (size_t i = 0; i < st->n_hot; i++) {
-    k8s_obj *o = st->hot[i];
-    o->hot = 0;
-    if (!ensure_text(o)) { /* out of memory: the tree stays, unlisted */
-      /* the current state is deflated; a superseded one (the history's
-       * alone, soon gone) stays text: deflating it would cost more */
-      if (o->text && o->current) deflate_text(st, o); /* else the text stays */
-      cJSON_Delete(o->tree);
-      o->tree = NULL;
-    }
+/* Packs one hot object (its tree goes); o->hot is the caller's. */
+static void pack(kb_k8s_store *st, k8s_obj *o) {
+  size_t len;
+  const char *t = o->current && !o->text && !o->z ? print_tree(st, o, &len) : NULL;
+  if (t && !deflate_into(st, o, t, len)) { /* printed and packed: no text kept between */
+    cJSON_Delete(o->tree);
+    o->tree = NULL;
+  } else if (!ensure_text(o)) { /* out of memory: the tree stays, unlisted */
+    /* the current state is deflated; a superseded one (the history's
+     * alone, soon gone) stays text: deflating it would cost more */
+    if (o->text && o->current) deflate_text(st, o); /* else the text stays */
+    cJSON_Delete(o->tree);
+    o->tree = NULL;
   }
-  st->n_hot = 0;
+}
+
+void kb_k8s_store_trim_to(kb_k8s_store *st, size_t keep) {
+  if (st->n_hot <= keep) return;
+  size_t n = st->n_hot - keep; /* the first listed (the oldest, mostly) go */
+  for (size_t i = 0; i < n; i++) {
+    st->hot[i]->hot = 0;
+    pack(st, st->hot[i]);
+  }
+  memmove(st->hot, st->hot + n, keep * sizeof *st->hot);
+  st->n_hot = keep;
+  for (size_t i = 0; i < keep; i++) st->hot[i]->hot = i + 1;
+}
+
+void kb_k8s_store_trim(kb_k8s_store *st) {
+  kb_k8s_store_trim_to(st, 0);
   if (st->cap_hot > 4096) { /* a burst's list is not kept */
     free(st->hot);
     st->hot = NULL;

@@ -415,10 +415,21 @@ int kb_k8s_create(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const
   if (!kb_k8s_bucket_of(st, res)) return kb_k8s_error_set(err, 404, "NotFound", "unknown resource");
   if (!cJSON_IsObject(in))
     return kb_k8s_error_set(err, 400, "BadRequest", "the body must be a JSON object");
-  int rc = check_kind(res, in, err);
-  if (rc) return rc;
   cJSON *obj = cJSON_Duplicate(in, 1);
-  cJSON *m = obj ? kb_k8s_meta(obj) : NULL;
+  if (!obj) return kb_k8s_oom(err);
+  return kb_k8s_create_take(st, res, ns, obj, flags, out, err);
+}
+
+int kb_k8s_create_take(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, cJSON *obj,
+                       unsigned flags, cJSON **out, kb_k8s_error *err) {
+  if (out) *out = NULL;
+  if (!kb_k8s_bucket_of(st, res))
+    return cJSON_Delete(obj), kb_k8s_error_set(err, 404, "NotFound", "unknown resource");
+  if (!cJSON_IsObject(obj))
+    return cJSON_Delete(obj), kb_k8s_error_set(err, 400, "BadRequest", "the body must be a JSON object");
+  int rc = check_kind(res, obj, err);
+  if (rc) return cJSON_Delete(obj), rc;
+  cJSON *m = kb_k8s_meta(obj);
   if (!m || secret_string_data(res, obj)) return cJSON_Delete(obj), kb_k8s_oom(err);
   const char *ons = kb_k8s_meta_str(obj, "namespace");
   char nsbuf[256];
@@ -486,7 +497,13 @@ int kb_k8s_create(kb_k8s_store *st, const kb_k8s_res *res, const char *ns, const
             kb_k8s_set_item(m, "generation", cJSON_CreateNumber(1)) ||
             (res->namespaced && kb_k8s_set_str(m, "namespace", nsbuf));
   if (bad) return cJSON_Delete(obj), kb_k8s_oom(err);
+  /* K8S_WHOLE: the status is the caller's, not the defaults' (Pending) */
+  cJSON *status = (flags & K8S_WHOLE) ? cJSON_DetachItemFromObjectCaseSensitive(obj, "status") : NULL;
   rc = kb_k8s_default(st, res, obj, 1, err);
+  if (status) {
+    cJSON_DeleteItemFromObjectCaseSensitive(obj, "status");
+    cJSON_AddItemToObject(obj, "status", status);
+  }
   if (rc) {
     cJSON_Delete(obj);
     return kb_k8s_err_named(err, namebuf, rc);
@@ -566,7 +583,7 @@ int kb_k8s_replace_entry(kb_k8s_store *st, const kb_k8s_res *res, k8s_entry *e, 
   }
   if (kb_k8s_set_str(next, "apiVersion", res->api_version) || kb_k8s_set_str(next, "kind", res->kind))
     return cJSON_Delete(next), kb_k8s_oom(err);
-  if ((flags & KB_K8S_STATUS) || res->status_subresource) {
+  if (!(flags & K8S_WHOLE) && ((flags & KB_K8S_STATUS) || res->status_subresource)) {
     /* the status subresource and the main resource each own their half */
     cJSON *base = (flags & KB_K8S_STATUS) ? cJSON_Duplicate(old, 1) : next;
     if (!base) return cJSON_Delete(next), kb_k8s_oom(err);

@@ -242,3 +242,9 @@ kb_k8s_watch *kb_k8s_store_on(kb_k8s_store *st, const kb_k8s_res *res, kb_k8s_wa
   return kb_k8s_watch_start(st, res, &o, fn, ud, NULL);
 }
 
+
+int kb_k8s_store_watched(const kb_k8s_store *st, const kb_k8s_res *res) {
+  for (const kb_k8s_watch *w = st->watches; w; w = w->next)
+    if (!w->cancelled && !w->done && w->res_index == res->index) return 1;
+  return 0;
+}
