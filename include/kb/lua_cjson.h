@@ -23,7 +23,7 @@
 void kb_lua_push_cjson(lua_State *L, const cJSON *node);
 
 /* Converts the Lua value at idx to a new cJSON tree (the caller frees it),
- * by the rules of kb.json.encode (src/lua/json.c):
+ * by the rules of kb.json.encode (src/lua/json_encode.c):
  *   nil, null sentinel -> null; booleans; strings (valid UTF-8, no NUL)
  *   integers -> numbers, or Raw nodes with the exact decimal text beyond
  *   +-2^53 (note that cJSON_Print also rounds doubles of 16+ digits);

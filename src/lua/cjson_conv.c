@@ -66,7 +66,7 @@ void kb_lua_push_cjson(lua_State *L, const cJSON *node) {
 
 /* ---- Lua -> cJSON ----------------------------------------------------------- */
 
-/* The rules and messages follow kb.json's encoder (src/lua/json.c), so a
+/* The rules and messages follow kb.json's encoder (src/lua/json_encode.c), so a
  * value that kb.json.encode accepts converts here, and fails with the same
  * words when it does not. */
 

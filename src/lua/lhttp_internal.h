@@ -1,6 +1,7 @@
-/* Shared by the two files of kb.http: http.c (clients, requests, the
- * module) and http_stream.c (streams), and by kb.sim (sim.c) for its
- * Unix-socket routes. Not a public header (src/net/http_client_internal.h
+/* Shared by the files of kb.http: http.c (clients, requests, the module),
+ * http_build.c (a request from a call's arguments, Unix-socket routes),
+ * http_response.c (responses) and http_stream.c (streams), and by kb.sim
+ * (sim.c) for its Unix-socket routes. Not a public header (src/net/http_client_internal.h
  * is the C client's own). */
 #ifndef KB_LHTTP_INTERNAL_H
 #define KB_LHTTP_INTERNAL_H
@@ -34,14 +35,15 @@ typedef struct kb_lhttp_err_text {
   int curl_code;
 } kb_lhttp_err_text;
 
-/* Reads the arguments of a call into s (raises on a bad one); the options
- * come last, their slots go above them. */
+/* http_build.c: reads the arguments of a call into s (raises on a bad
+ * one); the options come last, their slots go above them. */
 void kb__lhttp_read_call(lua_State *L, kb_lhttp_spec *s, int url, int body, int opts);
 /* The request s describes, not started; raises when it cannot be built. */
 kb_http_request *kb__lhttp_new_request(lua_State *L, kb_http_client *c, const kb_lhttp_spec *s);
 /* Requests to origin ("http://host:port") go through the Unix socket at
  * path from now on (NULL: no longer). */
 void kb__lhttp_route(lua_State *L, const char *origin, const char *path);
+/* http.c: raises the error of a request that could not start. */
 int kb__lhttp_raise_start_error(lua_State *L, int err, const char *method);
 
 /* http_response.c: response fields and errors, as kb.http.request pushes

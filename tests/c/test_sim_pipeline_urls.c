@@ -1,4 +1,4 @@
-/* Pipeline URLs in the simulator's KFP API (src/sim/kfp/kfp_pipelines.c): the
+/* Pipeline URLs in the simulator's KFP API (src/sim/kfp/kfp_fetch.c): the
  * simulator is not a file server. Local paths and file:// URLs are read
  * only inside the folder it was given, symlinks and ../ cannot lead out,
  * and every refusal has the same text whether the file exists or not;

@@ -139,7 +139,7 @@ struct kb_sim_kfp {
   int closing;
 };
 
-/* Pipeline URLs (kfp_pipelines.c). A request that creates a pipeline or a
+/* Pipeline URLs (kfp_fetch.c). A request that creates a pipeline or a
  * version from an http(s) URL is held while the simulator fetches it
  * (asynchronously, on kfp->loop) and handled again, at `path`, once the
  * file or the error is in: returns 1 when it took the request, else 0. */
@@ -147,6 +147,8 @@ int kb_kfp_fetch_intercept(kb_sim_kfp *kfp, kb_httpd_req *req, const char *path)
 /* Cancels the fetches in flight (their requests get a 503) and frees the
  * client; from kb_sim_kfp_free. */
 void kb_kfp_fetch_free(kb_sim_kfp *kfp);
+/* The largest pipeline file fetched or uploaded (common.MaxFileLength). */
+#define KFP_MAX_FILE (32u << 20)
 
 int kb_kfp_vec_push(kfp_vec *v, void *item);
 /* A fresh UUID (version 4 layout) from kfp's seeded stream. */
@@ -318,7 +320,7 @@ int kb_kfp_list(kfp_req *r, const kfp_listable *l, void **cand, size_t n, const 
 /* ---- handlers ---------------------------------------------------------------- */
 
 void kb_kfp_h_healthz(kfp_req *r);
-/* pipelines, versions, uploads (kfp_pipelines.c) */
+/* pipelines, versions (kfp_pipelines.c), uploads (kfp_upload.c) */
 void kb_kfp_h_create_pipeline(kfp_req *r);
 void kb_kfp_h_create_pipeline_and_version(kfp_req *r);
 void kb_kfp_h_get_pipeline(kfp_req *r);
@@ -386,6 +388,10 @@ kfp_version *kb_kfp_version_create(kfp_req *r, kfp_pipeline *p, const char *name
 kfp_pipeline *kb_kfp_pipeline_create(kfp_req *r, const char *name, const char *display_name,
                                   const char *description, const char *ns, int upload,
                                   const char *wrap);
+/* The pipeline spec at url, read from the pipeline folder or held for its
+ * download (see kfp_fetch.c). Replies on error. The result is the
+ * caller's. */
+char *kb_kfp_fetch_url(kfp_req *r, const char *url, size_t *len, const char *wrap);
 /* Deletes a run: its model runs (current and retried) and the record. */
 void kb_kfp_run_delete(kb_sim_kfp *kfp, kfp_run *run);
 
