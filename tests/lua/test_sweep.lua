@@ -1,4 +1,4 @@
--- kb.sweep (lua/kb/sweep.lua and lua/kb/sweep/*.lua): cells, repeats,
+-- kb.sweep (lua/kb/sweep/init.lua and its parts): cells, repeats,
 -- seeds, resuming after an interruption, refusing a changed definition,
 -- sampling, search, parallel cells with their own targets and simulators,
 -- and the reports. The SIGKILL test is tests/e2e/sweep_resume.sh.
