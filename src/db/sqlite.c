@@ -166,6 +166,37 @@ static int sq_exec(kb_db *base, const char *sql, int nparams, const kb_db_value 
 
 static const kb_db_ops sqlite_ops = {"sqlite", sq_exec, sq_close};
 
+/* The journal mode the pragma left the file in: 1 for WAL, 0 for another,
+ * or a negative SQLite code. */
+static int try_wal(sqlite3 *db) {
+  sqlite3_stmt *st;
+  int rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode=WAL", -1, &st, NULL);
+  if (rc != SQLITE_OK) return -rc;
+  rc = sqlite3_step(st);
+  const char *mode = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
+  /* an in-memory database has no WAL: "memory" is as good as it gets */
+  int wal = mode && (!sqlite3_stricmp(mode, "wal") || !sqlite3_stricmp(mode, "memory"));
+  sqlite3_finalize(st);
+  return rc == SQLITE_ROW ? wal : -rc;
+}
+
+/* WAL mode, waiting for other connections as any statement does. Two
+ * kbruns opening a new kbrun.db together (shards of one experiments
+ * folder) both hold the file shared and both want it to themselves to
+ * switch it: SQLite answers one of them BUSY at once, without the busy
+ * handler (it would deadlock). So try again, for up to busy_ms, until the
+ * mode is WAL; a file system that cannot do WAL keeps the mode it has, as
+ * before. */
+static int set_wal(sqlite3 *db, int busy_ms) {
+  for (int waited = 0;; waited += 10) {
+    int r = try_wal(db);
+    if (r == 1) return SQLITE_OK;
+    if (r < 0 && -r != SQLITE_BUSY) return -r;
+    if (waited >= busy_ms) return r < 0 ? -r : SQLITE_OK;
+    sqlite3_sleep(10);
+  }
+}
+
 int kb_db_sqlite_open(const char *path, const kb_db_options *opts, kb_db **out, char *err,
                       size_t errlen) {
   sq_db *s = calloc(1, sizeof *s);
@@ -187,7 +218,7 @@ int kb_db_sqlite_open(const char *path, const kb_db_options *opts, kb_db **out, 
   /* Read before writing anything: a file that is not a database fails
    * here with SQLITE_NOTADB and is not touched. */
   rc = sqlite3_exec(s->db, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL);
-  if (rc == SQLITE_OK) rc = sqlite3_exec(s->db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
+  if (rc == SQLITE_OK) rc = set_wal(s->db, opts->busy_timeout_ms);
   if (rc == SQLITE_OK) rc = sqlite3_exec(s->db, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL);
   if (rc != SQLITE_OK) {
     int st = status_of(rc);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kb/db.h"
@@ -132,6 +133,66 @@ static void test_sqlite_files(void) {
   rmdir(dir);
 }
 
+/* The first column of the first row, as text (a pragma's answer). */
+static int first_text(void *ud, int ncols, const char *const *names, const kb_db_value *vals) {
+  (void)names;
+  char *out = ud;
+  if (ncols > 0 && vals[0].type == KB_DB_TEXT && !*out)
+    snprintf(out, 16, "%.*s", (int)vals[0].len, vals[0].s);
+  return 0;
+}
+
+/* Three kbruns opening one new kbrun.db at the same moment (shards of one
+ * experiments folder): each holds the file shared and wants it to itself
+ * to switch it to WAL, and SQLite answers all but one BUSY at once,
+ * without the busy handler. Every open must succeed, in WAL mode. 40
+ * rounds, the processes released together by a pipe. */
+static void test_sqlite_opens_together(void) {
+  char dir[] = "/tmp/kb-test-db-XXXXXX";
+  KB_CHECK(mkdtemp(dir) != NULL);
+  int failures = 0;
+  for (int round = 0; round < 40; round++) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/r%d.db", dir, round);
+    int go[2];
+    KB_CHECK(pipe(go) == 0);
+    pid_t kids[3];
+    for (int k = 0; k < 3; k++) {
+      kids[k] = fork();
+      if (kids[k] == 0) {
+        close(go[1]);
+        char c, err[256], mode[16] = "";
+        if (read(go[0], &c, 1) != 0) _exit(9); /* EOF: all released at once */
+        kb_db_options o = kb_db_defaults();
+        kb_db *db = NULL;
+        if (kb_db_open(path, &o, &db, err, sizeof err) != KB_DB_OK) {
+          fprintf(stderr, "    round %d: %s\n", round, err);
+          _exit(1);
+        }
+        int rc = kb_db_exec(db, "PRAGMA journal_mode", 0, NULL, first_text, mode, err, sizeof err);
+        kb_db_close(db);
+        _exit(rc == KB_DB_OK && !strcmp(mode, "wal") ? 0 : 2);
+      }
+    }
+    close(go[0]);
+    close(go[1]);
+    for (int k = 0; k < 3; k++) {
+      int status = 0;
+      if (waitpid(kids[k], &status, 0) != kids[k] || !WIFEXITED(status) || WEXITSTATUS(status))
+        failures++;
+    }
+    char side[160];
+    snprintf(side, sizeof side, "%s-wal", path);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", path);
+    unlink(side);
+    unlink(path);
+  }
+  KB_CHECK(failures == 0);
+  if (failures) fprintf(stderr, "    %d of 120 opens failed or were not WAL\n", failures);
+  rmdir(dir);
+}
+
 static void test_placeholders(void) {
   int n = -1;
   char *s = kb_db_number_placeholders("SELECT ?, '?', \"a?\" FROM t WHERE x = ? -- why?\nAND y = ?", &n);
@@ -189,6 +250,7 @@ static void test_pg_unreachable(void) {
 int main(void) {
   KB_RUN(test_sqlite_statements);
   KB_RUN(test_sqlite_files);
+  KB_RUN(test_sqlite_opens_together);
   KB_RUN(test_placeholders);
   KB_RUN(test_kinds);
   KB_RUN(test_pg_unreachable);
