@@ -228,9 +228,36 @@ static void test_backlog_gc_not_written(void) {
   env_free(&e);
 }
 
+/* A view far behind the model (kb_glue_set_request_flush: past 10 changes,
+ * here, and no CPU for a request's flush) answers a request as it stands:
+ * the flush leaves the backlog to the idle turns, which then write every
+ * pod once, each in its final state, the watch consistent with the list. */
+static void test_request_behind_answers_as_it_stands(void) {
+  env e;
+  env_init(&e);
+  kb_glue_set_request_flush(e.g, 10, 0);
+  kb_sim_error err;
+  for (int i = 0; i < 3; i++) KB_CHECK(kb_sim_run_create(e.sim, e.pipeline, NULL, &err) >= 0);
+  KB_CHECK(kb_sim_run_until_idle(e.sim, 1e6) > 0);
+  size_t pods = kb_sim_pod_count(e.sim);
+  KB_CHECK(pods == 33);
+  kb_glue_flush_all(e.g);
+  size_t behind = kb_glue_backlog(e.g);
+  KB_CHECK(behind > 10);
+  KB_CHECK(check_list_matches(&e) < pods);
+  for (int turn = 0; turn < 10000 && kb_glue_backlog(e.g) > 0; turn++) uv_run(&e.loop, UV_RUN_NOWAIT);
+  KB_CHECK(kb_glue_backlog(e.g) == 0);
+  KB_CHECK(check_list_matches(&e) == pods);
+  KB_CHECK(e.r.n == pods);
+  for (size_t i = 0; i < e.r.n; i++) KB_CHECK(e.r.v[i].added == 1 && e.r.v[i].deleted == 0);
+  KB_CHECK(!e.r.rv_fell);
+  env_free(&e);
+}
+
 int main(void) {
   KB_RUN(test_backlog_written_once);
   KB_RUN(test_live_pod_one_write_per_flush);
   KB_RUN(test_backlog_gc_not_written);
+  KB_RUN(test_request_behind_answers_as_it_stands);
   return kb_test_report();
 }

@@ -52,6 +52,9 @@ struct sim_glue {
   uv_check_t trim; /* packs the store's objects between loop turns */
   int idle_init, idle_on, flushing, writing, stopped;
   int looked; /* a Kubernetes/Argo request came: the leases start */
+  int said_behind; /* the log said once that requests see a view behind the model */
+  size_t request_backlog_max; /* behind more than this, a request's flush is bounded */
+  double request_flush_cpu;   /* by this much CPU (kb_glue_set_request_flush) */
   int creating_pod; /* pod_create is writing a model pod */
   glue_pod *pods;
   size_t n_pods;

@@ -61,6 +61,13 @@ void kb_glue_flush(sim_glue *g);
  * server before a request): the store is trimmed between the writes, so a
  * large backlog never holds a tree per object at once. */
 void kb_glue_flush_all(sim_glue *g);
+/* When the view is more than backlog_max changes behind the model,
+ * kb_glue_flush_all writes only cpu_s seconds of CPU of it (the oldest
+ * first) and the rest follows in idle turns: a request is answered from
+ * the view as it stands instead of waiting for all of it. Defaults 50,000
+ * and 0.04 s (no request waits longer behind it): every test's backlog is
+ * written whole. */
+void kb_glue_set_request_flush(sim_glue *g, size_t backlog_max, double cpu_s);
 /* A Kubernetes request for path is about to be answered: node Leases are
  * renewed first when it reads them (their renewals are lazy). */
 void kb_glue_reading(sim_glue *g, const char *path);
