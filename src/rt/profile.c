@@ -112,7 +112,7 @@ static void prof_hook(lua_State *L, lua_Debug *ar) {
   prof.armed = 0;
   prof.armed_on = NULL;
   kb_rt *rt = prof.rt;
-  if (rt && rt->pending_signal && L != rt->L) kb__signal_arm(L); /* it came meanwhile */
+  if (rt && rt->interrupt_armed && L != rt->L) kb__signal_arm(L); /* it came meanwhile */
   count_stack(L, ticks ? ticks : 1);
 }
 
@@ -127,7 +127,7 @@ static void count_hook(lua_State *L, lua_Debug *ar) {
 static void on_sigprof(int sig) {
   (void)sig;
   kb_rt *rt = prof.rt;
-  if (!rt || rt->pending_signal) return;
+  if (!rt || rt->interrupt_armed) return;
   lua_State *running = rt->running;
   if (!running && rt->in_lua > 0) running = rt->L;
   if (!running) {

@@ -67,6 +67,8 @@ struct kb_rt {
 
   uv_async_t signal_async;
   volatile sig_atomic_t pending_signal;
+  volatile sig_atomic_t signal_dispatched; /* the loop ran kb.on_signal for it */
+  volatile sig_atomic_t interrupt_armed;   /* a busy coroutine is to be interrupted */
   int signals_started;
 };
 
