@@ -355,9 +355,10 @@ end
 -- cookie ("kubeflow-userid" is an identity, not a secret).
 local CREDENTIAL_HEADERS = { authorization = true, ["proxy-authorization"] = true, cookie = true }
 
+local header_verdicts, n_verdicts = {}, 0 -- name -> credential_header's answer
+
 --- secrets.credential_header(name) -> whether a header of this name carries
 -- a credential (its value is registered before it is sent).
-local header_verdicts, n_verdicts = {}, 0 -- name -> credential_header's answer
 function M.credential_header(name)
   if type(name) ~= "string" then return false end
   local known = header_verdicts[name]
