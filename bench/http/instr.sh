@@ -14,11 +14,12 @@
 #
 #   bench/http/instr.sh /tmp/kbrun-before build/kbrun
 #   SHORT=2 LONG=6 ROUNDS=3 bench/http/instr.sh A B
-#   KB_C=1 bench/http/instr.sh build/bench/http_bench build/bench/http_native_bench
+#   KB_C=1 bench/http/instr.sh build/bench/http_bench
+#   KBRUN_HTTP=curl bench/http/instr.sh build/kbrun     # the libcurl path
 #
 # Environment: SHORT (2), LONG (6), ROUNDS (3), CONNECTIONS (64), NGINX
 # (/usr/sbin/nginx), KB_C (set: the binaries take http_bench's arguments:
-# URL connections= duration=, as http_bench and http_native_bench do).
+# URL connections= duration=), KBRUN_HTTP (curl: every request on libcurl).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)

@@ -6,10 +6,11 @@
 # RUNS rounds of each client in $CLIENTS:
 #   wrk      -t1 -c$CONNECTIONS for $DURATION s
 #   kbrun    bench/http/kbrun_load.lua: $CONNECTIONS tasks looping kb.http.get
+#            (plain http:// goes on the client's native HTTP/1.1 path)
+#   kbcurl   the same with KBRUN_HTTP=curl: every request on libcurl
 #   kb_c     build/bench/http_bench: the same loop in C over kb_http_client,
 #            no Lua (the floor of kbrun's client path)
-#   native   build/bench/http_native_bench: the same loop on libuv and
-#            http_parser without libcurl (what a native HTTP/1.1 path costs)
+#   kb_ccurl the same C loop with KBRUN_HTTP=curl
 #   python   bench/http/py_client.py: requests + $CONNECTIONS threads
 #   base     $KBRUN_BASE running kbrun_load.lua (an older kbrun, for A/B)
 # and prints a markdown table with, per client, the median over the rounds
@@ -24,9 +25,9 @@
 #   CLIENTS="wrk kbrun base" KBRUN_BASE=/tmp/kbrun-old bench/http/run.sh   # A/B
 #
 # Environment: DURATION (10), CONNECTIONS (64), RUNS (5), CLIENTS ("wrk
-# kbrun kb_c native python", plus base when KBRUN_BASE is set), KBRUN (first
-# of build/kbrun, build-*/kbrun that exists), KB_C and KB_NATIVE
-# (bench/http_bench and bench/http_native_bench beside it),
+# kbrun kbcurl kb_c kb_ccurl python", plus base when KBRUN_BASE is set),
+# KBRUN (first of build/kbrun, build-*/kbrun that exists), KB_C
+# (bench/http_bench beside it),
 # KBRUN_BASE, WRK (wrk), NGINX (/usr/sbin/nginx), PYTHON (/usr/bin/python3,
 # which has python3-requests), PORT (a free one).
 set -euo pipefail
@@ -138,18 +139,16 @@ measure() {
 }
 
 KB_C=${KB_C:-$(dirname "$KBRUN")/bench/http_bench}
-KB_NATIVE=${KB_NATIVE:-$(dirname "$KBRUN")/bench/http_native_bench}
 if [ -z "${CLIENTS:-}" ]; then
-  CLIENTS="wrk kbrun kb_c native python"
+  CLIENTS="wrk kbrun kbcurl kb_c kb_ccurl python"
   [ -n "${KBRUN_BASE:-}" ] && CLIENTS="$CLIENTS base"
 fi
 for name in $CLIENTS; do
   case $name in
-    wrk|kbrun|python) ;;
-    kb_c) [ -x "$KB_C" ] || { echo "run.sh: $KB_C not found (cmake --build BUILD --target http_bench, or set KB_C)" >&2; exit 2; } ;;
-    native) [ -x "$KB_NATIVE" ] || { echo "run.sh: $KB_NATIVE not found (cmake --build BUILD --target http_native_bench, or set KB_NATIVE)" >&2; exit 2; } ;;
+    wrk|kbrun|kbcurl|python) ;;
+    kb_c|kb_ccurl) [ -x "$KB_C" ] || { echo "run.sh: $KB_C not found (cmake --build BUILD --target http_bench, or set KB_C)" >&2; exit 2; } ;;
     base) [ -x "${KBRUN_BASE:-}" ] || { echo "run.sh: client base needs KBRUN_BASE=path/to/kbrun" >&2; exit 2; } ;;
-    *) echo "run.sh: unknown client '$name' (expected wrk, kbrun, kb_c, native, python, base)" >&2; exit 2 ;;
+    *) echo "run.sh: unknown client '$name' (expected wrk, kbrun, kbcurl, kb_c, kb_ccurl, python, base)" >&2; exit 2 ;;
   esac
 done
 
@@ -164,8 +163,10 @@ for run in $(seq "$RUNS"); do
           url="$URL" connections="$CONNECTIONS" duration="$DURATION" ;;
       base) measure base "$run" "$KBRUN_BASE" -q -o "$TMP/out" "$HERE/kbrun_load.lua" \
           url="$URL" connections="$CONNECTIONS" duration="$DURATION" ;;
+      kbcurl) KBRUN_HTTP=curl measure kbcurl "$run" "$KBRUN" -q -o "$TMP/out" "$HERE/kbrun_load.lua" \
+          url="$URL" connections="$CONNECTIONS" duration="$DURATION" ;;
       kb_c) measure kb_c "$run" "$KB_C" "$URL" connections="$CONNECTIONS" duration="$DURATION" ;;
-      native) measure native "$run" "$KB_NATIVE" "$URL" connections="$CONNECTIONS" duration="$DURATION" ;;
+      kb_ccurl) KBRUN_HTTP=curl measure kb_ccurl "$run" "$KB_C" "$URL" connections="$CONNECTIONS" duration="$DURATION" ;;
       python) measure python "$run" "$PYTHON" "$HERE/py_client.py" \
           --url "$URL" --threads "$CONNECTIONS" --duration "$DURATION" ;;
     esac

@@ -37,11 +37,11 @@ static void client_destroy(kb_http_client *c);
 
 /* ---- handle bookkeeping ----------------------------------------------------- */
 
-static void handle_closed(kb_http_client *c) {
+void kb__http_handle_closed(kb_http_client *c) {
   if (--c->open_handles == 0) free(c);
 }
 
-static void on_client_handle_closed(uv_handle_t *h) { handle_closed(h->data); }
+static void on_client_handle_closed(uv_handle_t *h) { kb__http_handle_closed(h->data); }
 
 /* ---- sockets ---------------------------------------------------------------- */
 
@@ -65,7 +65,7 @@ static void on_sock_closed(uv_handle_t *h) {
   http_sock *s = h->data;
   kb_http_client *c = s->client;
   free(s);
-  handle_closed(c);
+  kb__http_handle_closed(c);
 }
 
 /* uv_close unregisters the fd from epoll at once; only the memory waits for
@@ -254,6 +254,13 @@ static void drain(kb_http_client *c) {
 
 static void on_check(uv_check_t *h) { drain(h->data); }
 
+void kb__http_finish_guarded(kb_http_request *r, CURLcode rc) {
+  kb_http_client *c = r->client;
+  c->depth++;
+  kb__http_request_finish(r, rc);
+  if (--c->depth == 0 && c->closing) client_destroy(c);
+}
+
 /* A request over a Unix socket to a server on this loop (the embedded
  * simulator) times out on the fast-forwarding clock: curl's own timer
  * counts real time, which the clock skips. */
@@ -261,12 +268,14 @@ static void on_deadline(kb_vtimer *t) {
   kb_http_request *r = t->data;
   kb_http_client *c = r->client;
   if (!r->started) return;
-  curl_multi_remove_handle(c->multi, r->easy);
   snprintf(r->errbuf, sizeof r->errbuf, "Operation timed out after %llu milliseconds "
            "(on the scenario clock)", (unsigned long long)r->timeout_ms);
-  c->depth++;
-  kb__http_request_finish(r, CURLE_OPERATION_TIMEDOUT);
-  if (--c->depth == 0 && c->closing) client_destroy(c);
+  if (r->native) {
+    kb__http_native_abort(r, CURLE_OPERATION_TIMEDOUT);
+    return;
+  }
+  curl_multi_remove_handle(c->multi, r->easy);
+  kb__http_finish_guarded(r, CURLE_OPERATION_TIMEDOUT);
 }
 
 /* On a fast-forwarding clock: a request to a real server is real work the
@@ -276,6 +285,7 @@ void kb__http_clock_start(kb_http_request *r) {
   kb_http_client *c = r->client;
   r->busy = 0;
   r->clock_start = -1;
+  r->clock_timeout = 0;
   if (!c->clock || kb_vclock_mode_of(c->clock) != KB_VCLOCK_EVENTS) return;
   r->clock_start = kb_vclock_now(c->clock);
   if (!r->unix_socket) {
@@ -285,6 +295,7 @@ void kb__http_clock_start(kb_http_request *r) {
   }
   kb_vtimer_init(c->clock, &r->deadline, on_deadline, r);
   if (r->timeout_ms) {
+    r->clock_timeout = 1;
     curl_easy_setopt(r->easy, CURLOPT_TIMEOUT_MS, 0L);
     kb_vtimer_start(&r->deadline, (double)r->timeout_ms / 1e3);
   }
@@ -354,6 +365,7 @@ kb_http_client *kb_http_client_new(uv_loop_t *loop, const kb_http_client_opts *o
   uv_idle_init(loop, &c->deliver);
   c->deliver.data = c;
   c->open_handles = 3;
+  kb__http_native_init(c, max, per_host);
   return c;
 }
 
@@ -367,6 +379,7 @@ static void client_destroy(kb_http_client *c) {
     kb__http_request_destroy(r);
   }
   c->nfree = 0;
+  kb__http_native_close(c);
   curl_multi_cleanup(c->multi); /* closes cached connections: sockets close */
   c->multi = NULL;
   for (size_t fd = 0; fd < c->nsocks; fd++)

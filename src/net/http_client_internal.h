@@ -6,6 +6,7 @@
 #define KB_HTTP_CLIENT_INTERNAL_H
 
 #include <curl/curl.h>
+#include <http_parser.h>
 
 #include "kb/buf.h"
 #include "kb/http_client.h"
@@ -81,7 +82,55 @@ struct kb_http_request {
   kb_buf msg;          /* error message, redacted URL, hint */
   kb_http_response resp;
   char errbuf[CURL_ERROR_SIZE];
+
+  /* What decides between libcurl and the native path (http_native.c). */
+  kb_buf unix_path;    /* kb_http_request_set_unix_socket's path; empty: TCP */
+  uint64_t connect_timeout_ms; /* the option; 0: curl's default, 300 s */
+  int curl_only;     /* an option only libcurl has (HTTP/2, compression, a proxy) */
+  int proxy_off;     /* proxy = "": no proxy whatever the environment says */
+  int clock_timeout; /* the timeout runs on the scenario clock (deadline) */
+
+  /* The native path; all 0 on libcurl. */
+  int native;        /* started on the native path, not finished */
+  int native_retried;  /* resent once after a reused connection died */
+  int native_fresh;  /* must have a connection of its own (the retry) */
+  struct http_conn *conn;       /* the connection it is on, or NULL */
+  struct http_host *host;       /* where it goes (the pool's entry) */
+  kb_buf wire;                  /* the request as it goes out, built at start */
+  kb_http_request *pnext;       /* waiting for a connection: the queue */
+  long native_status;
+  int native_version;           /* 10 or 11 */
+  size_t native_received;       /* body bytes so far */
+  uint64_t t_connected, t_first; /* uv_hrtime(): connection ready, first byte */
+  uint64_t connect_ns;          /* the connect's own duration (0 on reuse) */
 };
+
+/* ---- the native HTTP/1.1 path (http_native.c) ---------------------------------
+ *
+ * Plain http:// to an IP literal or a Unix socket, nothing only libcurl
+ * does: the request goes out in one write on a pooled keep-alive
+ * connection and its answer is parsed by http_parser, for a tenth of
+ * libcurl's instructions per request (docs/design-notes.md "HTTP"). */
+typedef struct http_host {
+  struct http_host *next;
+  char *key;                 /* "t:ADDR:PORT" or "u:PATH"; owned */
+  int unix_socket;
+  struct sockaddr_storage addr; /* TCP */
+  char *path;                /* Unix socket; owned */
+  size_t nconns;             /* open, connecting included */
+  struct http_conn *idle;    /* kept-alive connections, most recent first */
+} http_host;
+
+typedef struct http_native_pool {
+  int off;                   /* KBRUN_HTTP=curl: everything goes to libcurl */
+  long max_conns, max_host_conns;
+  size_t nconns;
+  struct http_conn *conns;   /* every open connection (idle, busy, connecting) */
+  http_host *hosts;
+  kb_http_request *qhead, *qtail; /* waiting for a connection, oldest first */
+  uv_timer_t queue_timer;    /* serves them from the loop and checks their timeouts */
+  char rbuf[64 * 1024];      /* every read lands here and is parsed at once */
+} http_native_pool;
 
 struct kb_http_client {
   uv_loop_t *loop;
@@ -114,6 +163,7 @@ struct kb_http_client {
    * the client was made; without one, requests tell libcurl there is none
    * and it skips looking the variables up per request */
   int proxy_env;
+  http_native_pool native;
 };
 
 /* http_client.c */
@@ -142,6 +192,27 @@ void kb__http_request_destroy(kb_http_request *r);
  * DELIVER_GONE: a callback cancelled r; DELIVER_CLOSING: a callback freed
  * the client (r still exists). */
 int kb__http_stream_deliver(kb_http_request *r);
+
+/* http_native.c */
+/* Whether r can go on the native path, and if so starts it there:
+ * 1 started (the done callback runs later, from the loop), 0 not eligible
+ * (libcurl takes it), < 0 a start error. */
+int kb__http_native_start(kb_http_request *r);
+/* Stops r wherever it is on the native path (queue, connection). */
+void kb__http_native_cancel(kb_http_request *r);
+/* Ends r now with rc and r->errbuf (a deadline on the scenario clock). */
+void kb__http_native_abort(kb_http_request *r, CURLcode rc);
+void kb__http_native_init(kb_http_client *c, long max_conns, long max_host_conns);
+/* Closes every connection; the requests are gone already. */
+void kb__http_native_close(kb_http_client *c);
+void kb__http_native_timings(const kb_http_request *r, kb_http_timings *t);
+
+/* http_client.c: a uv handle of the client was closed (its memory goes
+ * with the client once every handle is closed) */
+void kb__http_handle_closed(kb_http_client *c);
+/* Runs the done callback of r from a loop callback, the client kept alive
+ * meanwhile (the callback may free it). */
+void kb__http_finish_guarded(kb_http_request *r, CURLcode rc);
 
 /* http_error.c */
 kb_http_error kb__http_classify(CURLcode rc, int sock_errno);

@@ -142,6 +142,8 @@ void kb__http_request_destroy(kb_http_request *r) {
   kb_buf_free(&r->spare);
   kb_buf_free(&r->resp_headers);
   kb_buf_free(&r->msg);
+  kb_buf_free(&r->unix_path);
+  kb_buf_free(&r->wire);
   free(r->hdr_nodes);
   free(r);
 }
@@ -208,6 +210,13 @@ static void request_release(kb_http_request *r) {
   r->follow = 0;
   r->timeout_ms = 0;
   r->unix_socket = 0;
+  kb_buf_clear(&r->unix_path);
+  kb_buf_reset(&r->wire, KEEP_LARGE);
+  r->connect_timeout_ms = 0;
+  r->curl_only = r->proxy_off = r->clock_timeout = 0;
+  r->native = 0;
+  r->host = NULL;
+  r->conn = NULL;
   r->nheaders = 0;
   r->has_body = 0;
   r->url_has_query = 0;
@@ -324,6 +333,10 @@ int kb_http_request_set_options(kb_http_request *r, const kb_http_options *o) {
 #define SET(opt, val) \
   do { if (rc == CURLE_OK) rc = curl_easy_setopt(e, opt, val); } while (0)
   r->timeout_ms = o->timeout_ms;
+  r->connect_timeout_ms = o->connect_timeout_ms;
+  /* what only libcurl does keeps the request there (http_native.c) */
+  r->curl_only = o->version != KB_HTTP_V1 || o->compressed || (o->proxy && *o->proxy);
+  r->proxy_off = o->proxy && !*o->proxy;
   if (o->timeout_ms) SET(CURLOPT_TIMEOUT_MS, clamp_ms(o->timeout_ms));
   if (o->connect_timeout_ms) SET(CURLOPT_CONNECTTIMEOUT_MS, clamp_ms(o->connect_timeout_ms));
   r->follow = o->follow_redirects;
@@ -495,6 +508,16 @@ static int set_url(kb_http_request *r) {
   return curl_easy_setopt(e, CURLOPT_URL, r->url.data) == CURLE_OK ? 0 : -ENOMEM;
 }
 
+static int curl_start(kb_http_request *r) {
+  int err;
+  if ((err = set_url(r)) != 0) return err;
+  if (r->tls_server_name && strncasecmp(r->url.data, "https:", 6) == 0 &&
+      (err = apply_server_name(r)) != 0)
+    return err;
+  if ((err = set_method(r)) != 0 || (err = build_header_list(r)) != 0) return err;
+  return curl_multi_add_handle(r->client->multi, r->easy) == CURLM_OK ? 0 : -ENOMEM;
+}
+
 int kb_http_request_start(kb_http_request *r, kb_http_done_cb cb, void *ud) {
   kb_http_client *c = r->client;
   if (r->started || c->closing) return -EINVAL;
@@ -505,17 +528,13 @@ int kb_http_request_start(kb_http_request *r, kb_http_done_cb cb, void *ud) {
   r->body_too_large = 0;
   r->resp_body.len = 0;
   r->resp_headers.len = 0;
-  int err;
-  if ((err = set_url(r)) != 0) return err;
-  if (r->tls_server_name && strncasecmp(r->url.data, "https:", 6) == 0 &&
-      (err = apply_server_name(r)) != 0)
-    return err;
-  if ((err = set_method(r)) != 0 || (err = build_header_list(r)) != 0) return err;
   r->t_start = uv_hrtime();
   kb__http_clock_start(r);
-  if (curl_multi_add_handle(c->multi, r->easy) != CURLM_OK) {
+  int native = kb__http_native_start(r); /* 1: on its way there; 0: libcurl's */
+  int err = native < 0 ? native : native == 0 ? curl_start(r) : 0;
+  if (err != 0) {
     kb__http_clock_stop(r);
-    return -ENOMEM;
+    return err;
   }
   r->started = 1;
   kb__http_request_activate(r);
@@ -527,6 +546,8 @@ int kb_http_request_set_unix_socket(kb_http_request *r, const char *path) {
   r->dirty = 1;
   if (curl_easy_setopt(r->easy, CURLOPT_UNIX_SOCKET_PATH, path) != CURLE_OK) return -ENOMEM;
   r->unix_socket = path != NULL;
+  kb_buf_clear(&r->unix_path);
+  if (path && kb_buf_append(&r->unix_path, path, strlen(path)) != 0) return -ENOMEM;
   return 0;
 }
 
@@ -569,7 +590,8 @@ void kb_http_request_cancel(kb_http_request *r) {
   if (r->client->delivering == r) r->client->delivering = NULL;
   if (r->queued) kb__http_stream_unqueue(r);
   if (r->started) {
-    curl_multi_remove_handle(r->client->multi, r->easy);
+    if (r->native) kb__http_native_cancel(r);
+    else curl_multi_remove_handle(r->client->multi, r->easy);
     r->started = 0;
     kb__http_request_deactivate(r);
   }
@@ -583,6 +605,12 @@ void kb_http_request_free(kb_http_request *r) { kb_http_request_cancel(r); }
 static double usec(curl_off_t us) { return us > 0 ? (double)us / 1e6 : 0.0; }
 
 static void fill_timings(kb_http_request *r, kb_http_timings *t) {
+  kb_vclock *clock = r->client->clock;
+  t->clock = r->clock_start >= 0 && clock ? kb_vclock_now(clock) - r->clock_start : -1;
+  if (r->native) {
+    kb__http_native_timings(r, t);
+    return;
+  }
   curl_off_t dns = 0, conn = 0, app = 0, first = 0, total = 0;
   CURL *e = r->easy;
   curl_easy_getinfo(e, CURLINFO_NAMELOOKUP_TIME_T, &dns);
@@ -599,8 +627,6 @@ static void fill_timings(kb_http_request *r, kb_http_timings *t) {
   t->connect = conn > dns ? usec(conn - dns) : 0.0;
   t->tls = app > conn ? usec(app - conn) : 0.0;
   t->ttfb = first > 0 ? usec(first) + queued : 0.0;
-  kb_vclock *clock = r->client->clock;
-  t->clock = r->clock_start >= 0 && clock ? kb_vclock_now(clock) - r->clock_start : -1;
 }
 
 static int version_number(long v) {
@@ -620,6 +646,17 @@ static void fill_head(kb_http_request *r) {
   CURL *e = r->easy;
   long v = 0;
   char *url = NULL;
+  resp->headers = r->resp_headers.data ? r->resp_headers.data : "";
+  resp->headers_len = r->resp_headers.len;
+  resp->method = r->method;
+  fill_timings(r, &resp->time);
+  if (r->native) {
+    resp->status = r->native_status;
+    resp->http_version = r->native_version;
+    resp->redirects = 0;
+    resp->url = r->url.data;
+    return;
+  }
   resp->status = 0;
   curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &resp->status);
   curl_easy_getinfo(e, CURLINFO_HTTP_VERSION, &v);
@@ -628,10 +665,6 @@ static void fill_head(kb_http_request *r) {
   curl_easy_getinfo(e, CURLINFO_REDIRECT_COUNT, &resp->redirects);
   curl_easy_getinfo(e, CURLINFO_EFFECTIVE_URL, &url);
   resp->url = url ? url : r->url.data;
-  fill_timings(r, &resp->time);
-  resp->headers = r->resp_headers.data ? r->resp_headers.data : "";
-  resp->headers_len = r->resp_headers.len;
-  resp->method = r->method;
 }
 
 static void fill_outcome(kb_http_request *r, CURLcode rc) {

@@ -1,0 +1,877 @@
+/* The native HTTP/1.1 path of the HTTP client: plain http:// requests on
+ * libuv streams, parsed with http_parser, beside libcurl.
+ *
+ * libcurl's path costs ~64k instructions a request before any Lua (printf
+ * request assembly, URL rebuilding, two poll() calls, per-transfer
+ * malloc); a keep-alive loop that writes the request curl would send and
+ * parses the answer costs ~10k (docs/design-notes.md "HTTP"). So a
+ * request takes this path when it needs nothing only libcurl does: the URL
+ * is http:// to an IP literal (or a Unix socket: the embedded simulator),
+ * no proxy, no redirects to follow, no HTTP/2, no compression, no
+ * multipart, not a stream. Everything else, and every request when
+ * KBRUN_HTTP=curl, stays on libcurl behind the same kb_http_request, and
+ * the errors keep curl's texts, so a scenario cannot tell the paths apart.
+ *
+ * The pool: one http_host per address (a short list: a scenario talks to a
+ * handful of servers), each with its idle kept-alive connections, most
+ * recently used first. A request takes an idle connection, or opens one
+ * while the client's limits allow (max_connections in all,
+ * max_host_connections per host), or waits in the client's queue, oldest
+ * first, for the next connection to come free or close. A connection that
+ * was reused and dies before the first byte of its answer (the server
+ * closed it while idle) sends the request again once on a fresh one, as
+ * curl does.
+ *
+ * A connection is a uv stream (TCP or pipe) and a uv timer (the request's
+ * timeout and connect timeout, or a failure found while starting, which
+ * must not call back from inside kb_http_request_start). Its host
+ * bookkeeping ends when it is closed; its memory when libuv has closed
+ * both handles, each of which counts in the client's open handles. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "http_client_internal.h"
+#include "kb/version.h"
+
+#define DEFAULT_CONNECT_TIMEOUT_MS 300000 /* curl's */
+#define QUEUE_TICK_MS 50   /* how often waiting requests' timeouts are checked */
+
+typedef enum { CONN_CONNECTING, CONN_BUSY, CONN_IDLE } conn_state;
+
+typedef struct http_conn {
+  union {
+    uv_handle_t handle;
+    uv_stream_t stream;
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+  } io;
+  uv_timer_t timer;
+  uv_connect_t connect_req;
+  uv_write_t write_req;
+  kb_http_client *client;
+  http_host *host;           /* NULL once closed */
+  struct http_conn *next_idle;
+  struct http_conn *prev, *next; /* the pool's list of every connection */
+  kb_http_request *req;      /* the request on it, or NULL */
+  conn_state state;
+  int closing;
+  int reused;                /* served a request before this one */
+  int writing;               /* a uv_write of out is in flight */
+  int complete;              /* the answer to req ended (parser paused there) */
+  int head_done;             /* its header block has ended */
+  int in_value;              /* the parser's last header piece was a value */
+  int handles;               /* uv handles not closed yet */
+  CURLcode fail_code;        /* a failure found while starting, for the timer */
+  http_parser parser;
+} http_conn;
+
+static const http_parser_settings parser_settings;
+static int dispatch(kb_http_request *r);
+static void conn_close(http_conn *k);
+static void queue_kick(kb_http_client *c);
+
+/* ---- eligibility and the wire format ------------------------------------------------ */
+
+/* The request target's bytes are sent as they are: curl would encode or
+ * normalise anything else (blanks, non-ASCII, dot segments), so that goes
+ * to libcurl. */
+static int target_plain(const char *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)p[i] <= 0x20 || (unsigned char)p[i] >= 0x7f) return 0;
+  size_t q = strcspn(p, "?");
+  for (size_t i = 0; i + 1 < q && i < n; i++)
+    if (p[i] == '/' && p[i + 1] == '.' &&
+        (i + 2 >= q || p[i + 2] == '/' || (p[i + 2] == '.' && (i + 3 >= q || p[i + 3] == '/'))))
+      return 0;
+  return 1;
+}
+
+typedef struct url_parts {
+  const char *authority; /* host[:port], for Host: */
+  size_t authority_len;
+  const char *target;    /* path?query, or "" for "/" */
+  size_t target_len;
+  char host[64];         /* the IP literal, brackets off */
+  int port;
+  int v6;
+} url_parts;
+
+/* "http://IPV4[:port][/...]" or "http://[IPV6][:port][/...]"; over a Unix
+ * socket any host name (it only goes into Host:). 0 if the native path
+ * cannot send it as curl would. */
+static int parse_url(const kb_http_request *r, url_parts *u) {
+  const char *url = r->url.data;
+  if (strncmp(url, "http://", 7) != 0) return 0;
+  const char *a = url + 7;
+  size_t alen = strcspn(a, "/?");
+  if (alen == 0 || memchr(a, '@', alen)) return 0; /* userinfo: curl's basic auth */
+  u->authority = a;
+  u->authority_len = alen;
+  u->target = a + alen;
+  u->target_len = strlen(u->target);
+  if (!target_plain(u->target, u->target_len)) return 0;
+  const char *hend, *hstart = a;
+  u->v6 = a[0] == '[';
+  if (u->v6) {
+    const char *close = memchr(a, ']', alen);
+    if (!close) return 0;
+    hstart = a + 1;
+    hend = close;
+  } else {
+    hend = memchr(a, ':', alen);
+    if (!hend) hend = a + alen;
+  }
+  const char *pend = a + alen;
+  u->port = 80;
+  if (hend < pend && *(hend + u->v6) == ':') {
+    const char *p = hend + u->v6 + 1;
+    if (p == pend || pend - p > 5) return 0;
+    int port = 0;
+    for (; p < pend; p++) {
+      if (*p < '0' || *p > '9') return 0;
+      port = port * 10 + (*p - '0');
+    }
+    if (port < 1 || port > 65535) return 0;
+    u->port = port;
+  } else if (hend + u->v6 != pend) {
+    return 0;
+  }
+  size_t hlen = (size_t)(hend - hstart);
+  if (hlen == 0 || hlen >= sizeof u->host) return 0;
+  memcpy(u->host, hstart, hlen);
+  u->host[hlen] = '\0';
+  if (r->unix_path.len) return 1;
+  unsigned char bin[16];
+  return inet_pton(u->v6 ? AF_INET6 : AF_INET, u->host, bin) == 1;
+}
+
+/* The header lines a request was given ("Name: value", "Name;" for an
+ * empty value, "Name:" to drop one curl would add), one at a time. */
+static const char *header_line(const kb_http_request *r, size_t *pos, size_t *len) {
+  if (*pos >= r->hdr_text.len) return NULL;
+  const char *line = r->hdr_text.data + *pos;
+  *len = strlen(line);
+  *pos += *len + 1;
+  return line;
+}
+
+static int line_names(const char *line, size_t len, const char *name) {
+  size_t n = strlen(name);
+  return len >= n + 1 && (line[n] == ':' || line[n] == ';') && strncasecmp(line, name, n) == 0;
+}
+
+static int given(const kb_http_request *r, const char *name) {
+  size_t pos = 0, len;
+  const char *line;
+  while ((line = header_line(r, &pos, &len)))
+    if (line_names(line, len, name)) return 1;
+  return 0;
+}
+
+/* Headers whose meaning the native path does not implement (the framing,
+ * the connection's fate, a 100-continue round trip) leave it to libcurl. */
+static int headers_plain(const kb_http_request *r) {
+  static const char *const framing[] = {"Content-Length", "Transfer-Encoding", "Connection",
+                                        "Upgrade", "TE"};
+  size_t pos = 0, len;
+  const char *line;
+  while ((line = header_line(r, &pos, &len))) {
+    for (size_t i = 0; i < sizeof framing / sizeof *framing; i++)
+      if (line_names(line, len, framing[i])) return 0;
+    if (line_names(line, len, "Expect") && len > 7) return 0; /* "Expect:" drops it: fine */
+  }
+  return 1;
+}
+
+static int eligible(const kb_http_request *r, url_parts *u) {
+  const kb_http_client *c = r->client;
+  if (c->native.off || r->curl_only || r->stream || r->mime || r->follow) return 0;
+  if (c->proxy_env && !r->proxy_off && !r->unix_path.len) return 0;
+  if (strcmp(r->method, "CONNECT") == 0) return 0;
+  return parse_url(r, u) && headers_plain(r);
+}
+
+static int out_add(kb_buf *b, const char *s, size_t n) { return kb_buf_append(b, s, n); }
+#define OUT_LIT(b, s) out_add((b), (s), sizeof(s) - 1)
+
+/* The request as curl writes it: request line, Host, User-Agent, Accept
+ * (each unless the caller gave or dropped it), the caller's headers,
+ * Content-Length when there is a body or the method always has one. */
+static int build_request(kb_http_request *r, const url_parts *u, kb_buf *b) {
+  int err = 0;
+  b->len = 0;
+  const char *m = r->method;
+  err |= out_add(b, m, strlen(m));
+  err |= OUT_LIT(b, " ");
+  if (u->target_len == 0 || u->target[0] == '?') err |= OUT_LIT(b, "/");
+  err |= out_add(b, u->target, u->target_len);
+  err |= OUT_LIT(b, " HTTP/1.1\r\n");
+  if (!given(r, "Host")) {
+    err |= OUT_LIT(b, "Host: ");
+    err |= out_add(b, u->authority, u->authority_len);
+    err |= OUT_LIT(b, "\r\n");
+  }
+  if (!given(r, "User-Agent")) err |= OUT_LIT(b, "User-Agent: kbrun/" KB_VERSION "\r\n");
+  if (!given(r, "Accept")) err |= OUT_LIT(b, "Accept: */*\r\n");
+  size_t pos = 0, len;
+  const char *line;
+  while ((line = header_line(r, &pos, &len))) {
+    if (line[len - 1] == ':') continue; /* dropped */
+    if (line[len - 1] == ';') {        /* sent empty */
+      err |= out_add(b, line, len - 1);
+      err |= OUT_LIT(b, ":\r\n");
+      continue;
+    }
+    err |= out_add(b, line, len);
+    err |= OUT_LIT(b, "\r\n");
+  }
+  int always = !strcmp(m, "POST") || !strcmp(m, "PUT") || !strcmp(m, "PATCH");
+  if (r->has_body || always) {
+    char cl[40];
+    int n = snprintf(cl, sizeof cl, "Content-Length: %zu\r\n", r->body.len);
+    err |= out_add(b, cl, (size_t)n);
+  }
+  err |= OUT_LIT(b, "\r\n");
+  if (r->body.len) err |= out_add(b, r->body.data, r->body.len);
+  return err ? -ENOMEM : 0;
+}
+
+/* ---- the pool --------------------------------------------------------------------- */
+
+static http_host *host_get(kb_http_client *c, const url_parts *u, const char *path) {
+  char key[600];
+  if (path) snprintf(key, sizeof key, "u:%s", path);
+  else snprintf(key, sizeof key, "t:%s:%d", u->host, u->port);
+  for (http_host *h = c->native.hosts; h; h = h->next)
+    if (strcmp(h->key, key) == 0) return h;
+  http_host *h = calloc(1, sizeof *h);
+  if (!h || !(h->key = strdup(key)) || (path && !(h->path = strdup(path)))) goto fail;
+  h->unix_socket = path != NULL;
+  if (!path) {
+    int rc = u->v6 ? uv_ip6_addr(u->host, u->port, (struct sockaddr_in6 *)&h->addr)
+                   : uv_ip4_addr(u->host, u->port, (struct sockaddr_in *)&h->addr);
+    if (rc != 0) goto fail;
+  }
+  h->next = c->native.hosts;
+  c->native.hosts = h;
+  return h;
+fail:
+  if (h) free(h->key), free(h->path);
+  free(h);
+  return NULL;
+}
+
+static void queue_push(http_native_pool *p, kb_http_request *r) {
+  r->pnext = NULL;
+  if (p->qtail) p->qtail->pnext = r;
+  else p->qhead = r;
+  p->qtail = r;
+}
+
+/* Takes r off the queue; 1 if it was on it. */
+static int queue_remove(http_native_pool *p, kb_http_request *r) {
+  kb_http_request *prev = NULL;
+  for (kb_http_request *q = p->qhead; q; prev = q, q = q->pnext) {
+    if (q != r) continue;
+    if (prev) prev->pnext = q->pnext;
+    else p->qhead = q->pnext;
+    if (p->qtail == q) p->qtail = prev;
+    q->pnext = NULL;
+    if (!p->qhead) uv_timer_stop(&p->queue_timer);
+    return 1;
+  }
+  return 0;
+}
+
+static int host_full(const http_native_pool *p, const http_host *h) {
+  return p->max_host_conns > 0 && h->nconns >= (size_t)p->max_host_conns;
+}
+
+/* The oldest waiting request that can go now: its host has an idle
+ * connection, or room for a new one within both limits. */
+static kb_http_request *queue_take(http_native_pool *p) {
+  for (kb_http_request *q = p->qhead; q; q = q->pnext) {
+    int fits = (q->host->idle && !q->native_fresh) ||
+               (!host_full(p, q->host) && p->nconns < (size_t)p->max_conns);
+    if (!fits) continue;
+    queue_remove(p, q);
+    return q;
+  }
+  return NULL;
+}
+
+static void idle_remove(http_conn *k) {
+  http_conn **pp = &k->host->idle;
+  while (*pp && *pp != k) pp = &(*pp)->next_idle;
+  if (*pp) *pp = k->next_idle;
+  k->next_idle = NULL;
+}
+
+/* Room for one more connection: the least useful idle one of another
+ * host goes (curl closes its oldest cached connection). */
+static int make_room(kb_http_client *c, const http_host *for_host) {
+  for (http_host *h = c->native.hosts; h; h = h->next) {
+    if (h == for_host || !h->idle) continue;
+    http_conn *k = h->idle;
+    while (k->next_idle) k = k->next_idle; /* the oldest */
+    conn_close(k);
+    return 1;
+  }
+  return 0;
+}
+
+/* ---- finishing -------------------------------------------------------------------- */
+
+/* Only a connection with a request keeps the loop running: an idle one
+ * (or one still connecting for a cancelled request) does not, as curl's
+ * cached connections do not. */
+static void conn_keeps_loop(http_conn *k, int yes) {
+  if (yes) {
+    uv_ref(&k->io.handle);
+    uv_ref((uv_handle_t *)&k->timer);
+  } else {
+    uv_unref(&k->io.handle);
+    uv_unref((uv_handle_t *)&k->timer);
+  }
+}
+
+static double ms_since(uint64_t t0) { return (double)(uv_hrtime() - t0) / 1e6; }
+
+/* r->native stays set until the request is released: the response is
+ * filled from the native fields. */
+static void finish(kb_http_request *r, CURLcode rc) { kb__http_finish_guarded(r, rc); }
+
+/* Takes r off its connection, which goes back to the pool (keep) or is
+ * closed. */
+static void detach(http_conn *k, int keep) {
+  kb_http_request *r = k->req;
+  kb_http_client *c = k->client;
+  if (r) r->conn = NULL;
+  k->req = NULL;
+  k->fail_code = CURLE_OK;
+  uv_timer_stop(&k->timer);
+  if (!keep || k->closing || c->closing || !k->host) {
+    conn_close(k);
+    return;
+  }
+  k->state = CONN_IDLE;
+  k->next_idle = k->host->idle;
+  k->host->idle = k;
+  conn_keeps_loop(k, 0);
+  if (c->native.qhead) queue_kick(c); /* a waiting request may take it */
+}
+
+static void fail(http_conn *k, CURLcode rc) {
+  kb_http_request *r = k->req;
+  if (!r) {
+    conn_close(k);
+    return;
+  }
+  /* A kept-alive connection the server had closed: once more, afresh. */
+  int dead_on_reuse = k->reused && !r->t_first &&
+                      (rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR || rc == CURLE_GOT_NOTHING);
+  detach(k, 0);
+  if (dead_on_reuse && !r->native_retried) {
+    r->native_retried = r->native_fresh = 1;
+    r->errbuf[0] = '\0';
+    if (dispatch(r) == 0) return;
+    rc = CURLE_OUT_OF_MEMORY;
+  }
+  finish(r, rc);
+}
+
+static void fail_errno(http_conn *k, CURLcode rc, const char *what, int uverr) {
+  kb_http_request *r = k->req;
+  if (r) snprintf(r->errbuf, sizeof r->errbuf, "%s: %s", what, uv_strerror(uverr));
+  fail(k, rc);
+}
+
+static void on_conn_timer(uv_timer_t *t);
+
+/* A failure found where no callback may run (inside
+ * kb_http_request_start, or while another request finishes): reported
+ * from the connection's timer on the next loop turn. */
+static void fail_later(http_conn *k, CURLcode rc) {
+  k->fail_code = rc;
+  uv_timer_start(&k->timer, on_conn_timer, 0, 0);
+}
+
+/* ---- connections ------------------------------------------------------------------ */
+
+static void on_conn_closed(uv_handle_t *h) {
+  http_conn *k = h->data;
+  if (--k->handles > 0) return;
+  kb_http_client *c = k->client;
+  free(k);
+  kb__http_handle_closed(c);
+  kb__http_handle_closed(c);
+}
+
+static void conn_close(http_conn *k) {
+  if (k->closing) return;
+  k->closing = 1;
+  kb_http_client *c = k->client;
+  if (k->host) {
+    if (k->state == CONN_IDLE) idle_remove(k);
+    k->host->nconns--;
+    c->native.nconns--;
+    k->host = NULL;
+  }
+  if (k->prev) k->prev->next = k->next;
+  else c->native.conns = k->next;
+  if (k->next) k->next->prev = k->prev;
+  k->prev = k->next = NULL;
+  if (k->req) k->req->conn = NULL;
+  k->req = NULL;
+  uv_close(&k->io.handle, on_conn_closed);
+  uv_close((uv_handle_t *)&k->timer, on_conn_closed);
+  if (!c->closing && c->native.qhead) queue_kick(c); /* its place is free */
+}
+
+/* The request's remaining time on the real clock (0: none), or while
+ * connecting the connect timeout if that comes first. */
+static uint64_t timer_ms(const kb_http_request *r, int connecting) {
+  uint64_t left = 0;
+  if (r->timeout_ms && !r->clock_timeout) {
+    uint64_t spent = (uv_hrtime() - r->t_start) / 1000000;
+    left = spent >= r->timeout_ms ? 1 : r->timeout_ms - spent;
+  }
+  if (connecting) {
+    uint64_t ct = r->connect_timeout_ms ? r->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
+    if (!left || ct < left) left = ct;
+  }
+  return left;
+}
+
+static void arm_timer(http_conn *k) {
+  uint64_t ms = timer_ms(k->req, k->state == CONN_CONNECTING);
+  if (ms) uv_timer_start(&k->timer, on_conn_timer, ms, 0);
+  else uv_timer_stop(&k->timer);
+}
+
+static void on_write(uv_write_t *w, int status) {
+  http_conn *k = w->data;
+  k->writing = 0;
+  if (status == UV_ECANCELED || k->closing) return;
+  if (status < 0) fail_errno(k, CURLE_SEND_ERROR, "Send failure", status);
+}
+
+/* The whole request in one write: uv_try_write first (no request object,
+ * no wait for the next loop turn), the rest, if the socket is full, by
+ * uv_write from the request's wire buffer, which stays put until the
+ * request is released, and a released request's connection is closed
+ * first (libuv then writes nothing more of it). Failures are reported
+ * later: this runs inside kb_http_request_start too. */
+static void send_request(http_conn *k) {
+  kb_http_request *r = k->req;
+  http_parser_init(&k->parser, HTTP_RESPONSE);
+  k->parser.data = k;
+  k->complete = k->head_done = k->in_value = 0;
+  r->native_status = 0;
+  r->native_received = 0;
+  r->resp_headers.len = 0;
+  r->resp_body.len = 0;
+  arm_timer(k);
+  uv_buf_t buf = uv_buf_init(r->wire.data, (unsigned)r->wire.len);
+  int n = uv_try_write(&k->io.stream, &buf, 1);
+  if (n == (int)r->wire.len) return;
+  if (n < 0 && n != UV_EAGAIN) {
+    snprintf(r->errbuf, sizeof r->errbuf, "Send failure: %s", uv_strerror(n));
+    fail_later(k, CURLE_SEND_ERROR);
+    return;
+  }
+  if (n > 0) buf = uv_buf_init(r->wire.data + n, (unsigned)(r->wire.len - (size_t)n));
+  k->write_req.data = k;
+  int rc = uv_write(&k->write_req, &k->io.stream, &buf, 1, on_write);
+  if (rc != 0) {
+    snprintf(r->errbuf, sizeof r->errbuf, "Send failure: %s", uv_strerror(rc));
+    fail_later(k, CURLE_SEND_ERROR);
+    return;
+  }
+  k->writing = 1;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  http_conn *k = h->data;
+  (void)suggested;
+  buf->base = k->client->native.rbuf;
+  buf->len = sizeof k->client->native.rbuf;
+}
+
+/* The stream ended (EOF or an error) while an answer was awaited. */
+static void on_stream_end(http_conn *k, ssize_t nread) {
+  kb_http_request *r = k->req;
+  if (nread != UV_EOF) {
+    fail_errno(k, CURLE_RECV_ERROR, "Recv failure", (int)nread);
+    return;
+  }
+  /* A body that ends with the connection ends now. */
+  if (r->t_first) http_parser_execute(&k->parser, &parser_settings, NULL, 0);
+  if (k->complete) {
+    detach(k, 0);
+    finish(r, CURLE_OK);
+    return;
+  }
+  if (!r->t_first) {
+    snprintf(r->errbuf, sizeof r->errbuf, "Empty reply from server");
+    fail(k, CURLE_GOT_NOTHING);
+  } else if (k->head_done && !(k->parser.flags & F_CHUNKED) &&
+             k->parser.content_length != ULLONG_MAX) {
+    snprintf(r->errbuf, sizeof r->errbuf, "transfer closed with %llu bytes remaining to read",
+             (unsigned long long)k->parser.content_length);
+    fail(k, CURLE_PARTIAL_FILE);
+  } else {
+    snprintf(r->errbuf, sizeof r->errbuf, "transfer closed with outstanding read data remaining");
+    fail(k, CURLE_PARTIAL_FILE);
+  }
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  http_conn *k = s->data;
+  if (nread == 0 || k->closing) return;
+  kb_http_request *r = k->req;
+  if (!r || k->fail_code != CURLE_OK) {
+    /* Idle: the server closed it, or sent what nobody asked for. (Or a
+     * failure is already on its way.) */
+    if (!r) conn_close(k);
+    return;
+  }
+  if (nread < 0) {
+    on_stream_end(k, nread);
+    return;
+  }
+  if (!r->t_first) r->t_first = uv_hrtime();
+  size_t n = http_parser_execute(&k->parser, &parser_settings, buf->base, (size_t)nread);
+  if (k->complete) {
+    /* Bytes past the answer were not asked for: the connection goes. */
+    int keep = n == (size_t)nread && !k->writing && http_should_keep_alive(&k->parser);
+    detach(k, keep);
+    finish(r, CURLE_OK);
+    return;
+  }
+  enum http_errno e = HTTP_PARSER_ERRNO(&k->parser);
+  if (e == HPE_OK) return;
+  if (r->body_too_large) {
+    fail(k, CURLE_WRITE_ERROR);
+    return;
+  }
+  snprintf(r->errbuf, sizeof r->errbuf, "Invalid HTTP response: %s", http_errno_description(e));
+  fail(k, CURLE_WEIRD_SERVER_REPLY);
+}
+
+/* "127.0.0.1 port 8080" or the socket's path, as curl names a peer. */
+static void peer_name(const http_host *h, char *out, size_t outsz) {
+  if (h->unix_socket) {
+    snprintf(out, outsz, "%s", h->path);
+    return;
+  }
+  char ip[INET6_ADDRSTRLEN] = "";
+  int port;
+  if (h->addr.ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&h->addr;
+    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+    port = ntohs(a->sin6_port);
+  } else {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)&h->addr;
+    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+    port = ntohs(a->sin_port);
+  }
+  snprintf(out, outsz, "%s port %d", ip, port);
+}
+
+static void on_connect(uv_connect_t *creq, int status) {
+  http_conn *k = creq->data;
+  if (status == UV_ECANCELED || k->closing) return;
+  kb_http_request *r = k->req;
+  if (status < 0) {
+    if (r) {
+      char where[300];
+      peer_name(k->host, where, sizeof where);
+      snprintf(r->errbuf, sizeof r->errbuf, "Failed to connect to %.180s after %.0f ms: %s", where,
+               ms_since(r->t_start), curl_easy_strerror(CURLE_COULDNT_CONNECT));
+      r->sock_errno = -status;
+    }
+    fail(k, CURLE_COULDNT_CONNECT);
+    return;
+  }
+  int rc = uv_read_start(&k->io.stream, on_alloc, on_read);
+  if (!r) { /* its request is gone (cancelled): the connection waits for the next */
+    if (rc == 0) detach(k, 1);
+    else conn_close(k);
+    return;
+  }
+  if (rc != 0) {
+    fail_errno(k, CURLE_RECV_ERROR, "Recv failure", rc);
+    return;
+  }
+  r->t_connected = uv_hrtime();
+  r->connect_ns = r->t_connected - r->t_start;
+  k->state = CONN_BUSY;
+  send_request(k);
+}
+
+static void on_conn_timer(uv_timer_t *t) {
+  http_conn *k = t->data;
+  kb_http_request *r = k->req;
+  if (k->closing) return;
+  if (!r) {
+    conn_close(k);
+    return;
+  }
+  if (k->fail_code != CURLE_OK) {
+    CURLcode rc = k->fail_code;
+    k->fail_code = CURLE_OK;
+    fail(k, rc);
+    return;
+  }
+  if (k->state == CONN_CONNECTING)
+    snprintf(r->errbuf, sizeof r->errbuf, "Connection timed out after %.0f milliseconds",
+             ms_since(r->t_start));
+  else
+    snprintf(r->errbuf, sizeof r->errbuf, "Operation timed out after %.0f milliseconds with "
+             "%zu bytes received", ms_since(r->t_start), r->native_received);
+  fail(k, CURLE_OPERATION_TIMEDOUT);
+}
+
+/* A new connection for r, within the limits. 0, or -ENOMEM (r untouched). */
+static int conn_open(kb_http_client *c, http_host *h, kb_http_request *r) {
+  http_conn *k = calloc(1, sizeof *k);
+  if (!k) return -ENOMEM;
+  int rc = h->unix_socket ? uv_pipe_init(c->loop, &k->io.pipe, 0) : uv_tcp_init(c->loop, &k->io.tcp);
+  if (rc != 0) {
+    free(k);
+    return -ENOMEM;
+  }
+  uv_timer_init(c->loop, &k->timer);
+  k->io.handle.data = k->timer.data = k;
+  k->handles = 2;
+  c->open_handles += 2;
+  k->client = c;
+  k->host = h;
+  k->state = CONN_CONNECTING;
+  h->nconns++;
+  c->native.nconns++;
+  k->next = c->native.conns;
+  if (k->next) k->next->prev = k;
+  c->native.conns = k;
+  k->req = r;
+  r->conn = k;
+  k->connect_req.data = k;
+  if (h->unix_socket) {
+    uv_pipe_connect(&k->connect_req, &k->io.pipe, h->path, on_connect); /* errors: on_connect */
+  } else if ((rc = uv_tcp_connect(&k->connect_req, &k->io.tcp, (const struct sockaddr *)&h->addr,
+                                  on_connect)) != 0) {
+    r->sock_errno = -rc; /* socket() failed: EMFILE, ENOBUFS... */
+    snprintf(r->errbuf, sizeof r->errbuf, "Failed to open a socket: %s", uv_strerror(rc));
+    fail_later(k, CURLE_COULDNT_CONNECT);
+    return 0;
+  } else {
+    uv_tcp_nodelay(&k->io.tcp, 1);
+  }
+  arm_timer(k);
+  return 0;
+}
+
+/* Puts r on an idle connection, a new one, or in the queue. Never calls
+ * back. 0, or -ENOMEM (r untouched). */
+static int dispatch(kb_http_request *r) {
+  kb_http_client *c = r->client;
+  http_native_pool *p = &c->native;
+  http_host *h = r->host;
+  if (!r->native_fresh && h->idle) {
+    http_conn *k = h->idle;
+    h->idle = k->next_idle;
+    k->next_idle = NULL;
+    k->reused = 1;
+    k->req = r;
+    r->conn = k;
+    k->state = CONN_BUSY;
+    conn_keeps_loop(k, 1);
+    r->t_connected = uv_hrtime();
+    send_request(k);
+    return 0;
+  }
+  if (!host_full(p, h) && p->nconns >= (size_t)p->max_conns) make_room(c, h);
+  if (!host_full(p, h) && p->nconns < (size_t)p->max_conns) return conn_open(c, h, r);
+  queue_push(p, r);
+  queue_kick(c);
+  return 0;
+}
+
+/* ---- the queue --------------------------------------------------------------------- */
+
+/* Serves what waits, as far as the limits allow, and fails what waited
+ * past its timeout; again in QUEUE_TICK_MS while anything waits. */
+static void on_queue_timer(uv_timer_t *t) {
+  kb_http_client *c = t->data;
+  http_native_pool *p = &c->native;
+  uint64_t now = uv_hrtime();
+  for (kb_http_request *q = p->qhead, *next; q; q = next) {
+    next = q->pnext;
+    if (!q->timeout_ms || q->clock_timeout || (now - q->t_start) / 1000000 < q->timeout_ms)
+      continue;
+    queue_remove(p, q);
+    snprintf(q->errbuf, sizeof q->errbuf, "Operation timed out after %.0f milliseconds with 0 "
+             "bytes received", ms_since(q->t_start));
+    finish(q, CURLE_OPERATION_TIMEDOUT);
+    if (c->closing) return;
+    next = p->qhead; /* the callback may have cancelled any of them */
+  }
+  kb_http_request *q;
+  while ((q = queue_take(p)) && dispatch(q) == 0) {}
+  if (q) queue_push(p, q); /* out of memory: it waits on */
+  if (p->qhead) uv_timer_start(&p->queue_timer, on_queue_timer, QUEUE_TICK_MS, 0);
+}
+
+static void queue_kick(kb_http_client *c) {
+  uv_timer_start(&c->native.queue_timer, on_queue_timer, 0, 0);
+}
+
+/* ---- the parser's callbacks ---------------------------------------------------------- */
+
+static int on_message_begin(http_parser *p) {
+  http_conn *k = p->data;
+  kb_http_request *r = k->req;
+  /* A new answer (after a 1xx): only the final one's headers count. */
+  r->resp_headers.len = 0;
+  r->resp_body.len = 0;
+  r->native_received = 0;
+  k->head_done = k->in_value = 0;
+  return 0;
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t len) {
+  http_conn *k = p->data;
+  kb_buf *b = &k->req->resp_headers;
+  if (k->in_value && kb_buf_append(b, "\r\n", 2) != 0) return 1;
+  k->in_value = 0;
+  return kb_buf_append(b, at, len) != 0;
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len) {
+  http_conn *k = p->data;
+  kb_buf *b = &k->req->resp_headers;
+  if (!k->in_value && kb_buf_append(b, ": ", 2) != 0) return 1;
+  k->in_value = 1;
+  return kb_buf_append(b, at, len) != 0;
+}
+
+static int on_headers_complete(http_parser *p) {
+  http_conn *k = p->data;
+  kb_http_request *r = k->req;
+  if (k->in_value && kb_buf_append(&r->resp_headers, "\r\n", 2) != 0) return -1;
+  k->in_value = 0;
+  k->head_done = 1;
+  r->native_status = p->status_code;
+  r->native_version = p->http_major * 10 + p->http_minor;
+  /* 1: the answer to a HEAD has no body, whatever Content-Length says */
+  return strcmp(r->method, "HEAD") == 0 && p->status_code >= 200;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len) {
+  http_conn *k = p->data;
+  kb_http_request *r = k->req;
+  if (r->max_body && len > r->max_body - r->resp_body.len) {
+    r->body_too_large = 1;
+    return 1;
+  }
+  r->native_received += len;
+  return kb_buf_append(&r->resp_body, at, len) != 0;
+}
+
+static int on_message_complete(http_parser *p) {
+  http_conn *k = p->data;
+  if (p->status_code < 200) return 0; /* 100 Continue and friends: the answer follows */
+  k->complete = 1;
+  http_parser_pause(p, 1); /* what follows is not this answer's */
+  return 0;
+}
+
+static const http_parser_settings parser_settings = {
+  .on_message_begin = on_message_begin,
+  .on_header_field = on_header_field,
+  .on_header_value = on_header_value,
+  .on_headers_complete = on_headers_complete,
+  .on_body = on_body,
+  .on_message_complete = on_message_complete,
+};
+
+/* ---- the client's entry points -------------------------------------------------------- */
+
+int kb__http_native_start(kb_http_request *r) {
+  url_parts u;
+  if (!eligible(r, &u)) return 0;
+  http_host *h = host_get(r->client, &u, r->unix_path.len ? r->unix_path.data : NULL);
+  if (!h || build_request(r, &u, &r->wire) != 0) return -ENOMEM;
+  r->host = h;
+  r->conn = NULL;
+  r->native_retried = r->native_fresh = 0;
+  r->t_first = r->t_connected = r->connect_ns = 0;
+  r->native_status = 0;
+  r->native_version = 0;
+  int rc = dispatch(r);
+  if (rc != 0) return rc;
+  r->native = 1;
+  return 1;
+}
+
+void kb__http_native_cancel(kb_http_request *r) {
+  http_native_pool *p = &r->client->native;
+  if (queue_remove(p, r)) return;
+  http_conn *k = r->conn;
+  if (!k) return;
+  if (k->state == CONN_CONNECTING && k->fail_code == CURLE_OK) {
+    /* The connect goes on (its timer too): the connection serves the
+     * next request. */
+    k->req = NULL;
+    r->conn = NULL;
+    conn_keeps_loop(k, 0);
+    return;
+  }
+  conn_close(k); /* mid-answer: the connection cannot be reused */
+}
+
+void kb__http_native_abort(kb_http_request *r, CURLcode rc) {
+  kb__http_native_cancel(r);
+  finish(r, rc);
+}
+
+void kb__http_native_timings(const kb_http_request *r, kb_http_timings *t) {
+  uint64_t now = uv_hrtime();
+  t->total = (double)(now - r->t_start) / 1e9;
+  t->dns = 0;
+  t->tls = 0;
+  t->connect = (double)r->connect_ns / 1e9;
+  t->ttfb = r->t_first ? (double)(r->t_first - r->t_start) / 1e9 : 0.0;
+}
+
+static void on_queue_timer_closed(uv_handle_t *h) { kb__http_handle_closed(h->data); }
+
+void kb__http_native_init(kb_http_client *c, long max_conns, long max_host_conns) {
+  http_native_pool *p = &c->native;
+  const char *mode = getenv("KBRUN_HTTP");
+  p->off = mode && strcmp(mode, "curl") == 0;
+  p->max_conns = max_conns;
+  p->max_host_conns = max_host_conns;
+  uv_timer_init(c->loop, &p->queue_timer);
+  p->queue_timer.data = c;
+  uv_unref((uv_handle_t *)&p->queue_timer); /* waiting requests keep the loop alive already */
+  c->open_handles++;
+}
+
+void kb__http_native_close(kb_http_client *c) {
+  http_native_pool *p = &c->native;
+  while (p->conns) conn_close(p->conns);
+  for (http_host *h = p->hosts, *next; h; h = next) {
+    next = h->next;
+    free(h->key);
+    free(h->path);
+    free(h);
+  }
+  p->hosts = NULL;
+  uv_close((uv_handle_t *)&p->queue_timer, on_queue_timer_closed);
+}
