@@ -193,6 +193,24 @@ void kb__http_request_destroy(kb_http_request *r);
  * the client (r still exists). */
 int kb__http_stream_deliver(kb_http_request *r);
 
+/* http_native_request.c */
+/* The parts of a request URL the native path sends. */
+typedef struct http_url {
+  const char *authority; /* host[:port], for Host: */
+  size_t authority_len;
+  const char *target;    /* path?query, or "" for "/" */
+  size_t target_len;
+  char host[64];         /* the IP literal, brackets off */
+  int port;
+  int v6;
+} http_url;
+/* 1 and u filled if the native path can send r exactly as libcurl would
+ * (plain http:// to an IP literal or over a Unix socket, nothing only
+ * libcurl does); 0: libcurl takes it. */
+int kb__http_native_route(const kb_http_request *r, http_url *u);
+/* The request's bytes (head and body) into b: 0 or -ENOMEM. */
+int kb__http_native_build(const kb_http_request *r, const http_url *u, kb_buf *b);
+
 /* http_native.c */
 /* Whether r can go on the native path, and if so starts it there:
  * 1 started (the done callback runs later, from the loop), 0 not eligible

@@ -35,7 +35,6 @@
 #include <strings.h>
 
 #include "http_client_internal.h"
-#include "kb/version.h"
 
 #define DEFAULT_CONNECT_TIMEOUT_MS 300000 /* curl's */
 #define QUEUE_TICK_MS 50   /* how often waiting requests' timeouts are checked */
@@ -74,175 +73,9 @@ static int dispatch(kb_http_request *r);
 static void conn_close(http_conn *k);
 static void queue_kick(kb_http_client *c);
 
-/* ---- eligibility and the wire format ------------------------------------------------ */
-
-/* The request target's bytes are sent as they are: curl would encode or
- * normalise anything else (blanks, non-ASCII, dot segments), so that goes
- * to libcurl. */
-static int target_plain(const char *p, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if ((unsigned char)p[i] <= 0x20 || (unsigned char)p[i] >= 0x7f) return 0;
-  size_t q = strcspn(p, "?");
-  for (size_t i = 0; i + 1 < q && i < n; i++)
-    if (p[i] == '/' && p[i + 1] == '.' &&
-        (i + 2 >= q || p[i + 2] == '/' || (p[i + 2] == '.' && (i + 3 >= q || p[i + 3] == '/'))))
-      return 0;
-  return 1;
-}
-
-typedef struct url_parts {
-  const char *authority; /* host[:port], for Host: */
-  size_t authority_len;
-  const char *target;    /* path?query, or "" for "/" */
-  size_t target_len;
-  char host[64];         /* the IP literal, brackets off */
-  int port;
-  int v6;
-} url_parts;
-
-/* "http://IPV4[:port][/...]" or "http://[IPV6][:port][/...]"; over a Unix
- * socket any host name (it only goes into Host:). 0 if the native path
- * cannot send it as curl would. */
-static int parse_url(const kb_http_request *r, url_parts *u) {
-  const char *url = r->url.data;
-  if (strncmp(url, "http://", 7) != 0) return 0;
-  const char *a = url + 7;
-  size_t alen = strcspn(a, "/?");
-  if (alen == 0 || memchr(a, '@', alen)) return 0; /* userinfo: curl's basic auth */
-  u->authority = a;
-  u->authority_len = alen;
-  u->target = a + alen;
-  u->target_len = strlen(u->target);
-  if (!target_plain(u->target, u->target_len)) return 0;
-  const char *hend, *hstart = a;
-  u->v6 = a[0] == '[';
-  if (u->v6) {
-    const char *close = memchr(a, ']', alen);
-    if (!close) return 0;
-    hstart = a + 1;
-    hend = close;
-  } else {
-    hend = memchr(a, ':', alen);
-    if (!hend) hend = a + alen;
-  }
-  const char *pend = a + alen;
-  u->port = 80;
-  if (hend < pend && *(hend + u->v6) == ':') {
-    const char *p = hend + u->v6 + 1;
-    if (p == pend || pend - p > 5) return 0;
-    int port = 0;
-    for (; p < pend; p++) {
-      if (*p < '0' || *p > '9') return 0;
-      port = port * 10 + (*p - '0');
-    }
-    if (port < 1 || port > 65535) return 0;
-    u->port = port;
-  } else if (hend + u->v6 != pend) {
-    return 0;
-  }
-  size_t hlen = (size_t)(hend - hstart);
-  if (hlen == 0 || hlen >= sizeof u->host) return 0;
-  memcpy(u->host, hstart, hlen);
-  u->host[hlen] = '\0';
-  if (r->unix_path.len) return 1;
-  unsigned char bin[16];
-  return inet_pton(u->v6 ? AF_INET6 : AF_INET, u->host, bin) == 1;
-}
-
-/* The header lines a request was given ("Name: value", "Name;" for an
- * empty value, "Name:" to drop one curl would add), one at a time. */
-static const char *header_line(const kb_http_request *r, size_t *pos, size_t *len) {
-  if (*pos >= r->hdr_text.len) return NULL;
-  const char *line = r->hdr_text.data + *pos;
-  *len = strlen(line);
-  *pos += *len + 1;
-  return line;
-}
-
-static int line_names(const char *line, size_t len, const char *name) {
-  size_t n = strlen(name);
-  return len >= n + 1 && (line[n] == ':' || line[n] == ';') && strncasecmp(line, name, n) == 0;
-}
-
-static int given(const kb_http_request *r, const char *name) {
-  size_t pos = 0, len;
-  const char *line;
-  while ((line = header_line(r, &pos, &len)))
-    if (line_names(line, len, name)) return 1;
-  return 0;
-}
-
-/* Headers whose meaning the native path does not implement (the framing,
- * the connection's fate, a 100-continue round trip) leave it to libcurl. */
-static int headers_plain(const kb_http_request *r) {
-  static const char *const framing[] = {"Content-Length", "Transfer-Encoding", "Connection",
-                                        "Upgrade", "TE"};
-  size_t pos = 0, len;
-  const char *line;
-  while ((line = header_line(r, &pos, &len))) {
-    for (size_t i = 0; i < sizeof framing / sizeof *framing; i++)
-      if (line_names(line, len, framing[i])) return 0;
-    if (line_names(line, len, "Expect") && len > 7) return 0; /* "Expect:" drops it: fine */
-  }
-  return 1;
-}
-
-static int eligible(const kb_http_request *r, url_parts *u) {
-  const kb_http_client *c = r->client;
-  if (c->native.off || r->curl_only || r->stream || r->mime || r->follow) return 0;
-  if (c->proxy_env && !r->proxy_off && !r->unix_path.len) return 0;
-  if (strcmp(r->method, "CONNECT") == 0) return 0;
-  return parse_url(r, u) && headers_plain(r);
-}
-
-static int out_add(kb_buf *b, const char *s, size_t n) { return kb_buf_append(b, s, n); }
-#define OUT_LIT(b, s) out_add((b), (s), sizeof(s) - 1)
-
-/* The request as curl writes it: request line, Host, User-Agent, Accept
- * (each unless the caller gave or dropped it), the caller's headers,
- * Content-Length when there is a body or the method always has one. */
-static int build_request(kb_http_request *r, const url_parts *u, kb_buf *b) {
-  int err = 0;
-  b->len = 0;
-  const char *m = r->method;
-  err |= out_add(b, m, strlen(m));
-  err |= OUT_LIT(b, " ");
-  if (u->target_len == 0 || u->target[0] == '?') err |= OUT_LIT(b, "/");
-  err |= out_add(b, u->target, u->target_len);
-  err |= OUT_LIT(b, " HTTP/1.1\r\n");
-  if (!given(r, "Host")) {
-    err |= OUT_LIT(b, "Host: ");
-    err |= out_add(b, u->authority, u->authority_len);
-    err |= OUT_LIT(b, "\r\n");
-  }
-  if (!given(r, "User-Agent")) err |= OUT_LIT(b, "User-Agent: kbrun/" KB_VERSION "\r\n");
-  if (!given(r, "Accept")) err |= OUT_LIT(b, "Accept: */*\r\n");
-  size_t pos = 0, len;
-  const char *line;
-  while ((line = header_line(r, &pos, &len))) {
-    if (line[len - 1] == ':') continue; /* dropped */
-    if (line[len - 1] == ';') {        /* sent empty */
-      err |= out_add(b, line, len - 1);
-      err |= OUT_LIT(b, ":\r\n");
-      continue;
-    }
-    err |= out_add(b, line, len);
-    err |= OUT_LIT(b, "\r\n");
-  }
-  int always = !strcmp(m, "POST") || !strcmp(m, "PUT") || !strcmp(m, "PATCH");
-  if (r->has_body || always) {
-    char cl[40];
-    int n = snprintf(cl, sizeof cl, "Content-Length: %zu\r\n", r->body.len);
-    err |= out_add(b, cl, (size_t)n);
-  }
-  err |= OUT_LIT(b, "\r\n");
-  if (r->body.len) err |= out_add(b, r->body.data, r->body.len);
-  return err ? -ENOMEM : 0;
-}
-
 /* ---- the pool --------------------------------------------------------------------- */
 
-static http_host *host_get(kb_http_client *c, const url_parts *u, const char *path) {
+static http_host *host_get(kb_http_client *c, const http_url *u, const char *path) {
   char key[600];
   if (path) snprintf(key, sizeof key, "u:%s", path);
   else snprintf(key, sizeof key, "t:%s:%d", u->host, u->port);
@@ -803,10 +636,10 @@ static const http_parser_settings parser_settings = {
 /* ---- the client's entry points -------------------------------------------------------- */
 
 int kb__http_native_start(kb_http_request *r) {
-  url_parts u;
-  if (!eligible(r, &u)) return 0;
+  http_url u;
+  if (!kb__http_native_route(r, &u)) return 0;
   http_host *h = host_get(r->client, &u, r->unix_path.len ? r->unix_path.data : NULL);
-  if (!h || build_request(r, &u, &r->wire) != 0) return -ENOMEM;
+  if (!h || kb__http_native_build(r, &u, &r->wire) != 0) return -ENOMEM;
   r->host = h;
   r->conn = NULL;
   r->native_retried = r->native_fresh = 0;
