@@ -1119,6 +1119,46 @@ T.case("metrics: one histogram sample per successful call, counters by status an
   end)
 end)
 
+T.case("status_only: create_run and get_run leave the spec and manifests undecoded", function()
+  local function spec_of(run) -- what a real server answers beside the status
+    run.pipeline_spec = { pipelineInfo = { name = "p" }, root = { dag = { tasks = { a = {} } } } }
+    run.run_details = { task_details = { { task_id = "t1" } } }
+    return run
+  end
+  with_mock({ ["POST " .. P2 .. "/runs"] = function() return 200, spec_of(v2.run()) end,
+    ["GET " .. P2 .. "/runs/r1"] = function()
+      return 200, spec_of(v2.run("SUCCEEDED", "2024-05-01T10:05:00Z"))
+    end }, function(m)
+    local c = kfp.client{ host = m.url, metrics_prefix = "t.so2." }
+    local full = c:create_run{ name = "run-1", pipeline_id = "p1" }
+    T.eq(full.raw.pipeline_spec.pipelineInfo.name, "p")
+    local lean = c:create_run{ name = "run-1", pipeline_id = "p1", status_only = true }
+    T.eq(lean.raw.pipeline_spec, nil)
+    T.eq(lean.raw.run_details, nil)
+    T.eq(m.reqs[2].body.status_only, nil) -- not sent
+    for _, k in ipairs{ "id", "state", "state_raw", "created_at", "scheduled_at", "finished" } do
+      T.eq(lean[k], full[k], k)
+    end
+    local got = c:get_run("r1", { status_only = true })
+    T.eq(got.raw.run_details, nil)
+    T.eq(got.state, "Succeeded")
+    T.eq(got.finished_at - got.created_at, 300)
+    T.eq(c:get_run("r1").raw.run_details.task_details[1].task_id, "t1")
+  end)
+  with_mock({ ["POST /apis/v1beta1/runs"] = function() return 200, v1.detail("Running") end,
+    ["GET /apis/v1beta1/runs/r1"] = function() return 200, v1.detail("Succeeded", "2024-05-01T10:05:00Z") end,
+  }, function(m)
+    local c = kfp.client{ host = m.url, api = "v1beta1", metrics_prefix = "t.so1." }
+    local lean = c:create_run{ name = "run-1", pipeline_id = "p1", status_only = true }
+    T.eq(lean.raw.pipeline_runtime, nil)
+    T.eq(lean.state, "Running")
+    T.eq(c:create_run{ name = "run-1", pipeline_id = "p1" }.raw.pipeline_runtime.workflow_manifest, "{}")
+    local got = c:get_run("r1", { status_only = true })
+    T.eq(got.raw.pipeline_runtime, nil)
+    T.eq(got.finished_at - got.created_at, 300)
+  end)
+end)
+
 -- ---- waiting ------------------------------------------------------------------------
 
 T.case("wait_run polls until finished, or raises timeout with the last run", function()

@@ -235,7 +235,8 @@ function Session:create_one(run)
   self:journal_intent{ event = "run.intent", index = run.index, name = run.name, t = self:elapsed() }
   local ok, r = pcall(self.c.create_run, self.c, { name = run.name,
     experiment_id = self.experiment and self.experiment.id,
-    pipeline_id = pl.id, pipeline_version_id = pl.default_version_id, params = p.run_params })
+    pipeline_id = pl.id, pipeline_version_id = pl.default_version_id, params = p.run_params,
+    status_only = true })
   if not ok then
     if kb.is_cancelled(r) then error(r, 0) end
     run.answered = true

@@ -328,7 +328,7 @@ function Session:get_runs(list)
   if self:skip_when_halted("the final GETs (run.get)") then return end
   self:each_created(list, guarded(function(s, run)
     if run.lost then return end
-    local ok, r = pcall(s.c.get_run, s.c, run.id)
+    local ok, r = pcall(s.c.get_run, s.c, run.id, POLL) -- the storm reads states and times only
     if ok then return s:observe(run, r) end
     if type(r) == "table" and r.class == "not_found" then s:lose(run, r) end
     error(r, 0)

@@ -273,19 +273,21 @@ local function pipeline_fields(body, a, fn)
   return body
 end
 
+-- What a status poll leaves undecoded (create_run, get_run and
+-- list_runs with status_only):
+-- the pipeline's spec and manifests, tens of KB a run, never read by one.
+local STATUS_SKIP = { pipeline_runtime = true, workflow_manifest = true, pipeline_manifest = true }
+
 function V.create_run(c, a)
   a = C.args(a, "create_run")
   need(a, "name", "create_run")
   local body = pipeline_fields({ name = a.name, description = a.description }, a, "create_run")
   return V.run(c:request{ op = "run.create", method = "POST", path = "/runs", body = body,
+    skip = a.status_only and STATUS_SKIP or nil,
     recover = C.finder(c, 1, "run.create", "/runs", a.experiment_id
       and owner_query({}, "EXPERIMENT", a.experiment_id) or owner_query({}, "NAMESPACE", c.namespace),
       "runs", "name", "name", a.name) })
 end
-
--- What a status poll leaves undecoded (get_run/list_runs with status_only):
--- the pipeline's spec and manifests, tens of KB a run, never read by one.
-local STATUS_SKIP = { pipeline_runtime = true, workflow_manifest = true, pipeline_manifest = true }
 
 function V.get_run(c, id, opts)
   need_id(id, "run", "get_run")

@@ -277,20 +277,22 @@ local function pipeline_fields(body, a, fn)
   return body
 end
 
+-- What a status poll leaves undecoded (create_run, get_run and
+-- list_runs with status_only):
+-- the pipeline's spec and manifests, tens of KB a run, never read by one.
+local STATUS_SKIP = { pipeline_spec = true, run_details = true }
+
 function V.create_run(c, a)
   a = C.args(a, "create_run")
   need(a, "name", "create_run")
   local body = pipeline_fields({ display_name = a.name, description = a.description,
     experiment_id = a.experiment_id }, a, "create_run")
   return V.run(c:request{ op = "run.create", method = "POST", path = "/runs", body = body,
+    skip = a.status_only and STATUS_SKIP or nil,
     recover = C.finder(c, 2, "run.create", "/runs", { experiment_id = a.experiment_id,
       namespace = not a.experiment_id and c.namespace or nil }, "runs", "display_name",
       "display_name", a.name) })
 end
-
--- What a status poll leaves undecoded (get_run/list_runs with status_only):
--- the pipeline's spec and manifests, tens of KB a run, never read by one.
-local STATUS_SKIP = { pipeline_spec = true, run_details = true }
 
 function V.get_run(c, id, opts)
   need_id(id, "run", "get_run")
