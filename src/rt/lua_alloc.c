@@ -35,8 +35,11 @@
  * malloc: the pool keeps every slab until kb_lua_alloc_free, after
  * lua_close. Its footprint is the peak of the live small blocks (plus
  * what is free in a class nobody asks for any more), not what is live now.
- * A benchmark's Lua heap keeps a steady working set, so the peak is what
- * malloc would have had to hold anyway.
+ * A benchmark's Lua heap keeps a fairly steady working set, so the peak is
+ * near what malloc holds anyway; but a free block serves only its own
+ * class, never another class or a large block, so the footprint is the sum
+ * of the classes' peaks: in the KFP storm the client's peak RSS went from
+ * 77 to 83 MB (its CPU per call from 334 to 293 us).
  *
  * Out of memory: a request that cannot be met returns NULL and leaves the
  * old block as it was; Lua then collects garbage and tries again, and
