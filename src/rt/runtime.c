@@ -7,6 +7,7 @@
 #include <lualib.h>
 
 #include "kb/lua_util.h"
+#include "lua_alloc.h"
 #include "rt_internal.h"
 
 static const char RT_KEY = 'r'; /* registry key: the address is unique */
@@ -48,7 +49,7 @@ kb_rt *kb_rt_new(void) {
   uv_idle_init(&rt->loop, &rt->ready_idle);
   rt->ready_idle.data = rt;
   rt->clock = kb_vclock_new(&rt->loop, KB_VCLOCK_LINEAR, 1.0);
-  rt->L = rt->clock ? luaL_newstate() : NULL;
+  rt->L = rt->clock ? kb_lua_state_new() : NULL; /* on its own pool: lua_alloc.c */
   if (!rt->L) {
     kb_vclock_free(rt->clock);
     uv_close((uv_handle_t *)&rt->ready_idle, NULL);
@@ -82,7 +83,7 @@ void kb_rt_free(kb_rt *rt) {
    * what it kept in the Lua registry: let it complete first. */
   while (rt->pool_jobs > 0 && uv_run(&rt->loop, UV_RUN_ONCE)) {
   }
-  lua_close(rt->L);
+  kb_lua_state_close(rt->L); /* and its pool */
   rt->L = NULL;
   /* Timers nobody can wait for any more must not hold the loop; the clock
    * itself goes only after the children and handles that may still count
