@@ -80,7 +80,11 @@ function jobBody(name) {
     spec: {
       completions: 2, parallelism: 2, backoffLimit: 0,
       template: {
-        metadata: { annotations: { 'sim.kbrun.io/duration': '2' } },
+        // 600 cluster seconds: 1 s real at the simulator's x600, so the
+        // informer sees each pod change (Pending/Running, then Succeeded);
+        // 2 s (3 ms real) let a busy simulator (ASan, a loaded CI machine)
+        // write a pod once, already finished: two ADDs and no updates
+        metadata: { annotations: { 'sim.kbrun.io/duration': '600' } },
         spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: 'busybox', command: ['true'] }] },
       },
     },
