@@ -288,7 +288,7 @@ void kb__http_clock_start(kb_http_request *r) {
   r->clock_timeout = 0;
   if (!c->clock || kb_vclock_mode_of(c->clock) != KB_VCLOCK_EVENTS) return;
   r->clock_start = kb_vclock_now(c->clock);
-  if (!r->unix_socket) {
+  if (!r->unix_path.len) {
     r->busy = 1;
     kb_vclock_busy(c->clock, +1);
     return;

@@ -74,7 +74,6 @@ struct kb_http_request {
   kb_http_request *qprev, *qnext;
   uint64_t t_start;  /* uv_hrtime() at start */
   uint64_t timeout_ms; /* the timeout option, for a deadline on the clock */
-  int unix_socket;   /* sent over a Unix socket (the embedded simulator) */
   int busy;          /* counted as real work on the client's clock */
   kb_vtimer deadline; /* the timeout on a fast-forwarding clock */
   double clock_start; /* fast-forwarding clock's time at start, or -1 */
@@ -84,7 +83,8 @@ struct kb_http_request {
   char errbuf[CURL_ERROR_SIZE];
 
   /* What decides between libcurl and the native path (http_native.c). */
-  kb_buf unix_path;    /* kb_http_request_set_unix_socket's path; empty: TCP */
+  kb_buf unix_path;    /* kb_http_request_set_unix_socket's path (the embedded
+                          simulator); empty: TCP */
   uint64_t connect_timeout_ms; /* the option; 0: curl's default, 300 s */
   int curl_only;     /* an option only libcurl has (HTTP/2, compression, a proxy) */
   int proxy_off;     /* proxy = "": no proxy whatever the environment says */
@@ -100,8 +100,7 @@ struct kb_http_request {
   kb_http_request *pnext;       /* waiting for a connection: the queue */
   long native_status;
   int native_version;           /* 10 or 11 */
-  size_t native_received;       /* body bytes so far */
-  uint64_t t_connected, t_first; /* uv_hrtime(): connection ready, first byte */
+  uint64_t t_first;             /* uv_hrtime() at the first byte of the answer */
   uint64_t connect_ns;          /* the connect's own duration (0 on reuse) */
 };
 
@@ -114,9 +113,8 @@ struct kb_http_request {
 typedef struct http_host {
   struct http_host *next;
   char *key;                 /* "t:ADDR:PORT" or "u:PATH"; owned */
-  int unix_socket;
   struct sockaddr_storage addr; /* TCP */
-  char *path;                /* Unix socket; owned */
+  char *path;                /* a Unix socket's, owned; NULL: TCP to addr */
   size_t nconns;             /* open, connecting included */
   struct http_conn *idle;    /* kept-alive connections, most recent first */
 } http_host;

@@ -83,7 +83,6 @@ static http_host *host_get(kb_http_client *c, const http_url *u, const char *pat
     if (strcmp(h->key, key) == 0) return h;
   http_host *h = calloc(1, sizeof *h);
   if (!h || !(h->key = strdup(key)) || (path && !(h->path = strdup(path)))) goto fail;
-  h->unix_socket = path != NULL;
   if (!path) {
     int rc = u->v6 ? uv_ip6_addr(u->host, u->port, (struct sockaddr_in6 *)&h->addr)
                    : uv_ip4_addr(u->host, u->port, (struct sockaddr_in *)&h->addr);
@@ -305,7 +304,6 @@ static void send_request(http_conn *k) {
   k->parser.data = k;
   k->complete = k->head_done = k->in_value = 0;
   r->native_status = 0;
-  r->native_received = 0;
   r->resp_headers.len = 0;
   r->resp_body.len = 0;
   arm_timer(k);
@@ -398,7 +396,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 
 /* "127.0.0.1 port 8080" or the socket's path, as curl names a peer. */
 static void peer_name(const http_host *h, char *out, size_t outsz) {
-  if (h->unix_socket) {
+  if (h->path) {
     snprintf(out, outsz, "%s", h->path);
     return;
   }
@@ -441,8 +439,7 @@ static void on_connect(uv_connect_t *creq, int status) {
     fail_errno(k, CURLE_RECV_ERROR, "Recv failure", rc);
     return;
   }
-  r->t_connected = uv_hrtime();
-  r->connect_ns = r->t_connected - r->t_start;
+  r->connect_ns = uv_hrtime() - r->t_start;
   k->state = CONN_BUSY;
   send_request(k);
 }
@@ -466,7 +463,7 @@ static void on_conn_timer(uv_timer_t *t) {
              ms_since(r->t_start));
   else
     snprintf(r->errbuf, sizeof r->errbuf, "Operation timed out after %.0f milliseconds with "
-             "%zu bytes received", ms_since(r->t_start), r->native_received);
+             "%zu bytes received", ms_since(r->t_start), r->resp_body.len);
   fail(k, CURLE_OPERATION_TIMEDOUT);
 }
 
@@ -474,7 +471,7 @@ static void on_conn_timer(uv_timer_t *t) {
 static int conn_open(kb_http_client *c, http_host *h, kb_http_request *r) {
   http_conn *k = calloc(1, sizeof *k);
   if (!k) return -ENOMEM;
-  int rc = h->unix_socket ? uv_pipe_init(c->loop, &k->io.pipe, 0) : uv_tcp_init(c->loop, &k->io.tcp);
+  int rc = h->path ? uv_pipe_init(c->loop, &k->io.pipe, 0) : uv_tcp_init(c->loop, &k->io.tcp);
   if (rc != 0) {
     free(k);
     return -ENOMEM;
@@ -494,7 +491,7 @@ static int conn_open(kb_http_client *c, http_host *h, kb_http_request *r) {
   k->req = r;
   r->conn = k;
   k->connect_req.data = k;
-  if (h->unix_socket) {
+  if (h->path) {
     uv_pipe_connect(&k->connect_req, &k->io.pipe, h->path, on_connect); /* errors: on_connect */
   } else if ((rc = uv_tcp_connect(&k->connect_req, &k->io.tcp, (const struct sockaddr *)&h->addr,
                                   on_connect)) != 0) {
@@ -524,7 +521,6 @@ static int dispatch(kb_http_request *r) {
     r->conn = k;
     k->state = CONN_BUSY;
     conn_keeps_loop(k, 1);
-    r->t_connected = uv_hrtime();
     send_request(k);
     return 0;
   }
@@ -572,7 +568,6 @@ static int on_message_begin(http_parser *p) {
   /* A new answer (after a 1xx): only the final one's headers count. */
   r->resp_headers.len = 0;
   r->resp_body.len = 0;
-  r->native_received = 0;
   k->head_done = k->in_value = 0;
   return 0;
 }
@@ -612,7 +607,6 @@ static int on_body(http_parser *p, const char *at, size_t len) {
     r->body_too_large = 1;
     return 1;
   }
-  r->native_received += len;
   return kb_buf_append(&r->resp_body, at, len) != 0;
 }
 
@@ -643,9 +637,7 @@ int kb__http_native_start(kb_http_request *r) {
   r->host = h;
   r->conn = NULL;
   r->native_retried = r->native_fresh = 0;
-  r->t_first = r->t_connected = r->connect_ns = 0;
-  r->native_status = 0;
-  r->native_version = 0;
+  r->t_first = r->connect_ns = 0;
   int rc = dispatch(r);
   if (rc != 0) return rc;
   r->native = 1;

@@ -91,14 +91,6 @@ static int line_names(const char *line, size_t len, const char *name) {
   return len >= n + 1 && (line[n] == ':' || line[n] == ';') && strncasecmp(line, name, n) == 0;
 }
 
-static int given(const kb_http_request *r, const char *name) {
-  size_t pos = 0, len;
-  const char *line;
-  while ((line = header_line(r, &pos, &len)))
-    if (line_names(line, len, name)) return 1;
-  return 0;
-}
-
 /* Headers whose meaning the native path does not implement (the framing,
  * the connection's fate, a 100-continue round trip) leave it to libcurl. */
 static int headers_plain(const kb_http_request *r) {
@@ -124,8 +116,7 @@ int kb__http_native_route(const kb_http_request *r, http_url *u) {
 
 /* ---- their bytes ------------------------------------------------------------------- */
 
-static int out_add(kb_buf *b, const char *s, size_t n) { return kb_buf_append(b, s, n); }
-#define OUT_LIT(b, s) out_add((b), (s), sizeof(s) - 1)
+#define OUT_LIT(b, s) kb_buf_append((b), (s), sizeof(s) - 1)
 
 /* The request as curl writes it: request line, Host, User-Agent, Accept
  * (each unless the caller gave or dropped it), the caller's headers,
@@ -134,37 +125,38 @@ int kb__http_native_build(const kb_http_request *r, const http_url *u, kb_buf *b
   int err = 0;
   b->len = 0;
   const char *m = r->method;
-  err |= out_add(b, m, strlen(m));
+  err |= kb_buf_append(b, m, strlen(m));
   err |= OUT_LIT(b, " ");
   if (u->target_len == 0 || u->target[0] == '?') err |= OUT_LIT(b, "/");
-  err |= out_add(b, u->target, u->target_len);
+  err |= kb_buf_append(b, u->target, u->target_len);
   err |= OUT_LIT(b, " HTTP/1.1\r\n");
-  if (!given(r, "Host")) {
+  if (!kb_http_request_has_header(r, "Host")) {
     err |= OUT_LIT(b, "Host: ");
-    err |= out_add(b, u->authority, u->authority_len);
+    err |= kb_buf_append(b, u->authority, u->authority_len);
     err |= OUT_LIT(b, "\r\n");
   }
-  if (!given(r, "User-Agent")) err |= OUT_LIT(b, "User-Agent: kbrun/" KB_VERSION "\r\n");
-  if (!given(r, "Accept")) err |= OUT_LIT(b, "Accept: */*\r\n");
+  if (!kb_http_request_has_header(r, "User-Agent"))
+    err |= OUT_LIT(b, "User-Agent: kbrun/" KB_VERSION "\r\n");
+  if (!kb_http_request_has_header(r, "Accept")) err |= OUT_LIT(b, "Accept: */*\r\n");
   size_t pos = 0, len;
   const char *line;
   while ((line = header_line(r, &pos, &len))) {
     if (line[len - 1] == ':') continue; /* dropped */
     if (line[len - 1] == ';') {        /* sent empty */
-      err |= out_add(b, line, len - 1);
+      err |= kb_buf_append(b, line, len - 1);
       err |= OUT_LIT(b, ":\r\n");
       continue;
     }
-    err |= out_add(b, line, len);
+    err |= kb_buf_append(b, line, len);
     err |= OUT_LIT(b, "\r\n");
   }
   int always = !strcmp(m, "POST") || !strcmp(m, "PUT") || !strcmp(m, "PATCH");
   if (r->has_body || always) {
     char cl[40];
     int n = snprintf(cl, sizeof cl, "Content-Length: %zu\r\n", r->body.len);
-    err |= out_add(b, cl, (size_t)n);
+    err |= kb_buf_append(b, cl, (size_t)n);
   }
   err |= OUT_LIT(b, "\r\n");
-  if (r->body.len) err |= out_add(b, r->body.data, r->body.len);
+  if (r->body.len) err |= kb_buf_append(b, r->body.data, r->body.len);
   return err ? -ENOMEM : 0;
 }

@@ -209,7 +209,6 @@ static void request_release(kb_http_request *r) {
   r->body_too_large = 0;
   r->follow = 0;
   r->timeout_ms = 0;
-  r->unix_socket = 0;
   kb_buf_clear(&r->unix_path);
   kb_buf_reset(&r->wire, KEEP_LARGE);
   r->connect_timeout_ms = 0;
@@ -545,7 +544,6 @@ int kb_http_request_set_unix_socket(kb_http_request *r, const char *path) {
   if (r->started) return -EINVAL;
   r->dirty = 1;
   if (curl_easy_setopt(r->easy, CURLOPT_UNIX_SOCKET_PATH, path) != CURLE_OK) return -ENOMEM;
-  r->unix_socket = path != NULL;
   kb_buf_clear(&r->unix_path);
   if (path && kb_buf_append(&r->unix_path, path, strlen(path)) != 0) return -ENOMEM;
   return 0;
