@@ -17,6 +17,7 @@
 #include "kb/http_server.h"
 #include "kb/multipart.h"
 #include "kbtest.h"
+#include "uv_test_util.h"
 
 /* ---- the server -------------------------------------------------------------- */
 
@@ -143,20 +144,7 @@ static void on_server_closed(kb_httpd *srv, void *ud) { E.server_closed = 1; }
 
 /* ---- running the loop ---------------------------------------------------------------- */
 
-static int timed_out;
-static void on_safety(uv_timer_t *t) { timed_out = 1; }
-
-/* Runs the loop until *flag >= want (or 20 s passed). */
-static void run_until(int *flag, int want) {
-  uv_timer_t safety;
-  uv_timer_init(&E.loop, &safety);
-  uv_timer_start(&safety, on_safety, 20000, 0);
-  timed_out = 0;
-  while (*flag < want && !timed_out) uv_run(&E.loop, UV_RUN_ONCE);
-  KB_CHECK(!timed_out);
-  uv_close((uv_handle_t *)&safety, NULL);
-  uv_run(&E.loop, UV_RUN_NOWAIT);
-}
+static void run_until(int *flag, int want) { kb_test_run_until(&E.loop, flag, want); }
 
 /* ---- collecting results ------------------------------------------------------------------- */
 

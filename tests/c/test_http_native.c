@@ -14,6 +14,7 @@
 
 #include "kb/http_client.h"
 #include "kbtest.h"
+#include "uv_test_util.h"
 
 /* ---- the raw server ---------------------------------------------------------------- */
 
@@ -203,19 +204,7 @@ static void on_raw_connection(uv_stream_t *server, int status) {
 
 /* ---- running requests -------------------------------------------------------------------- */
 
-static int timed_out;
-static void on_safety(uv_timer_t *t) { (void)t; timed_out = 1; }
-
-static void run_until(int *flag, int want) {
-  uv_timer_t safety;
-  uv_timer_init(&S.loop, &safety);
-  uv_timer_start(&safety, on_safety, 20000, 0);
-  timed_out = 0;
-  while (*flag < want && !timed_out) uv_run(&S.loop, UV_RUN_ONCE);
-  KB_CHECK(!timed_out);
-  uv_close((uv_handle_t *)&safety, NULL);
-  uv_run(&S.loop, UV_RUN_NOWAIT);
-}
+static void run_until(int *flag, int want) { kb_test_run_until(&S.loop, flag, want); }
 
 typedef struct result {
   int done;

@@ -83,6 +83,14 @@ static int all_intact(const slot *s) {
   return 1;
 }
 
+/* Every block handed out came back: the pool holds nothing live. */
+static void check_all_returned(kb_lua_alloc *a) {
+  kb_lua_alloc_stats st;
+  kb_lua_alloc_get_stats(a, &st);
+  KB_CHECK(st.small_blocks == 0 && st.small_bytes == 0);
+  KB_CHECK(st.large_blocks == 0 && st.large_bytes == 0);
+}
+
 static void test_random_sequence(void) {
   kb_lua_alloc *a = kb_lua_alloc_new();
   KB_CHECK(a != NULL);
@@ -145,9 +153,7 @@ static void test_random_sequence(void) {
   KB_CHECK(st.slabs > 0);
   for (int i = 0; i < SLOTS; i++)
     if (s[i].p) kb_lua_alloc_fn(a, s[i].p, s[i].n, 0);
-  kb_lua_alloc_get_stats(a, &st);
-  KB_CHECK(st.small_blocks == 0 && st.small_bytes == 0);
-  KB_CHECK(st.large_blocks == 0 && st.large_bytes == 0);
+  check_all_returned(a);
   kb_lua_alloc_free(a);
 }
 
@@ -277,9 +283,7 @@ static void test_lua_state(void) {
   KB_CHECK(lua_bytes <= st.small_bytes + st.large_bytes);
   KB_CHECK(lua_bytes + st.small_blocks * KB_LUA_ALLOC_QUANTUM >= st.small_bytes + st.large_bytes);
   lua_close(L);
-  kb_lua_alloc_get_stats(a, &st);
-  KB_CHECK(st.small_blocks == 0 && st.small_bytes == 0);
-  KB_CHECK(st.large_blocks == 0 && st.large_bytes == 0);
+  check_all_returned(a);
   kb_lua_alloc_free(a);
 }
 
@@ -304,9 +308,7 @@ static void test_lua_memory_error(void) {
   KB_CHECK(errmem > 0);
   KB_CHECK(luaL_loadstring(L, churn) == LUA_OK && lua_pcall(L, 0, 3, 0) == LUA_OK);
   lua_close(L);
-  kb_lua_alloc_stats st;
-  kb_lua_alloc_get_stats(a, &st);
-  KB_CHECK(st.small_blocks == 0 && st.large_blocks == 0);
+  check_all_returned(a);
   kb_lua_alloc_free(a);
 }
 
