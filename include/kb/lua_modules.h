@@ -7,6 +7,7 @@
 
 int luaopen_kb_core(lua_State *L);   /* src/lua/core.c:   tasks, clock */
 int luaopen_kb_json(lua_State *L);   /* src/lua/json.c:   kb.json */
+int luaopen_kb_csv_codec(lua_State *L); /* src/lua/csv.c: kb.csv's row encoder */
 int luaopen_kb_yaml(lua_State *L);   /* src/lua/yaml.c:   kb.yaml */
 int luaopen_kb_hist(lua_State *L);   /* src/lua/hist.c:   kb.hist */
 int luaopen_kb_http(lua_State *L);   /* src/lua/http.c:   kb.http client */

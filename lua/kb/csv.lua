@@ -38,41 +38,15 @@ local function data_error(fmt, ...)
   error(setmetatable({ class = "csv", message = format(fmt, ...) }, Error), 0)
 end
 
+-- The cells of a row are encoded in C (src/lua/csv.c): a storm writes a
+-- row per API call, and in Lua a row cost a third of the call's request.
+local codec = require "kb.csv.codec"
+
 --- The cell text of a number: integers exactly, floats in the shortest
--- round-tripping %.Ng form.
-function M.format_number(v)
-  if math.type(v) == "integer" then return format("%d", v) end
-  if v ~= v then return "nan" end
-  if v == math.huge then return "inf" end
-  if v == -math.huge then return "-inf" end
-  local s
-  for precision = 14, 17 do
-    s = format("%." .. precision .. "g", v)
-    if tonumber(s) == v then break end
-  end
-  return s
-end
+-- form that reads back exactly (as kb.json writes them); nan, inf, -inf.
+M.format_number = codec.format_number
 
 local scrub -- kb.secrets.scrub, required on first use (kb.secrets needs this module)
-
--- Text cells pass kb.secrets' scrubber, as everything kbrun writes (docs/security.md).
-local function cell(v)
-  local t = type(v)
-  if t == "string" then
-    scrub = scrub or require("kb.secrets").scrub
-    return scrub(v)
-  end
-  if t == "number" then return M.format_number(v) end
-  if v == nil or v == json.null then return "" end
-  return tostring(v)
-end
-
-local function quote(s)
-  if find(s, '[,"\r\n]') or find(s, "^[ \t]") or find(s, "[ \t]$") then
-    return '"' .. (s:gsub('"', '""')) .. '"'
-  end
-  return s
-end
 
 local function line_ending(opts, who)
   local eol = opts and opts.eol or "\n"
@@ -82,13 +56,14 @@ local function line_ending(opts, who)
   return eol
 end
 
--- The line of cells 1..n of list, without its line ending.
+-- The line of cells 1..n of list, without its line ending. Text cells
+-- pass kb.secrets' scrubber, as everything kbrun writes (docs/security.md);
+-- nil and json.null are empty cells; a cell with a comma, a quote, CR, LF
+-- or a blank at either end is quoted; a lone empty cell is "" (a blank
+-- line would be skipped by parse).
 local function encode_cells(list, n)
-  local out = {}
-  for i = 1, n do out[i] = quote(cell(list[i])) end
-  -- a lone empty field would be a blank line, which parse skips
-  if n == 1 and out[1] == "" then return '""' end
-  return table.concat(out, ",", 1, n)
+  scrub = scrub or require("kb.secrets").scrub
+  return codec.encode_row(list, n, scrub, json.null)
 end
 
 --- Encodes one row (a list; `list.n` counts trailing nils) as a line without

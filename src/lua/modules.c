@@ -6,6 +6,7 @@
 static const luaL_Reg kb_modules[] = {
   {"kb.core", luaopen_kb_core},
   {"kb.json", luaopen_kb_json},
+  {"kb.csv.codec", luaopen_kb_csv_codec},
   {"kb.yaml", luaopen_kb_yaml},
   {"kb.hist", luaopen_kb_hist},
   {"kb.http", luaopen_kb_http},

@@ -1,0 +1,126 @@
+/* kb.csv.codec: the hot half of kb.csv (lua/kb/csv.lua), a row's cells
+ * encoded in C. A storm writes a latencies.csv row per API call; in Lua
+ * the cells of one row (each number printed up to four times to find its
+ * shortest form, each text searched three times for what needs quotes)
+ * cost about a third of the call's own HTTP request (bench/kfp.md).
+ *
+ *   codec.encode_row(list, n, scrub, null) -> line (no line ending)
+ *   codec.format_number(x) -> text
+ *
+ * A cell is: a string passed through scrub (kb.secrets.scrub: everything
+ * kbrun writes is scrubbed, docs/security.md), then quoted RFC 4180 style
+ * when it holds a comma, a quote, CR or LF or starts or ends with a blank;
+ * a number in the shortest form that reads back exactly (integers as they
+ * are, floats as kb.json writes them; nan, inf, -inf); nil and `null`
+ * (kb.json.null) empty; anything else tostring(). A lone empty cell is
+ * written "" so the line is not blank (kb.csv.parse skips blank lines). */
+#include <math.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "kb/json.h"
+#include "kb/lua_modules.h"
+#include "kb/lua_util.h"
+
+/* Pushes the text of number idx. */
+static void push_number(lua_State *L, int idx) {
+  char num[KB_JSON_NUMBUF];
+  size_t n;
+  if (lua_isinteger(L, idx)) {
+    n = kb_json_format_int64(num, (int64_t)lua_tointeger(L, idx));
+  } else {
+    double d = lua_tonumber(L, idx);
+    n = kb_json_format_double(num, d);
+    if (n == 0) { /* not finite: JSON has no form for it, a CSV cell does */
+      lua_pushstring(L, d != d ? "nan" : d > 0 ? "inf" : "-inf");
+      return;
+    }
+  }
+  lua_pushlstring(L, num, n);
+}
+
+static int needs_quotes(const char *s, size_t len) {
+  if (len == 0) return 0;
+  if (s[0] == ' ' || s[0] == '\t' || s[len - 1] == ' ' || s[len - 1] == '\t') return 1;
+  for (size_t i = 0; i < len; i++)
+    if (s[i] == ',' || s[i] == '"' || s[i] == '\r' || s[i] == '\n') return 1;
+  return 0;
+}
+
+static void add_quoted(luaL_Buffer *b, const char *s, size_t len) {
+  luaL_addchar(b, '"');
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] == '"') luaL_addchar(b, '"');
+    luaL_addchar(b, s[i]);
+  }
+  luaL_addchar(b, '"');
+}
+
+/* Pushes the text of cell v (at idx), scrubbed when it is a string. */
+static void push_cell_text(lua_State *L, int idx, int scrub, int null) {
+  switch (lua_type(L, idx)) {
+  case LUA_TSTRING:
+    lua_pushvalue(L, scrub);
+    lua_pushvalue(L, idx);
+    lua_call(L, 1, 1);
+    if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "kb.csv: scrub returned a %s", luaL_typename(L, -1));
+    break;
+  case LUA_TNUMBER:
+    push_number(L, idx);
+    break;
+  case LUA_TNIL:
+    lua_pushliteral(L, "");
+    break;
+  default:
+    if (lua_rawequal(L, idx, null)) lua_pushliteral(L, "");
+    else luaL_tolstring(L, idx, NULL);
+    break;
+  }
+}
+
+static int l_encode_row(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  luaL_checktype(L, 3, LUA_TFUNCTION);
+  lua_settop(L, 4); /* 4: kb.json.null (any value) */
+  if (n < 0 || n > 100000) return luaL_argerror(L, 2, "cell count out of range");
+  luaL_checkstack(L, (int)n + LUA_MINSTACK, "kb.csv: too many cells");
+  /* Every cell's text first, on the stack: the buffer then only adds. */
+  size_t total = 0;
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_geti(L, 1, i);
+    push_cell_text(L, lua_gettop(L), 3, 4);
+    lua_remove(L, -2);
+    total += lua_rawlen(L, -1);
+  }
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (lua_Integer i = 1; i <= n; i++) {
+    size_t len;
+    const char *s = lua_tolstring(L, 4 + (int)i, &len);
+    if (i > 1) luaL_addchar(&b, ',');
+    if (needs_quotes(s, len)) add_quoted(&b, s, len);
+    else luaL_addlstring(&b, s, len);
+  }
+  if (n == 1 && total == 0) luaL_addlstring(&b, "\"\"", 2);
+  luaL_pushresult(&b);
+  return 1;
+}
+
+static int l_format_number(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TNUMBER);
+  push_number(L, 1);
+  return 1;
+}
+
+static const luaL_Reg codec_funcs[] = {
+  {"encode_row", l_encode_row},
+  {"format_number", l_format_number},
+  {NULL, NULL},
+};
+
+int luaopen_kb_csv_codec(lua_State *L) {
+  luaL_newlib(L, codec_funcs);
+  return 1;
+}
