@@ -103,11 +103,49 @@ function Pool:wait()
   return kb.all(tasks)
 end
 
---- Runs fn(item, index) for every item with the pool's concurrency and
--- returns the list of results in item order.
+-- A failed item's error, with the traceback a failed task's gets.
+local function with_traceback(err)
+  if type(err) == "string" then return debug.traceback(err, 2) end
+  if type(err) == "table" and not core.is_cancelled(err) and err.traceback == nil then
+    err.traceback = debug.traceback(nil, 2)
+  end
+  return err
+end
+
+--- Runs fn(item, index) for every item of the list `items`, at most the
+-- pool's n at once, and returns their first results in item order. A
+-- failure does not stop the other items; the first (in item order) is
+-- raised once all have run. Cancelling the caller cancels the items
+-- still running and raises kb.cancelled.
+--
+-- The items run on at most n worker tasks (spawned in the pool, so they
+-- count against its limit) that each take the next item: a task per item
+-- would cost each its own coroutine, stack and slot (a storm maps every
+-- status poll; bench/kfp.md).
 function Pool:map(items, fn)
-  for i, item in ipairs(items) do self:spawn(fn, item, i) end
-  return self:wait()
+  local n, taken = #items, 0
+  local results, failures = {}, {}
+  local function worker()
+    while taken < n do
+      taken = taken + 1
+      local i = taken
+      local ok, value = xpcall(fn, with_traceback, items[i], i)
+      if ok then
+        results[i] = value
+      elseif core.is_cancelled(value) then
+        error(value, 0)
+      else
+        failures[i] = value
+      end
+    end
+  end
+  local workers = {}
+  for w = 1, math.min(self.limit, n) do workers[w] = self:spawn(worker) end
+  kb.all(workers)
+  for i = 1, n do
+    if failures[i] ~= nil then error(failures[i], 0) end
+  end
+  return results
 end
 
 -- fn(...) in a task of its own, cancelled when sleep(seconds) returns first.

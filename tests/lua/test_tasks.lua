@@ -198,6 +198,47 @@ T.case("pool:map keeps item order and propagates failures", function()
   T.raises(function() kb.pool(0) end, "positive integer")
 end)
 
+T.case("pool:map runs the items on at most n tasks, every item despite failures", function()
+  local threads, nthreads, ran = {}, 0, {}
+  local ok, err = pcall(kb.pool(4).map, kb.pool(4), { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 }, function(x, i)
+    local co = coroutine.running()
+    if not threads[co] then threads[co], nthreads = true, nthreads + 1 end
+    kb.sleep(0.001 * (x % 3))
+    ran[#ran + 1] = i
+    if x == 3 or x == 7 then error("item " .. x .. " failed") end
+    return x
+  end)
+  T.eq(ok, false)
+  T.eq(nthreads, 4)         -- workers, not a task per item
+  T.eq(#ran, 10)            -- the failures stopped nothing
+  T.contains(err, "item 3 failed") -- the first in item order
+  T.contains(err, "stack traceback") -- as a failed task's error
+  local e = {}
+  local ok2, got = pcall(kb.pool(2).map, kb.pool(2), { 1 }, function() error(e) end)
+  T.eq(ok2, false)
+  T.eq(got, e)
+  T.eq(type(e.traceback), "string")
+  T.same(kb.pool(3):map({}, function() error("never") end), {})
+end)
+
+T.case("pool:map: cancelling the caller cancels the items in flight", function()
+  local started, finished = 0, 0
+  local t = kb.spawn(function()
+    kb.pool(2):map({ 1, 2, 3, 4 }, function()
+      started = started + 1
+      kb.sleep(10)
+      finished = finished + 1
+    end)
+  end)
+  kb.sleep(0.01)
+  t:cancel()
+  local ok, err = pcall(t.wait, t)
+  T.eq(ok, false)
+  T.ok(kb.is_cancelled(err))
+  T.eq(started, 2)
+  T.eq(finished, 0)
+end)
+
 T.case("kb.timeout returns results or raises class timeout", function()
   T.eq(kb.timeout(1, function() kb.sleep(0.001); return 42 end), 42)
   local ok, err = pcall(kb.timeout, 0.01, function() kb.sleep(5) end)

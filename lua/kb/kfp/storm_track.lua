@@ -71,25 +71,23 @@ function M.round(s, list, pending)
     s.track_error = err
     return 1, true
   end
-  local pool = kb.pool(s.p.concurrency)
-  local tasks = {}
+  local changed = {}
   for _, run in ipairs(list) do
-    if s.halted then break end
     if pending(run) then
       local seen = listed[run.id]
       if seen and seen.state == run.state then
         run.poll_failed = false
       else
-        tasks[#tasks + 1] = pool:spawn(s.poll_one, s, run)
+        changed[#changed + 1] = run
       end
     end
   end
-  local results = pool:wait()
-  local any_ok = #tasks == 0
-  for i = 1, #tasks do
+  local results = kb.pool(s.p.concurrency):map(changed, function(run) return s:poll_one(run) end)
+  local any_ok = #changed == 0
+  for i = 1, #changed do
     if results[i] then any_ok = true break end
   end
-  return 1 + #tasks, not any_ok
+  return 1 + #changed, not any_ok
 end
 
 return M

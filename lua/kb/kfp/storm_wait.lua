@@ -145,17 +145,16 @@ function Session:poll_in_order(list)
   end
 end
 
--- Every pending run, `concurrency` GETs in flight.
+-- Every pending run, `concurrency` GETs in flight (poll_one does none
+-- once polling halted).
 function Session:poll_pending(list, count_rounds)
-  local pool = kb.pool(self.p.concurrency)
-  local tasks = {}
+  local todo = {}
   for _, run in ipairs(list) do
-    if self.halted then break end
-    if pending(run) then tasks[#tasks + 1] = pool:spawn(self.poll_one, self, run) end
+    if pending(run) then todo[#todo + 1] = run end
   end
-  local results = pool:wait()
+  local results = kb.pool(self.p.concurrency):map(todo, function(run) return self:poll_one(run) end)
   -- wait_runs stops after rounds of failures; the probe's rounds measure them
-  if count_rounds then self:count_round(results, #tasks) end
+  if count_rounds then self:count_round(results, #todo) end
 end
 
 -- One round of tracking = "list" (kb.kfp.storm_track): the unfinished runs
@@ -315,11 +314,11 @@ end
 
 -- Runs `fn(self, run)` for each run with an id, `concurrency` at a time.
 function Session:each_created(list, fn)
-  local pool = kb.pool(self.p.concurrency)
+  local created = {}
   for _, run in ipairs(list or self.runs) do
-    if run.id then pool:spawn(fn, self, run) end
+    if run.id then created[#created + 1] = run end
   end
-  pool:wait()
+  kb.pool(self.p.concurrency):map(created, function(run) return fn(self, run) end)
 end
 
 --- One more GET of every created run, timed as run.get (notebook step 5:
