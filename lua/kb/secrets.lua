@@ -117,6 +117,7 @@ local registered, list = {}, {}
 -- Scrubbed strings, reset when the register grows (metric names, op
 -- names and the like repeat in every journal record).
 local cache, cached = {}, 0
+local key_kind, kinds = {}, 0 -- flat_and_clean's judgement of record keys (below)
 local CACHE_MAX, CACHE_LEN = 4096, 256
 
 local function add(text, min)
@@ -166,7 +167,7 @@ function M.register(...)
   end
   if #list > before then
     table.sort(list, function(a, b) return #a > #b end)
-    cache, cached = {}, 0
+    cache, cached, key_kind, kinds = {}, 0, {}, 0
   end
 end
 
@@ -272,12 +273,30 @@ end
 -- names, states) hit the scrubber's cache and the numbers, which hold no
 -- secret, are not scanned at all: the journal's per-call lines no longer
 -- pay a scrub of their whole, always new, text.
+--
+-- A key is judged once (key_kind): "plain" when scrubbing leaves it alone
+-- and it is not named like a credential (clean whatever its value),
+-- "credential" when its value decides. Forgotten when a secret is
+-- registered, as the scrubber's cache is.
+local function clean_key(k, x)
+  local kind = key_kind[k]
+  if kind == nil then
+    if M.scrub(k) ~= k then return false end
+    kind = credential_field(k, "v") and "credential" or "plain"
+    if #k <= CACHE_LEN then
+      if kinds >= CACHE_MAX then key_kind, kinds = {}, 0 end
+      key_kind[k], kinds = kind, kinds + 1
+    end
+  end
+  return kind == "plain" or not credential_field(k, x)
+end
+
 local function flat_and_clean(v)
   if type(v) ~= "table" or protected[v] or getmetatable(v) ~= nil then return false end
   for k, x in pairs(v) do
     local tx = type(x)
     if tx == "table" then return false end
-    if type(k) == "string" and (M.scrub(k) ~= k or credential_field(k, x)) then return false end
+    if type(k) == "string" and not clean_key(k, x) then return false end
     if tx == "string" and M.scrub(x) ~= x then return false end
   end
   return true

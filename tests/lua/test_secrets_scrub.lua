@@ -58,6 +58,21 @@ T.case("encode_json: valid JSON even where a header rule would run to the end of
   T.eq(secrets.encode_json({ a = 1, b = "run.create" }), json.encode({ a = 1, b = "run.create" }))
 end)
 
+T.case("encode_json: flat records, their keys judged once, judged again after a registration", function()
+  -- a flat record: each key is judged once, then remembered
+  T.eq(secrets.encode_json({ op = "run.get", latency = 0.5, status = 200 }),
+    '{"latency":0.5,"op":"run.get","status":200}')
+  -- a credential-named key: its value decides, every time
+  T.eq(secrets.encode_json({ token = "" }), '{"token":""}')
+  T.eq(secrets.encode_json({ token = "abcd1234" }), '{"token":"[REDACTED]"}')
+  T.eq(secrets.encode_json({ token = "" }), '{"token":""}')
+  -- a key that became a secret after it was judged clean is scrubbed
+  local key = "Kq7laterSecretKey"
+  T.eq(secrets.encode_json({ [key] = 1 }), '{"' .. key .. '":1}')
+  secrets.register(key)
+  T.eq(secrets.encode_json({ [key] = 1 }):find(key, 1, true), nil)
+end)
+
 T.case("params: declarations {default, secret}", function()
   local plain, names = secrets.params({ a = 1, k = { default = "", secret = true }, t = { default = 2 } })
   T.same(plain, { a = 1, k = "", t = 2 })
