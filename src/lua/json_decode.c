@@ -144,23 +144,21 @@ static int dec_end(void *ud) {
 static int dec_begin_object(void *ud) { return dec_begin(ud, DEC_OBJECT); }
 static int dec_begin_array(void *ud) { return dec_begin(ud, DEC_ARRAY); }
 
-/* json.decode(text [, opts]) -> value */
-int kb__ljson_decode(lua_State *L) {
+/* Decodes text (index 1) with opts (index 2: a table or nil) on L,
+ * using the working memory st. Leaves the value on top (or raises). */
+static int decode_on(lua_State *L, jstate *st) {
   size_t len;
-  const char *text = luaL_checklstring(L, 1, &len);
-  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
-  lua_settop(L, 2);
+  const char *text = lua_tolstring(L, 1, &len);
   unsigned max_depth = kb__ljson_opt_depth(L, 2);
   lua_Integer max_size = kb_opt_integer(L, 2, "max_size", -1);
   if (max_size >= 0 && (lua_Integer)len > max_size)
     return kb_error_raise(L, "json", "kb.json.decode: document of %I bytes exceeds max_size (%I)",
                           (lua_Integer)len, max_size);
-  decoder d = {.L = L};
+  decoder d = {.L = L, .st = st};
   if (lua_istable(L, 2) && lua_getfield(L, 2, "skip") != LUA_TNIL) {
-    if (!lua_istable(L, 3)) luaL_error(L, "option 'skip' must be a set of keys ({key = true})");
-    d.skip_set = 3;
+    if (!lua_istable(L, -1)) luaL_error(L, "option 'skip' must be a set of keys ({key = true})");
+    d.skip_set = lua_gettop(L);
   }
-  d.st = kb__ljson_state_new(L);
   kb_json_handler h = {
     .on_null = dec_null,
     .on_bool = dec_bool,
@@ -172,12 +170,10 @@ int kb__ljson_decode(lua_State *L) {
     .on_begin_array = dec_begin_array,
     .on_end_array = dec_end,
     .max_depth = max_depth,
-    .scratch = &d.st->buf, /* the callbacks may raise Lua errors */
+    .scratch = &st->buf, /* the callbacks may raise Lua errors */
   };
   kb_json_error err;
-  int rc = kb_json_parse(text, len, &h, &d, &err);
-  kb__ljson_state_release(d.st);
-  if (rc) {
+  if (kb_json_parse(text, len, &h, &d, &err)) {
     kb_error_new(L, "json", "kb.json.decode: %s at byte %I (line %I, column %I)", err.message,
                  (lua_Integer)err.offset + 1, (lua_Integer)err.line, (lua_Integer)err.column);
     lua_pushinteger(L, (lua_Integer)err.offset + 1);
@@ -191,3 +187,88 @@ int kb__ljson_decode(lua_State *L) {
   return 1;
 }
 
+/* ---- where decoding runs -------------------------------------------------
+ * The decoder keeps a container's members on the Lua stack (up to
+ * DEC_ROOM slots at a time). Run on the caller's coroutine, that grows its
+ * stack at every decode, and the collector shrinks it again at its next
+ * cycle: with a thousand tasks polling, most decodes paid a stack
+ * reallocation and every cycle cleared the grown stacks (bench/kfp.md,
+ * session 10). So decoding runs on one long-lived thread of the state,
+ * with one reused working state, and only the result moves to the caller.
+ * A decode that meets that thread busy (a finalizer the collector runs
+ * mid-way through a decode may decode) decodes on its caller's stack. */
+
+static const char DECODER_KEY = 'd';
+
+typedef struct {
+  lua_State *thread; /* anchored by this userdata's user value */
+  jstate st;         /* reused; its buffers are kept between decodes */
+  int busy;
+} shared_decoder;
+
+/* Working memory over this is given back after the decode that grew it. */
+#define KEEP_SCRATCH (256 * 1024)
+
+static int shared_gc(lua_State *L) {
+  shared_decoder *s = lua_touserdata(L, 1);
+  kb__ljson_state_release(&s->st);
+  return 0;
+}
+
+/* Runs on the shared thread: text, opts, the struct (a light userdata). */
+static int decode_shared(lua_State *T) {
+  shared_decoder *s = lua_touserdata(T, 3);
+  lua_settop(T, 2);
+  return decode_on(T, &s->st);
+}
+
+static shared_decoder *shared_of(lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &DECODER_KEY) == LUA_TUSERDATA) {
+    shared_decoder *s = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return s;
+  }
+  lua_pop(L, 1);
+  shared_decoder *s = lua_newuserdatauv(L, sizeof *s, 1);
+  memset(s, 0, sizeof *s);
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, shared_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  s->thread = lua_newthread(L);
+  lua_setiuservalue(L, -2, 1); /* the thread lives as long as the struct */
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &DECODER_KEY);
+  /* the thread's slot 1 holds, for good, the decoder with the caller's
+   * upvalues (the array and object marks) */
+  lua_pushvalue(L, UV_ARRAY_MT);
+  lua_pushvalue(L, UV_OBJECT_MT);
+  lua_pushcclosure(L, decode_shared, 2);
+  lua_xmove(L, s->thread, 1);
+  return s;
+}
+
+/* json.decode(text [, opts]) -> value */
+int kb__ljson_decode(lua_State *L) {
+  luaL_checkstring(L, 1);
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 2);
+  shared_decoder *s = shared_of(L);
+  if (s->busy) {
+    jstate *st = kb__ljson_state_new(L); /* at 3; freed by its __gc if we raise */
+    decode_on(L, st);
+    kb__ljson_state_release(st);
+    return 1;
+  }
+  lua_State *T = s->thread;
+  s->busy = 1;
+  lua_pushvalue(T, 1);
+  lua_xmove(L, T, 2); /* text, opts */
+  lua_pushlightuserdata(T, s);
+  int rc = lua_pcall(T, 3, 1, 0);
+  s->busy = 0;
+  if (s->st.buf.cap > KEEP_SCRATCH) kb_buf_free(&s->st.buf);
+  lua_xmove(T, L, 1); /* the value, or the error */
+  lua_settop(T, 1);
+  if (rc != LUA_OK) return lua_error(L);
+  return 1;
+}

@@ -379,4 +379,26 @@ T.case("decode's skip leaves named members out at any depth, and still checks th
   T.contains(tostring(err2), "option 'skip' must be a set of keys")
 end)
 
+T.case("a decode inside a decode (a finalizer run by the collector mid-way) decodes on its own", function()
+  -- json.decode runs on one shared thread; a __gc that decodes while it
+  -- is busy decodes on its caller's stack instead (json_decode.c)
+  local inner
+  local parts = {}
+  for i = 1, 20000 do parts[i] = string.format('{"i":%d,"s":"x%d","a":[1,2,{"b":null}]}', i, i) end
+  local text = "[" .. table.concat(parts, ",") .. "]"
+  local rounds = 0
+  repeat
+    rounds = rounds + 1
+    setmetatable({}, { __gc = function() inner = json.decode('{"inner":[1,{"x":"y"}]}') end })
+    local doc = json.decode(text)
+    T.eq(#doc, 20000)
+    T.eq(doc[20000].s, "x20000")
+    T.eq(json.encode(doc[7].a), '[1,2,{"b":null}]')
+  until inner or rounds >= 20
+  T.ok(inner, "the finalizer ran during a decode")
+  T.eq(json.encode(inner), '{"inner":[1,{"x":"y"}]}')
+  -- and the shared decoder is free again
+  T.eq(json.encode(json.decode("[[]]")), "[[]]")
+end)
+
 T.run()
