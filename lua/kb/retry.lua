@@ -329,16 +329,24 @@ end
 -- pcall does). ctx: op (metric label), method, budget (policy:budget() of
 -- the client, or nil), prefix (of the counters, e.g. "kfp."), recover (for
 -- a request that is not idempotent: a function(err) returning the object
--- when the failed request created it, else nil). Raises the last error
+-- when the failed request created it, else nil), first_error (the error of
+-- an attempt 1 the caller made itself, budget deposit included: the loop
+-- goes on from there). Raises the last error
 -- when the failure is not transient, attempts or budget are used up, or
 -- the call was cancelled; the error gains .attempts.
 function Policy:run(ctx, attempt_fn)
   local budget, prefix, op = ctx.budget, ctx.prefix or "", ctx.op
-  if budget then budget:deposit() end
+  local first_error = ctx.first_error
+  if budget and first_error == nil then budget:deposit() end
   local info = { attempts = 0, slept = 0, recovered = false }
   while true do
     info.attempts = info.attempts + 1
-    local ok, a, b = attempt_fn(info.attempts)
+    local ok, a, b
+    if info.attempts == 1 and first_error ~= nil then
+      ok, a = false, first_error
+    else
+      ok, a, b = attempt_fn(info.attempts)
+    end
     if ok then return a, b, info end
     local err = a
     local retryable, delay, reason, check = self:classify(err, ctx.method, info.attempts)

@@ -540,6 +540,34 @@ local function attempt(self, s, req, o, op, method, url)
   return true, doc, r, elapsed
 end
 
+-- A request's credentials from the kubeconfig user: a bearer token (a
+-- file re-read, an exec plugin's cached until it expires) or a client
+-- certificate, put into a copy of its headers.
+local function apply_auth(call)
+  local h = {}
+  for k, v in pairs(call.headers) do h[k] = v end
+  call.s.auth:apply(h, call.o)
+  if h.Authorization then credentials.register(h.Authorization, (h.Authorization:gsub("^%S+%s+", ""))) end
+  call.o.headers = h
+end
+
+-- One attempt of a call (its state: see Client:request). A 401 with a
+-- kubeconfig user runs its exec plugin again (or reads its token file
+-- again) and sends the request once more, as client-go does.
+local function attempt_call(call)
+  local c, s = call.client, call.s
+  local ok, a, b, elapsed = attempt(c, s, call.req, call.o, call.op, call.method, call.url)
+  call.spent = call.spent + elapsed
+  if not ok and s.auth and not call.refreshed and type(a) == "table" and a.status == 401
+      and s.auth:invalidate() then
+    call.refreshed = true
+    apply_auth(call)
+    ok, a, b, elapsed = attempt(c, s, call.req, call.o, call.op, call.method, call.url)
+    call.spent = call.spent + elapsed
+  end
+  return ok, a, b
+end
+
 --- c:request{op=, method=, path=, query=, body=, multipart=, root=, raw=,
 -- recover=} -> decoded JSON (a table; {} for an empty body), response. The
 -- low-level call every method uses: path is under /apis/<api> (under host=
@@ -566,55 +594,40 @@ function Client:request(req)
   end
   local o = { method = method, url = url, headers = headers, query = req.query,
     body = req.body, multipart = req.multipart, timeout = self.timeout }
-  for k, v in pairs(self._tls) do o[k] = v end
-  local function apply_auth()
-    -- the kubeconfig user's credentials: a bearer token (a file re-read,
-    -- an exec plugin's cached until it expires) or a client certificate
-    local h = {}
-    for k, v in pairs(headers) do h[k] = v end
-    s.auth:apply(h, o)
-    if h.Authorization then credentials.register(h.Authorization, (h.Authorization:gsub("^%S+%s+", ""))) end
-    o.headers = h
+  if next(self._tls) then
+    for k, v in pairs(self._tls) do o[k] = v end
   end
-  if s.auth then apply_auth() end
-  local prefix = self.metrics_prefix
-  local spent = 0 -- the attempts' own times, as kb.http measures them
-  local refreshed = false
-  local function once()
-    local ok, a, b, elapsed = attempt(self, s, req, o, op, method, url)
-    spent = spent + elapsed
-    -- a 401 with a kubeconfig user: its exec plugin runs again (or its token
-    -- file is read again) and the request is sent once more, as client-go does
-    if not ok and s.auth and not refreshed and type(a) == "table" and a.status == 401
-        and s.auth:invalidate() then
-      refreshed = true
-      apply_auth()
-      ok, a, b, elapsed = attempt(self, s, req, o, op, method, url)
-      spent = spent + elapsed
-    end
-    return ok, a, b
-  end
-  local ok, doc, r, info
-  if self.retry then
-    ok, doc, r, info = pcall(self.retry.run, self.retry, { op = op, method = method,
-      budget = self._budget, prefix = self._kfp_prefix, recover = req.recover }, once)
-  else
-    ok, doc, r = once()
-    info = { attempts = 1, slept = 0 }
+  -- the call's state, for its attempts (a table, not closures: this runs
+  -- for every poll of a storm)
+  local call = { client = self, s = s, req = req, o = o, op = op, method = method, url = url,
+    headers = headers, spent = 0, refreshed = false }
+  if s.auth then apply_auth(call) end
+  local policy = self.retry
+  if policy and self._budget then self._budget:deposit() end
+  -- The first attempt is made here, outside kb.retry's loop: most calls
+  -- need nothing of it. A failed one goes on there as its attempt 1.
+  local ok, doc, r = attempt_call(call)
+  local attempts, slept = 1, 0
+  if not ok and policy then
+    local info
+    ok, doc, r, info = pcall(policy.run, policy, { op = op, method = method,
+      budget = self._budget, prefix = self._kfp_prefix, recover = req.recover,
+      first_error = doc }, function() return attempt_call(call) end)
+    if ok then attempts, slept = info.attempts, info.slept end
   end
   if not ok then
     if type(doc) == "table" and getmetatable(doc) == ErrorMeta and not kb.is_cancelled(doc) then
-      count_error(prefix, op, doc.class or "other")
+      count_error(self.metrics_prefix, op, doc.class or "other")
     end
     error(doc, 0)
   end
   -- The logical call: the first attempt's start to the final answer. A
   -- recovered create was answered by its lookup (timed as its own op).
-  local elapsed = spent + info.slept
+  local elapsed = call.spent + slept
   if r then
-    r.attempts, r.elapsed = info.attempts, elapsed
+    r.attempts, r.elapsed = attempts, elapsed
   else
-    r = { recovered = true, attempts = info.attempts, elapsed = elapsed, headers = {} }
+    r = { recovered = true, attempts = attempts, elapsed = elapsed, headers = {} }
   end
   local m = op_metrics(self, op)
   -- made at the first success: a call that never succeeded has no histogram
