@@ -79,6 +79,11 @@ function View:write(record)
   if j.out then j:write(record) end
   return self
 end
+function View:write_line(line)
+  local j = self.journal
+  if j.out then j:write_line(line) end
+  return self
+end
 function View:flush() if self.journal.out then self.journal:flush() end end
 function View:sync() if self.journal.out then self.journal:sync() end end
 function View:close() end
@@ -183,7 +188,19 @@ function Journal:retry() return self:_drain() end
 -- (write-through) or at the next flush (buffered).
 function Journal:write(record)
   if not self.out then error(string.format("kb.journal: '%s' is closed", self.path), 2) end
-  local line = secrets.encode_json(record)
+  return self:_append(secrets.encode_json(record))
+end
+
+--- Appends one record already encoded: `line`, one line of JSON text
+-- without its newline, which the caller built as :write would have
+-- (kb.secrets.encode_json: scrubbed, keys sorted). For a hot path that
+-- makes its lines from parts it checked once (kb.kfp.storm's calls).
+function Journal:write_line(line)
+  if not self.out then error(string.format("kb.journal: '%s' is closed", self.path), 2) end
+  return self:_append(line)
+end
+
+function Journal:_append(line)
   self.count = self.count + 1
   if self.interval == 0 then
     self:_emit(line .. "\n", 1)
