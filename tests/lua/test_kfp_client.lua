@@ -594,6 +594,19 @@ end)
 
 -- ---- states and times ------------------------------------------------------------
 
+T.case("ids are percent-encoded as path segments; plain ids are sent as they are", function()
+  with_mock({
+    ["GET " .. P2 .. "/runs/a%2Fb%20c%3F%25"] = v2.run("SUCCEEDED", "2024-05-01T10:05:00Z"),
+    ["GET " .. P2 .. "/runs/A-z_0.9~"] = v2.run("SUCCEEDED", "2024-05-01T10:05:00Z"),
+  }, function(m)
+    local c = kfp.client{ host = m.url, metrics_prefix = "t.seg." }
+    c:get_run("a/b c?%")
+    expect(m.reqs[1], "GET", P2 .. "/runs/a%2Fb%20c%3F%25")
+    c:get_run("A-z_0.9~")
+    expect(m.reqs[2], "GET", P2 .. "/runs/A-z_0.9~")
+  end)
+end)
+
 T.case("run states: the v2 enum maps as the 2.x server maps it to v1 (kfp.md 1c)", function()
   local cases = {
     { "PENDING", "Pending", false }, { "PAUSED", "Pending", false },

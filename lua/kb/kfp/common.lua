@@ -65,9 +65,13 @@ function M.args(a, fn)
   return a
 end
 
+local function percent(c) return string.format("%%%02X", c:byte()) end
+
 --- A path segment, percent-encoded (RFC 3986 unreserved characters kept).
+-- Ids (UUIDs) need nothing: they are returned as they are.
 function M.seg(s)
-  return (s:gsub("[^%w%-%._~]", function(c) return string.format("%%%02X", c:byte()) end))
+  if not s:find("[^%w%-%._~]") then return s end
+  return (s:gsub("[^%w%-%._~]", percent))
 end
 
 --- The text of a filter: a string is sent as is, a table ({predicates =
