@@ -71,6 +71,11 @@ return {
         latency = 0.000123456789 * i, status = 200 }
       if i % 4096 == 0 then j:flush() end
     end)
+    local call_line = require("kb.kfp.storm_record").call_line
+    part("the storm's call line (built, journal:write_line)", function(i)
+      j:write_line(call_line("poll.run.get", i * 0.0123456789, 0.000123456789 * i, 200))
+      if i % 4096 == 0 then j:flush() end
+    end)
     j:close()
     part("  of it: kb.secrets.encode_json", function(i)
       secrets.encode_json{ event = "call", op = "poll.run.get", t = i * 0.0123456789,
@@ -82,6 +87,9 @@ return {
     end)
     local h = kb.hist.new()
     part("a histogram record", function(i) h:record(i * 1e-6) end)
+    -- as kb.kfp's are: registered, so journaled and in the time series
+    local registered = require("kb.metrics").histogram("budget.registered")
+    part("a registered histogram's record", function(i) registered:record(i * 1e-6) end)
     local pool = kb.pool(1000)
     part("a task per item (pool:spawn)", function() pool:spawn(function() end) end)
     pool:wait()
