@@ -224,13 +224,25 @@ end
 -- its row is computed from all its values (a sort), so it is written at
 -- most this often, not at every flush (a flush comes every 8,192 values).
 M.OPEN_ROWS_EVERY = 1
+--- The share of the process's CPU the open rows may take: when sorting
+-- them took c CPU seconds, the next are written c / share seconds later
+-- at the earliest (under load an interval holds 100,000s of values, and
+-- sorting them all every second cost a storm 10% of its CPU, bench/kfp.md).
+M.OPEN_ROWS_CPU_SHARE = 0.05
+
+--- Real seconds from one journaling of the open rows to the next, when
+-- the last took `cpu` CPU seconds.
+function M.open_rows_wait(cpu)
+  return math.max(M.OPEN_ROWS_EVERY, (cpu or 0) / M.OPEN_ROWS_CPU_SHARE)
+end
 
 journal_rows = function(j, st, force)
   local list, keep = st.dirty, {}
   st.dirty = {}
   local now = core.time()
-  local open_due = force or now - (st.open_at or -math.huge) >= M.OPEN_ROWS_EVERY
-  if open_due then st.open_at = now end
+  local open_due = force or now - (st.open_at or -math.huge) >= M.open_rows_wait(st.open_cpu)
+  local cpu0
+  if open_due then st.open_at, cpu0 = now, os.clock() end
   for _, s in ipairs(list) do
     s.dirty = false
     -- a counter's or gauge's last row changes in place: written again
@@ -246,6 +258,7 @@ journal_rows = function(j, st, force)
     end
   end
   st.dirty = keep
+  if open_due then st.open_cpu = os.clock() - cpu0 end
 end
 
 --- The series of a journal's records (as M.snapshot gives them), or nil

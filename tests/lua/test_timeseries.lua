@@ -36,6 +36,17 @@ T.case("values recorded at known times land in their intervals, with exact perce
   T.contains(csv, "tsx.done,counter,20,,,,,,3")
 end)
 
+T.case("the open rows are journaled at most every second, less often when sorting them costs", function()
+  T.eq(ts.open_rows_wait(nil), 1)
+  T.eq(ts.open_rows_wait(0.001), 1)
+  T.near(ts.open_rows_wait(0.1), 0.1 / ts.OPEN_ROWS_CPU_SHARE, 1e-12, "5% of the CPU")
+  T.ok(ts.open_rows_wait(0.1) > 1)
+  local every = ts.OPEN_ROWS_EVERY
+  ts.OPEN_ROWS_EVERY = 3
+  T.eq(ts.open_rows_wait(0.1), 3)
+  ts.OPEN_ROWS_EVERY = every
+end)
+
 T.case("--metrics-listen serves the last complete interval's figures", function()
   local sim <close> = kb.sim.start { profile = "fast" }
   local prometheus = require "kb.prometheus"
