@@ -347,6 +347,9 @@ function Writer:_drain()
   return true
 end
 
+-- Rows a buffered writer holds back before a write(2) of them all.
+local BUFFER_ROWS = 512
+
 local function hold(self, item)
   local held = self.held
   if not held then
@@ -359,7 +362,11 @@ end
 
 --- Opens a CSV file for appending rows, creating it (and its directory)
 -- with the header line if it is new or empty. Every :write appends and
--- flushes one line (a single write(2)), so a killed run keeps its rows.
+-- flushes one line (a single write(2)), so a killed run keeps its rows;
+-- with opts.buffered, rows wait for :flush() (or 512 of them, or :close())
+-- and go in one write(2): for rows a journal holds too (the storm's
+-- latencies.csv, flushed with the run's journal), where a kill loses no
+-- more than the journal's own flush interval and `kbrun report` rebuilds.
 -- opts.eol: line ending ("\n").
 -- opts.extend: if the file exists with other columns, keep its columns and
 --   append the missing ones (rewriting the file atomically, old rows get
@@ -391,7 +398,8 @@ function M.writer(path, header, opts)
     names[i], seen[name] = name, true
   end
   local w = setmetatable({ path = path, header = names, eol = line_ending(opts, "kb.csv.writer"),
-    extend = opts.extend or false, lock = opts.lock or false, rows = 0, ready = false }, Writer)
+    extend = opts.extend or false, lock = opts.lock or false, rows = 0, ready = false,
+    buffered = (opts.buffered and not opts.lock) or false, pending = {}, npending = 0 }, Writer)
   local ok, err = pcall(w._open, w)
   if not ok then
     if getmetatable(err) == Error then error(err, 2) end -- the file's columns conflict
@@ -419,6 +427,12 @@ function Writer:write(row)
     if self.ready and not self.lock then item = self:_line(item) end
   end
   self.rows = self.rows + 1
+  if self.buffered and not self.held and self.ready then
+    local n = self.npending + 1
+    self.pending[n], self.npending = item, n
+    if n >= BUFFER_ROWS then self:flush() end
+    return self
+  end
   if self.held or not self.ready then
     hold(self, item)
     if clock() - (self.last_try or 0) >= RETRY_INTERVAL then self:_drain() end
@@ -427,6 +441,22 @@ function Writer:write(row)
   local ok, err = pcall(self._put, self, item)
   if not ok then
     hold(self, item)
+    self:_failed(err)
+  end
+  return self
+end
+
+--- Writes the rows a buffered writer holds back (opts.buffered) with one
+-- write(2); a no-op for the others and once closed. A failed write keeps
+-- them, row by row, as a failed :write would.
+function Writer:flush()
+  local n = self.npending
+  if n == 0 then return self end
+  local rows = self.pending
+  self.pending, self.npending = {}, 0
+  local ok, err = pcall(self._put, self, table.concat(rows, "", 1, n))
+  if not ok then
+    for i = 1, n do hold(self, rows[i]) end
     self:_failed(err)
   end
   return self
@@ -458,6 +488,7 @@ end
 -- `local w <close> = csv.writer(...)` scope.
 function Writer:close()
   if self.closed then return end
+  self:flush()
   self.closed = true
   if self.held or not self.ready then
     if not self:_drain() then return end -- the appender stays for the retry

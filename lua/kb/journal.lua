@@ -84,6 +84,8 @@ function View:write_line(line)
   if j.out then j:write_line(line) end
   return self
 end
+function View:on_flush(fn) self.journal:on_flush(fn) end
+function View:write_through() return self.journal:write_through() end
 function View:flush() if self.journal.out then self.journal:flush() end end
 function View:sync() if self.journal.out then self.journal:sync() end end
 function View:close() end

@@ -198,6 +198,37 @@ T.case("writer: header once, list and map rows, flushed per row", function()
   T.raises(csv.writer, "header[2] must be a unique string", file, { "a", "a" })
 end)
 
+T.case("writer: buffered rows go out at flush, at 512 rows and at close, in order", function()
+  local file = fs.join(root, "wb", "latencies.csv")
+  local w = csv.writer(file, { "op", "latency" }, { buffered = true })
+  T.eq(fs.read(file), "op,latency\n")
+  w:write({ "a", 1 })
+  w:write({ op = "b", latency = 2 })
+  T.eq(fs.read(file), "op,latency\n", "held back")
+  T.eq(w:flush(), w)
+  T.eq(fs.read(file), "op,latency\na,1\nb,2\n")
+  local want = { { "a", 1 }, { "b", 2 } }
+  for i = 1, 511 do
+    want[#want + 1] = { "c", i }
+    w:write(want[#want])
+  end
+  T.eq(#csv.parse(fs.read(file)), 1 + 2, "511 rows still held")
+  want[#want + 1] = { "d", 0.5 }
+  w:write(want[#want])
+  T.eq(#csv.parse(fs.read(file)), 1 + 2 + 512, "the 512th wrote them all")
+  want[#want + 1] = { "e", 3 }
+  w:write(want[#want])
+  w:close()
+  T.eq(fs.read(file), csv.encode(want, { "op", "latency" }))
+  T.eq(w.rows, #want)
+  T.eq(w:flush(), w, "a no-op once closed")
+  -- lock mode writes through
+  local l = csv.writer(fs.join(root, "wb", "locked.csv"), { "x" }, { buffered = true, lock = true })
+  l:write({ 1 })
+  T.eq(fs.read(fs.join(root, "wb", "locked.csv")), "x\n1\n")
+  l:close()
+end)
+
 T.case("writer: other columns raise, or extend the file", function()
   local file = fs.join(root, "w2", "report.csv")
   local w = csv.writer(file, { "id", "mean" })

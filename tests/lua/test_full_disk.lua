@@ -90,6 +90,31 @@ case("a csv writer keeps the rows a full disk refused and writes them in order l
   T.eq(fs.read(path), csv.encode(rows, { "op", "latency" }))
 end)
 
+case("a buffered csv writer keeps a refused flush row by row and writes it in order later", function()
+  local dir = scratch()
+  local path = fs.join(dir, "latencies.csv")
+  local w = csv.writer(path, { "op", "latency" }, { buffered = true })
+  w:write { "run.create", 0.25 }
+  w:flush()
+  fill()
+  local rows = { { "run.create", 0.25 } }
+  for i = 1, 1000 do
+    rows[#rows + 1] = { "run.get", i / 1000 }
+    w:write(rows[#rows]) -- never raises; the 512th makes a flush the disk refuses
+  end
+  w:flush()
+  local f = failure_of(path)
+  T.ok(f, "the failure is registered")
+  T.eq(f.code, "ENOSPC")
+  local held = tonumber(f.unsaved:match("^(%d+) rows$"))
+  T.ok(held and held >= 500, f.unsaved)
+  T.eq(#csv.parse(fs.read(path)), 1 + 1001 - held, "the rows on disk are whole, the rest held")
+  free()
+  w:close()
+  T.eq(failure_of(path), nil, "resolved once written")
+  T.eq(fs.read(path), csv.encode(rows, { "op", "latency" }))
+end)
+
 case("a csv writer created on a full disk writes its header and rows at the end", function()
   local dir = scratch()
   local path = fs.join(dir, "latencies.csv")

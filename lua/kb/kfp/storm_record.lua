@@ -154,7 +154,15 @@ function Session:open_outputs()
   local exp = self.exp
   if not exp then return end
   self.journal = journal.open(exp:path("output", "journal.jsonl"))
-  self.latencies = csv.writer(exp:path("result", "latencies.csv"), LATENCY_HEADER)
+  -- a buffered journal (the runner's) holds every call too: the rows go
+  -- out with its flushes, one write(2) for all, not one per call
+  local buffered = not self.journal:write_through()
+  local latencies = csv.writer(exp:path("result", "latencies.csv"), LATENCY_HEADER,
+    { buffered = buffered })
+  self.latencies = latencies
+  if buffered then
+    self.journal:on_flush(function() if not latencies.closed then latencies:flush() end end)
+  end
 end
 
 -- for kb.kfp.storm's other parts (call_line: for its test)
