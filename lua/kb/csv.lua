@@ -462,6 +462,14 @@ function Writer:flush()
   return self
 end
 
+--- Turns holding rows back (opts.buffered) on or off; off writes what is
+-- held back first, and every later row goes out at its :write.
+function Writer:set_buffered(on)
+  if not on then self:flush() end
+  self.buffered = (on and not self.lock) or false
+  return self
+end
+
 --- What is still only in memory after failed writes ("12 rows", "the
 -- header and 12 rows"), or nil when everything is written.
 function Writer:unsaved()

@@ -219,9 +219,24 @@ end
 function Journal:write_through() return self.interval == 0 end
 
 --- fn(journal) runs at the start of every flush, to write records it has
--- been collecting (kb.metrics batches measurements this way).
+-- been collecting (kb.metrics batches measurements this way). A hook that
+-- returns false is not run again (what it served is gone), so it no
+-- longer holds on to what it refers to.
 function Journal:on_flush(fn)
   self.hooks[#self.hooks + 1] = fn
+end
+
+-- Runs the flush hooks in order, dropping those that return false.
+local function run_hooks(self)
+  local hooks, kept = self.hooks, 0
+  for i = 1, #hooks do
+    local hook = hooks[i]
+    if hook(self) ~= false then
+      kept = kept + 1
+      hooks[kept] = hook
+    end
+  end
+  for i = #hooks, kept + 1, -1 do hooks[i] = nil end
 end
 
 --- Writes the buffered records with one write(2). When that fails they
@@ -230,9 +245,7 @@ function Journal:flush()
   if not self.out then return end
   if self.flushing then return end -- a hook that writes must not recurse
   self.flushing = true
-  local ok, err = pcall(function()
-    for _, hook in ipairs(self.hooks) do hook(self) end
-  end)
+  local ok, err = pcall(run_hooks, self)
   self.flushing = false
   if not ok then error(err, 0) end
   if self.nbuf == 0 then

@@ -268,6 +268,45 @@ T.case("buffered journal: lines reach the file at flush, one view per path", fun
   T.raises(journal.open, "kb.journal.open: interval must be a number of seconds >= 0, got -1", path, { interval = -1 })
 end)
 
+T.case("a flush hook that returns false is dropped; the others run on, in order", function()
+  local dir = fs.tmpdir("kb-journal-hooks-")
+  local j = journal.open(fs.join(dir, "j.jsonl"), { interval = 3600 })
+  local calls = {}
+  j:on_flush(function() calls[#calls + 1] = "a" end)
+  j:on_flush(function() calls[#calls + 1] = "once" return false end)
+  j:on_flush(function() calls[#calls + 1] = "c" end)
+  j:flush()
+  j:flush()
+  T.eq(table.concat(calls, ","), "a,once,c,a,c")
+  j:close()
+end)
+
+T.case("a storm's buffered latencies.csv: flushed with the journal, written through after finish", function()
+  local csv = require "kb.csv"
+  local dir = fs.tmpdir("kb-journal-csv-")
+  local j = journal.open(fs.join(dir, "j.jsonl"), { interval = 3600 })
+  local file = fs.join(dir, "latencies.csv")
+  local w = csv.writer(file, { "op", "latency" }, { buffered = true })
+  local hooks = #j.hooks
+  j:on_flush(function()
+    if w.closed or not w.buffered then return false end
+    w:flush()
+  end)
+  w:write({ "run.get", 0.5 })
+  T.eq(fs.read(file), "op,latency\n")
+  j:flush()
+  T.eq(fs.read(file), "op,latency\nrun.get,0.5\n")
+  w:write({ "run.get", 0.25 })
+  w:set_buffered(false) -- what finish() does
+  T.eq(fs.read(file), "op,latency\nrun.get,0.5\nrun.get,0.25\n")
+  w:write({ "run.delete", 1 })
+  T.eq(fs.read(file), "op,latency\nrun.get,0.5\nrun.get,0.25\nrun.delete,1\n", "at once")
+  j:flush()
+  T.eq(#j.hooks, hooks, "the hook let go of the writer")
+  w:close()
+  j:close()
+end)
+
 T.case("a bad KBRUN_JOURNAL_FLUSH_MS is refused with a warning", function()
   local work = fs.tmpdir("kb-journal-env-")
   local file = fs.join(work, "s.lua")

@@ -456,7 +456,9 @@ end
 -- the result table for result.json (see storm_report.result). Idempotent.
 function Session:finish()
   if self.result then return self.result end
-  if self.latencies then self.latencies:flush() end -- the report reads it
+  -- the report reads it; a call after this (none in the notebook's
+  -- steps) is written at once
+  if self.latencies then self.latencies:set_buffered(false) end
   local out = require(self.kind == "pipelines" and "kb.kfp.storm_pipelines" or "kb.kfp.storm_report")
   self.result = out.result(self)
   self:add_retry_figures(self.result)

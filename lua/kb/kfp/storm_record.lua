@@ -161,7 +161,12 @@ function Session:open_outputs()
     { buffered = buffered })
   self.latencies = latencies
   if buffered then
-    self.journal:on_flush(function() if not latencies.closed then latencies:flush() end end)
+    -- until finish() writes the rows through (a sweep's cells each have a
+    -- storm: the hook then lets go of the writer)
+    self.journal:on_flush(function()
+      if latencies.closed or not latencies.buffered then return false end
+      latencies:flush()
+    end)
   end
 end
 
