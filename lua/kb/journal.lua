@@ -189,7 +189,7 @@ function Journal:retry() return self:_drain() end
 --- Appends one record (any value kb.json can encode) as one line: at once
 -- (write-through) or at the next flush (buffered).
 function Journal:write(record)
-  if not self.out then error(string.format("kb.journal: '%s' is closed", self.path), 2) end
+  self:_check_open()
   return self:_append(secrets.encode_json(record))
 end
 
@@ -198,8 +198,13 @@ end
 -- (kb.secrets.encode_json: scrubbed, keys sorted). For a hot path that
 -- makes its lines from parts it checked once (kb.kfp.storm's calls).
 function Journal:write_line(line)
-  if not self.out then error(string.format("kb.journal: '%s' is closed", self.path), 2) end
+  self:_check_open()
   return self:_append(line)
+end
+
+-- Raises, at the writer's caller, once the journal is closed.
+function Journal:_check_open()
+  if not self.out then error(string.format("kb.journal: '%s' is closed", self.path), 3) end
 end
 
 function Journal:_append(line)

@@ -148,6 +148,16 @@ function Session:note_auth(op, err)
     p.cookie_file ~= "" and p.cookie_file or "none given")
 end
 
+-- Flushes buffered csv writer w at every flush of journal j, until w is
+-- closed or writes through (finish() makes it: a sweep's cells each have
+-- a storm, and the hook then lets go of the writer).
+local function flush_with(j, w)
+  j:on_flush(function()
+    if w.closed or not w.buffered then return false end
+    w:flush()
+  end)
+end
+
 local LATENCY_HEADER = { "op", "start", "latency", "status", "error_class", "error" }
 
 function Session:open_outputs()
@@ -160,17 +170,10 @@ function Session:open_outputs()
   local latencies = csv.writer(exp:path("result", "latencies.csv"), LATENCY_HEADER,
     { buffered = buffered })
   self.latencies = latencies
-  if buffered then
-    -- until finish() writes the rows through (a sweep's cells each have a
-    -- storm: the hook then lets go of the writer)
-    self.journal:on_flush(function()
-      if latencies.closed or not latencies.buffered then return false end
-      latencies:flush()
-    end)
-  end
+  if buffered then flush_with(self.journal, latencies) end
 end
 
--- for kb.kfp.storm's other parts (call_line: for its test)
-M.message_of, M.call_line = message_of, call_line
+-- for kb.kfp.storm's other parts (call_line, flush_with: for their tests)
+M.message_of, M.call_line, M.flush_with = message_of, call_line, flush_with
 
 return M
