@@ -26,8 +26,7 @@ local json = require "kb.json"
 
 local M = {}
 
-local byte, find, sub, format = string.byte, string.find, string.sub, string.format
-local QUOTE, COMMA, CR, LF = 34, 44, 13, 10
+local sub, format = string.sub, string.format
 
 -- Errors in the data (not in the calling code) are kb error objects.
 local Error = { __name = "kb.error" }
@@ -76,30 +75,27 @@ local function is_list(row)
   return row[1] ~= nil or next(row) == nil
 end
 
--- The cells of `row` in `columns` order. A list row is positional in
--- `names` (the caller's header); a map row is keyed by column names.
-local function row_cells(row, columns, names, who)
+-- The cells of `row` in `columns` order: a list row is positional, a map
+-- row keyed by column names (`known`: the set of them, made once per text).
+local function row_cells(row, columns, known, who)
   if type(row) ~= "table" then
     error(format("%s: a row must be a table, got %s", who, type(row)), 3)
   end
   if not columns then return row end
-  local cells = {}
   if is_list(row) then
-    if #row > #names then
-      error(format("%s: row has %d fields but the header has %d", who, #row, #names), 3)
+    if #row > #columns then
+      error(format("%s: row has %d fields but the header has %d", who, #row, #columns), 3)
     end
-    local by_name = {}
-    for i, name in ipairs(names) do by_name[name] = row[i] end
-    row = by_name
-  else
-    local known = {}
-    for _, name in ipairs(columns) do known[name] = true end
-    for k in pairs(row) do
-      if not known[k] then
-        error(format("%s: column %s is not in the header", who, format("%q", tostring(k))), 3)
-      end
+    local cells = table.move(row, 1, #columns, 1, {})
+    cells.n = #columns
+    return cells
+  end
+  for k in pairs(row) do
+    if not known[k] then
+      error(format("%s: column %s is not in the header", who, format("%q", tostring(k))), 3)
     end
   end
+  local cells = {}
   for i, name in ipairs(columns) do cells[i] = row[name] end
   cells.n = #columns
   return cells
@@ -110,12 +106,16 @@ end
 function M.encode(rows, header, opts)
   local eol = line_ending(opts, "kb.csv.encode")
   local out = {}
-  if header then out[1] = M.encode_row(header) end
+  local known = {}
+  if header then
+    out[1] = M.encode_row(header)
+    for _, name in ipairs(header) do known[name] = true end
+  end
   for _, row in ipairs(rows) do
     if not header and type(row) == "table" and not is_list(row) then
       error("kb.csv.encode: map rows need a header to order their columns", 2)
     end
-    out[#out + 1] = M.encode_row(row_cells(row, header, header, "kb.csv.encode"))
+    out[#out + 1] = M.encode_row(row_cells(row, header, known, "kb.csv.encode"))
   end
   if #out == 0 then return "" end
   return table.concat(out, eol) .. eol
@@ -127,54 +127,15 @@ local function line_of(text, pos)
   return line
 end
 
--- Parses the quoted field whose opening quote is at i; returns the field
--- and the position after its closing quote.
-local function quoted_field(text, i)
-  local parts, j = {}, i + 1
-  while true do
-    local q = find(text, '"', j, true)
-    if not q then data_error("kb.csv.parse: unterminated quoted field starting on line %d", line_of(text, i)) end
-    parts[#parts + 1] = sub(text, j, q - 1)
-    if byte(text, q + 1) ~= QUOTE then return table.concat(parts), q + 1 end
-    parts[#parts + 1] = '"'
-    j = q + 2
-  end
-end
-
+-- The records of text (in C: a results database import or a report
+-- rebuild parses a storm's runs.csv and latencies.csv, 10,000s of rows).
 local function parse_rows(text, limit)
-  local rows, row, blank = {}, {}, true
-  local i, n = 1, #text
-  local function finish()
-    if not (blank and #row == 1) then rows[#rows + 1] = row end
-    row, blank = {}, true
+  local rows, what, pos, char = codec.parse_rows(text, limit)
+  if rows then return rows end
+  if what == "unterminated" then
+    data_error("kb.csv.parse: unterminated quoted field starting on line %d", line_of(text, pos))
   end
-  while i <= n do
-    local field
-    if byte(text, i) == QUOTE then
-      field, i = quoted_field(text, i)
-      blank = false
-    else
-      local e = find(text, "[,\r\n]", i) or n + 1
-      field = sub(text, i, e - 1)
-      if e > i then blank = false end
-      i = e
-    end
-    row[#row + 1] = field
-    local b = byte(text, i)
-    if b == COMMA then
-      blank = false
-      i = i + 1
-      if i > n then row[#row + 1] = "" end
-    elseif b == CR or b == LF then
-      i = i + ((b == CR and byte(text, i + 1) == LF) and 2 or 1)
-      finish()
-      if #rows >= limit then return rows end
-    elseif b then
-      data_error("kb.csv.parse: unexpected %q after a closing quote on line %d", string.char(b), line_of(text, i))
-    end
-  end
-  if #row > 0 then finish() end
-  return rows
+  data_error("kb.csv.parse: unexpected %q after a closing quote on line %d", char, line_of(text, pos))
 end
 
 --- Parses CSV text into a list of rows, each a list of strings. Quoted

@@ -6,6 +6,7 @@
  *
  *   codec.encode_row(list, n, scrub, null) -> line (no line ending)
  *   codec.format_number(x) -> text
+ *   codec.parse_rows(text [, limit]) -> rows | nil, what, pos [, char]
  *
  * A cell is: a string passed through scrub (kb.secrets.scrub: everything
  * kbrun writes is scrubbed, docs/security.md), then quoted RFC 4180 style
@@ -114,9 +115,105 @@ static int l_format_number(lua_State *L) {
   return 1;
 }
 
+/* ---- parsing ------------------------------------------------------------------------ */
+
+/* Pushes the quoted field whose opening quote is at s[*at], its doubled
+ * quotes single; *at moves past its closing quote. 0 when it never closes. */
+static int push_quoted(lua_State *L, const char *s, size_t n, size_t *at) {
+  size_t j = *at + 1;
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (;;) {
+    const char *q = j < n ? memchr(s + j, '"', n - j) : NULL;
+    if (!q) {
+      luaL_pushresult(&b);
+      lua_pop(L, 1);
+      return 0;
+    }
+    size_t qi = (size_t)(q - s);
+    luaL_addlstring(&b, s + j, qi - j);
+    if (qi + 1 >= n || s[qi + 1] != '"') {
+      *at = qi + 1;
+      luaL_pushresult(&b);
+      return 1;
+    }
+    luaL_addchar(&b, '"');
+    j = qi + 2;
+  }
+}
+
+/* Ends the row at stack top: appended to rows (at index 3) unless it is a
+ * blank line (one empty unquoted field); a new empty row replaces it. */
+static void end_row(lua_State *L, lua_Integer *nrows, lua_Integer *nfields, int *blank) {
+  if (*blank && *nfields == 1) lua_pop(L, 1);
+  else lua_rawseti(L, 3, ++*nrows);
+  lua_newtable(L);
+  *nfields = 0;
+  *blank = 1;
+}
+
+/* RFC 4180 records as lists of strings (what kb.csv.parse documents): CRLF,
+ * LF or lone CR end a record; blank lines are skipped; at most `limit`
+ * records. On malformed text: nil, "unterminated" and the 1-based position
+ * of the opening quote, or nil, "unexpected", the position and the
+ * character found after a closing quote (kb.csv names the line). */
+static int l_parse_rows(lua_State *L) {
+  size_t n;
+  const char *s = luaL_checklstring(L, 1, &n);
+  lua_Number limit = luaL_optnumber(L, 2, HUGE_VAL);
+  lua_settop(L, 2);
+  lua_newtable(L); /* 3: the rows */
+  lua_newtable(L); /* 4: the row being read */
+  lua_Integer nrows = 0, nfields = 0;
+  int blank = 1;
+  size_t i = 0;
+  while (i < n) {
+    if (s[i] == '"') {
+      size_t open = i;
+      if (!push_quoted(L, s, n, &i)) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "unterminated");
+        lua_pushinteger(L, (lua_Integer)open + 1);
+        return 3;
+      }
+      blank = 0;
+    } else {
+      size_t e = i;
+      while (e < n && s[e] != ',' && s[e] != '\r' && s[e] != '\n') e++;
+      lua_pushlstring(L, s + i, e - i);
+      if (e > i) blank = 0;
+      i = e;
+    }
+    lua_rawseti(L, 4, ++nfields);
+    if (i >= n) break;
+    char c = s[i];
+    if (c == ',') {
+      blank = 0;
+      if (++i >= n) {
+        lua_pushliteral(L, "");
+        lua_rawseti(L, 4, ++nfields);
+      }
+    } else if (c == '\r' || c == '\n') {
+      i += (c == '\r' && i + 1 < n && s[i + 1] == '\n') ? 2 : 1;
+      end_row(L, &nrows, &nfields, &blank);
+      if ((lua_Number)nrows >= limit) break;
+    } else {
+      lua_pushnil(L);
+      lua_pushliteral(L, "unexpected");
+      lua_pushinteger(L, (lua_Integer)i + 1);
+      lua_pushlstring(L, &c, 1);
+      return 4;
+    }
+  }
+  if (nfields > 0 && (lua_Number)nrows < limit) end_row(L, &nrows, &nfields, &blank);
+  lua_settop(L, 3);
+  return 1;
+}
+
 static const luaL_Reg codec_funcs[] = {
   {"encode_row", l_encode_row},
   {"format_number", l_format_number},
+  {"parse_rows", l_parse_rows},
   {NULL, NULL},
 };
 

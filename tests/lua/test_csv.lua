@@ -129,6 +129,84 @@ T.case("parse: quotes, embedded line breaks, line endings, blanks", function()
   T.same(csv.parse("a\nb\nc\n", { limit = 2 }), { { "a" }, { "b" } })
 end)
 
+-- The parse rules in Lua, as kb.csv had them before its C parser: the
+-- reference its records and errors are held to.
+local function reference_parse(text, limit)
+  local rows, row, blank = {}, {}, true
+  local i, n = 1, #text
+  local function finish()
+    if not (blank and #row == 1) then rows[#rows + 1] = row end
+    row, blank = {}, true
+  end
+  while i <= n do
+    local field
+    if text:byte(i) == 34 then
+      local parts, j = {}, i + 1
+      while true do
+        local q = text:find('"', j, true)
+        if not q then return nil, "unterminated", i end
+        parts[#parts + 1] = text:sub(j, q - 1)
+        if text:byte(q + 1) ~= 34 then field, i = table.concat(parts), q + 1 break end
+        parts[#parts + 1] = '"'
+        j = q + 2
+      end
+      blank = false
+    else
+      local e = text:find("[,\r\n]", i) or n + 1
+      field = text:sub(i, e - 1)
+      if e > i then blank = false end
+      i = e
+    end
+    row[#row + 1] = field
+    local b = text:byte(i)
+    if b == 44 then
+      blank = false
+      i = i + 1
+      if i > n then row[#row + 1] = "" end
+    elseif b == 13 or b == 10 then
+      i = i + ((b == 13 and text:byte(i + 1) == 10) and 2 or 1)
+      finish()
+      if #rows >= limit then return rows end
+    elseif b then
+      return nil, "unexpected", i, string.char(b)
+    end
+  end
+  if #row > 0 then finish() end
+  return rows
+end
+
+T.case("parse: the same records and errors as the reference rules, for random text", function()
+  local alphabet = { "a", "b7", ",", '"', '""', "\n", "\r", "\r\n", " ", "é", "", ",,", '",' }
+  local state = 777 -- a fixed LCG: the same texts every run
+  local function rand(n)
+    state = (state * 1103515245 + 12345) % 2147483648
+    return state % n + 1
+  end
+  local errors, parsed = 0, 0
+  for _ = 1, 3000 do
+    local parts = {}
+    for k = 1, rand(30) - 1 do parts[k] = alphabet[rand(#alphabet)] end
+    local text = table.concat(parts)
+    local limit = rand(4) == 1 and rand(3) or math.huge
+    local want, what, pos, char = reference_parse(text, limit)
+    local ok, got = pcall(csv.parse, text, { limit = limit })
+    if want then
+      parsed = parsed + 1
+      T.ok(ok, "parses " .. string.format("%q", text))
+      T.same(got, want, string.format("%q", text))
+    else
+      errors = errors + 1
+      T.ok(not ok and got.class == "csv", "refuses " .. string.format("%q", text))
+      local line = select(2, text:sub(1, pos - 1):gsub("\n", "")) + 1
+      local expect = what == "unterminated"
+        and ("kb.csv.parse: unterminated quoted field starting on line " .. line)
+        or string.format("kb.csv.parse: unexpected %q after a closing quote on line %d", char, line)
+      T.eq(got.message, expect, string.format("%q", text))
+    end
+  end
+  T.ok(errors > 300 and parsed > 300, "both kinds drawn: " .. errors .. " errors, " .. parsed .. " parsed")
+end)
+
 T.case("parse with a header gives records", function()
   local records, header = csv.parse("name,runs\ntaxi,12\ncnn\n", { header = true })
   T.same(header, { "name", "runs" })
