@@ -279,10 +279,18 @@ static uint64_t timer_ms(const kb_http_request *r, int connecting) {
   return left;
 }
 
+/* The timer counts from the loop's time, which is the time of its last
+ * wakeup: after a long callback (a scenario's Lua between two waits) it is
+ * behind, and a timeout would end that much early. It is brought up to now
+ * first (a clock read); libcurl measures its own timeouts the same way. */
 static void arm_timer(http_conn *k) {
   uint64_t ms = timer_ms(k->req, k->state == CONN_CONNECTING);
-  if (ms) uv_timer_start(&k->timer, on_conn_timer, ms, 0);
-  else uv_timer_stop(&k->timer);
+  if (ms) {
+    uv_update_time(k->client->loop);
+    uv_timer_start(&k->timer, on_conn_timer, ms, 0);
+  } else {
+    uv_timer_stop(&k->timer);
+  }
 }
 
 static void on_write(uv_write_t *w, int status) {
@@ -458,10 +466,12 @@ static void on_conn_timer(uv_timer_t *t) {
     fail(k, rc);
     return;
   }
-  if (k->state == CONN_CONNECTING)
-    snprintf(r->errbuf, sizeof r->errbuf, "Connection timed out after %.0f milliseconds",
-             ms_since(r->t_start));
-  else
+  if (k->state == CONN_CONNECTING) { /* libcurl 7.88's words for it */
+    char where[300];
+    peer_name(k->host, where, sizeof where);
+    snprintf(r->errbuf, sizeof r->errbuf, "Failed to connect to %.180s after %.0f ms: %s", where,
+             ms_since(r->t_start), curl_easy_strerror(CURLE_OPERATION_TIMEDOUT));
+  } else
     snprintf(r->errbuf, sizeof r->errbuf, "Operation timed out after %.0f milliseconds with "
              "%zu bytes received", ms_since(r->t_start), r->resp_body.len);
   fail(k, CURLE_OPERATION_TIMEDOUT);

@@ -5,7 +5,9 @@
  * limits and queue, a Unix socket, and the request bytes themselves,
  * compared with what the libcurl path sends for the same request.
  * (test_http_client runs the client's whole behaviour on both paths.) */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 
 #include "kb/http_client.h"
 #include "kbtest.h"
+#include "../../src/net/http_client_internal.h"
 #include "uv_test_util.h"
 
 /* ---- the raw server ---------------------------------------------------------------- */
@@ -38,6 +41,7 @@ typedef struct raw_conn {
 static struct {
   uv_loop_t loop;
   uv_tcp_t tcp;
+  uv_tcp_t tcp6; /* [::1], when this machine has IPv6 loopback */
   uv_pipe_t pipe;
   int port;
   char base[64];
@@ -252,6 +256,14 @@ static result get(kb_http_client *c, const char *method, const char *path) {
 }
 
 static kb_http_client *C;
+
+static result get_url(kb_http_client *c, const char *url) {
+  result res = {0};
+  kb_http_request *r = kb_http_request_new(c, "GET", url);
+  KB_CHECK(r != NULL);
+  perform(r, &res);
+  return res;
+}
 
 /* ---- tests ------------------------------------------------------------------------------------ */
 
@@ -516,6 +528,126 @@ static void test_idle_keeps_no_loop(void) {
   KB_CHECK(refs == 2 + S.open);
 }
 
+/* An IPv6 literal (http://[::1]:port) goes on the native path, to the
+ * right address, with the Host header curl sends ("[::1]:port"). */
+static void test_ipv6_literal(void) {
+  struct sockaddr_in6 a6;
+  uv_ip6_addr("::1", 0, &a6);
+  uv_tcp_init(&S.loop, &S.tcp6);
+  int rc = uv_tcp_bind(&S.tcp6, (const struct sockaddr *)&a6, 0);
+  if (rc == 0) rc = uv_listen((uv_stream_t *)&S.tcp6, 128, on_raw_connection);
+  if (rc != 0) {
+    fprintf(stderr, "test_ipv6_literal: this machine has no IPv6 loopback (%s): not run\n",
+            uv_strerror(rc));
+    return;
+  }
+  struct sockaddr_in6 got;
+  int len = sizeof got;
+  uv_tcp_getsockname(&S.tcp6, (struct sockaddr *)&got, &len);
+  int port = ntohs(got.sin6_port);
+  char url[96], host[64];
+  snprintf(url, sizeof url, "http://[::1]:%d/cl", port);
+  snprintf(host, sizeof host, "Host: [::1]:%d\r\n", port);
+  kb_http_request *r = kb_http_request_new(C, "GET", url);
+  KB_CHECK(r != NULL);
+  http_url u;
+  KB_CHECK(kb__http_native_route(r, &u) == 1);
+  KB_CHECK(u.v6 && strcmp(u.host, "::1") == 0 && u.port == port);
+  int before = S.connections;
+  result res = {0};
+  perform(r, &res);
+  KB_CHECK(res.error == KB_HTTP_OK && res.status == 200);
+  KB_CHECK(S.connections == before + 1);
+  KB_CHECK(strstr(S.last_head, host) != NULL);
+}
+
+/* A listener that never accepts, its queue full: a connect there is never
+ * answered, so the connect timeout ends it, in libcurl's words. */
+static int filled_listener(int *fill, int nfill, int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  KB_CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 0) == 0);
+  KB_CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+  *port = ntohs(a.sin_port);
+  for (int i = 0; i < nfill; i++) {
+    fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    KB_CHECK(fill[i] >= 0);
+    int c = connect(fill[i], (struct sockaddr *)&a, sizeof a);
+    KB_CHECK(c == 0 || errno == EINPROGRESS);
+  }
+  usleep(20000); /* the kernel completes the fillers' handshakes */
+  return fd;
+}
+
+static result connect_timing_out(int use_curl, int port) {
+  if (use_curl) setenv("KBRUN_HTTP", "curl", 1);
+  kb_http_client *c = kb_http_client_new(&S.loop, NULL);
+  unsetenv("KBRUN_HTTP");
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
+  kb_http_request *r = kb_http_request_new(c, "GET", url);
+  http_url u;
+  KB_CHECK(use_curl || kb__http_native_route(r, &u) == 1); /* the native path takes it */
+  kb_http_options o = KB_HTTP_OPTIONS_INIT;
+  o.connect_timeout_ms = 150;
+  KB_CHECK(kb_http_request_set_options(r, &o) == 0);
+  result res = {0};
+  perform(r, &res);
+  kb_http_client_free(c);
+  return res;
+}
+
+/* The message with its "after N ms" figure cut out: the rest must be
+ * libcurl's, word for word. */
+static void without_ms(const char *msg, char *out, size_t n) {
+  const char *a = strstr(msg, " after ");
+  const char *b = a ? strstr(a, " ms") : NULL;
+  if (!a || !b) {
+    snprintf(out, n, "%s", msg);
+    return;
+  }
+  snprintf(out, n, "%.*s%s", (int)(a - msg), msg, b + 3);
+}
+
+static void test_connect_timeout(void) {
+  int fill[4], port;
+  int lfd = filled_listener(fill, 4, &port);
+  usleep(30000); /* the loop's time falls behind: the timeout must not end early by it */
+  result native = connect_timing_out(0, port), curl = connect_timing_out(1, port);
+  KB_CHECK(native.error == KB_HTTP_ERR_TIMEOUT);
+  KB_CHECK(curl.error == KB_HTTP_ERR_TIMEOUT);
+  char a[512], b[512];
+  without_ms(native.message, a, sizeof a);
+  without_ms(curl.message, b, sizeof b);
+  KB_CHECK(strcmp(a, b) == 0);
+  KB_CHECK(strstr(native.message, "Failed to connect to 127.0.0.1 port") != NULL);
+  KB_CHECK(strstr(native.message, "Timeout was reached") != NULL);
+  KB_CHECK(native.time.total >= 0.149 && native.time.total < 5);
+  for (int i = 0; i < 4; i++) close(fill[i]);
+  close(lfd);
+}
+
+/* Nothing listens: refused at once, in libcurl's words. */
+static void test_connect_refused(void) {
+  int port;
+  close(filled_listener(NULL, 0, &port)); /* a port that was just free */
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
+  result native = get_url(C, url);
+  setenv("KBRUN_HTTP", "curl", 1);
+  kb_http_client *c = kb_http_client_new(&S.loop, NULL);
+  unsetenv("KBRUN_HTTP");
+  result curl = get_url(c, url);
+  kb_http_client_free(c);
+  KB_CHECK(native.error == KB_HTTP_ERR_CONNECT && curl.error == KB_HTTP_ERR_CONNECT);
+  char a[512], b[512];
+  without_ms(native.message, a, sizeof a);
+  without_ms(curl.message, b, sizeof b);
+  KB_CHECK(strcmp(a, b) == 0);
+  KB_CHECK(strstr(native.message, "Failed to connect to 127.0.0.1 port") != NULL);
+}
+
 int main(void) {
   uv_loop_init(&S.loop);
   struct sockaddr_in addr;
@@ -550,9 +682,13 @@ int main(void) {
   KB_RUN(test_same_bytes_as_curl);
   KB_RUN(test_cancel_and_free);
   KB_RUN(test_idle_keeps_no_loop);
+  KB_RUN(test_ipv6_literal);
+  KB_RUN(test_connect_timeout);
+  KB_RUN(test_connect_refused);
 
   kb_http_client_free(C);
   uv_close((uv_handle_t *)&S.tcp, NULL);
+  uv_close((uv_handle_t *)&S.tcp6, NULL);
   uv_close((uv_handle_t *)&S.pipe, NULL);
   while (S.conns) raw_close(S.conns); /* the hanging ones */
   uv_run(&S.loop, UV_RUN_DEFAULT);
