@@ -99,6 +99,8 @@ static int l_sleep_real(lua_State *L) {
   op->timer.data = op;
   op->task = t;
   double ms = ceil(s * 1000.0);
+  /* from now, not from the loop's last wakeup (the Lua since then counts) */
+  uv_update_time(kb_rt_loop(kb_task_rt(t)));
   uv_timer_start(&op->timer, real_sleep_done, ms > 9.0e15 ? (uint64_t)9.0e15 : (uint64_t)ms, 0);
   return kb_task_await(L, t, real_sleep_cancel, op);
 }

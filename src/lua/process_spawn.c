@@ -386,8 +386,10 @@ kproc *kb__proc_start(lua_State *L, int mode) {
     }
     /* Real seconds: a child runs outside the scenario clock, which the
      * simulator speeds up 600-fold (60 s would be 0.1 s of the child's). */
-    if (timeout > 0)
+    if (timeout > 0) { /* from now, not from the loop's last wakeup */
+      uv_update_time(p->timer.loop);
       uv_timer_start(&p->timer, kb__proc_on_deadline, (uint64_t)ceil(timeout * 1000.0), 0);
+    }
   } else {
     p->out_eof = !p->piped_out;
     if (p->piped_out)

@@ -424,4 +424,16 @@ T.case("a child still running at exit does not hold kbrun", function()
   T.ok(left_running.pid > 0)
 end)
 
+
+T.case("a timeout counts from the start of the run, not from the loop's last wakeup", function()
+  local core = require "kb.core"
+  core.sleep_real(0)
+  local spin0 = core.time()
+  while core.time() - spin0 < 0.15 do end -- busy Lua: the loop's time falls behind
+  local t0 = core.time()
+  T.raises(function() process.run{ cmd = { "sleep", "10" }, timeout = 0.3 } end, "did not finish within 0.3 s")
+  local took = core.time() - t0
+  T.ok(took >= 0.299, string.format("terminated after %.3f s of 0.3", took))
+end)
+
 T.run()

@@ -465,4 +465,22 @@ T.case("a waiter cancelled before it took a failure leaves the failure unobserve
   T.contains(T.raises(function() failing:wait() end), "nobody saw this")
 end)
 
+-- The loop's time is that of its last wakeup; Lua that ran since then
+-- must not shorten a real wait that starts after it.
+local function spin_real(seconds)
+  local core = require "kb.core"
+  local t0 = core.time()
+  while core.time() - t0 < seconds do end
+end
+
+T.case("a real sleep after busy Lua lasts its whole length", function()
+  local core = require "kb.core"
+  core.sleep_real(0) -- a fresh loop turn
+  spin_real(0.08)
+  local t0 = core.time()
+  core.sleep_real(0.1)
+  local waited = core.time() - t0
+  T.ok(waited >= 0.099, string.format("slept %.3f s of 0.1", waited))
+end)
+
 T.run()
