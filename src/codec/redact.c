@@ -223,9 +223,8 @@ static bool is_json_literal(const unsigned char *s, size_t n) {
 
 static bool match_key_value(const unsigned char *s, size_t len, size_t i, size_t keyend,
                             match *m) {
-  int which = sensitive_key(s + i, keyend - i);
-  if (which < 0 && in_query(s, len, i, keyend) && query_key(s + i, keyend - i)) which = 0;
-  if (which < 0) return false;
+  /* The separator first: most words are not followed by one, and then
+   * their name need not be compared with every key. */
   size_t j = keyend;
   unsigned char key_quote = 0;
   if (j < len && (s[j] == '"' || s[j] == '\'')) {
@@ -235,6 +234,9 @@ static bool match_key_value(const unsigned char *s, size_t len, size_t i, size_t
   }
   j = skip_hspace(s, len, j);
   if (j >= len || (s[j] != '=' && s[j] != ':')) return false;
+  int which = sensitive_key(s + i, keyend - i);
+  if (which < 0 && in_query(s, len, i, keyend) && query_key(s + i, keyend - i)) which = 0;
+  if (which < 0) return false;
   unsigned char sep = s[j++];
   if (j < len && s[j] == sep) return false; /* "token == x", "a::b" */
   size_t v = skip_hspace(s, len, j);
