@@ -42,4 +42,10 @@ int kb_is_null(lua_State *L, int idx);
 void kb_mark_array(lua_State *L, int idx);
 int kb_is_marked_array(lua_State *L, int idx);
 
+/* Pushes the string at idx scrubbed as kb.secrets.scrub does: every
+ * occurrence of each string of the list at list_idx (0: none), in list
+ * order, replaced by "<redacted>", then the pattern rules (kb_redact). The
+ * string itself when nothing changed (no copy, no new Lua string). */
+void kb_lua_push_scrubbed(lua_State *L, int idx, int list_idx);
+
 #endif

@@ -45,7 +45,7 @@ local codec = require "kb.csv.codec"
 -- form that reads back exactly (as kb.json writes them); nan, inf, -inf.
 M.format_number = codec.format_number
 
-local scrub -- kb.secrets.scrub, required on first use (kb.secrets needs this module)
+local registered -- kb.secrets' register, got on first use (kb.secrets needs this module)
 
 local function line_ending(opts, who)
   local eol = opts and opts.eol or "\n"
@@ -61,8 +61,8 @@ end
 -- or a blank at either end is quoted; a lone empty cell is "" (a blank
 -- line would be skipped by parse).
 local function encode_cells(list, n)
-  scrub = scrub or require("kb.secrets").scrub
-  return codec.encode_row(list, n, scrub, json.null)
+  registered = registered or require("kb.secrets").register_list()
+  return codec.encode_row(list, n, registered, json.null)
 end
 
 --- Encodes one row (a list; `list.n` counts trailing nils) as a line without

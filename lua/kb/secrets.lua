@@ -177,6 +177,13 @@ function M.registered()
   return #list
 end
 
+--- secrets.register_list() -> the registered texts, longest first: the
+-- live list M.scrub replaces (kb.csv's C encoder scrubs its cells with it,
+-- as M.scrub would). Read it; never change it.
+function M.register_list()
+  return list
+end
+
 --- base64 (either alphabet, padding optional) -> bytes, or nil.
 M.b64decode = u.b64decode
 
@@ -207,7 +214,7 @@ function M.scrub(text, secrets)
     local hit = cache[text]
     if hit then return hit end
   end
-  local out = log.redact(scrub_registered(text))
+  local out = log.redact(text, list) -- the registered texts, then the pattern rules
   if short then
     if cached >= CACHE_MAX then cache, cached = {}, 0 end
     cache[text], cached = out, cached + 1

@@ -4,12 +4,13 @@
  * shortest form, each text searched three times for what needs quotes)
  * cost about a third of the call's own HTTP request (bench/kfp.md).
  *
- *   codec.encode_row(list, n, scrub, null) -> line (no line ending)
+ *   codec.encode_row(list, n, secrets, null) -> line (no line ending)
  *   codec.format_number(x) -> text
  *   codec.parse_rows(text [, limit]) -> rows | nil, what, pos [, char]
  *
- * A cell is: a string passed through scrub (kb.secrets.scrub: everything
- * kbrun writes is scrubbed, docs/security.md), then quoted RFC 4180 style
+ * A cell is: a string scrubbed as kb.secrets.scrub does (secrets: its
+ * register, kb.secrets.register_list(); everything kbrun writes is
+ * scrubbed, docs/security.md), then quoted RFC 4180 style
  * when it holds a comma, a quote, CR or LF or starts or ends with a blank;
  * a number in the shortest form that reads back exactly (integers as they
  * are, floats as kb.json writes them; nan, inf, -inf); nil and `null`
@@ -59,13 +60,10 @@ static void add_quoted(luaL_Buffer *b, const char *s, size_t len) {
 }
 
 /* Pushes the text of cell v (at idx), scrubbed when it is a string. */
-static void push_cell_text(lua_State *L, int idx, int scrub, int null) {
+static void push_cell_text(lua_State *L, int idx, int secrets, int null) {
   switch (lua_type(L, idx)) {
   case LUA_TSTRING:
-    lua_pushvalue(L, scrub);
-    lua_pushvalue(L, idx);
-    lua_call(L, 1, 1);
-    if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "kb.csv: scrub returned a %s", luaL_typename(L, -1));
+    kb_lua_push_scrubbed(L, idx, secrets);
     break;
   case LUA_TNUMBER:
     push_number(L, idx);
@@ -83,7 +81,7 @@ static void push_cell_text(lua_State *L, int idx, int scrub, int null) {
 static int l_encode_row(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_Integer n = luaL_checkinteger(L, 2);
-  luaL_checktype(L, 3, LUA_TFUNCTION);
+  luaL_checktype(L, 3, LUA_TTABLE);
   lua_settop(L, 4); /* 4: kb.json.null (any value) */
   if (n < 0 || n > 100000) return luaL_argerror(L, 2, "cell count out of range");
   luaL_checkstack(L, (int)n + LUA_MINSTACK, "kb.csv: too many cells");

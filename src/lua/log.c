@@ -6,7 +6,8 @@
  *   log.level("debug")                           -- set; returns the previous
  *   log.level()                                  -- current: "info"
  *   log.enabled("debug")                         -- skip costly messages
- *   log.redact(text)                             -- kb_redact for reports
+ *   log.redact(text [, secrets])                 -- kb_redact for reports (secrets: texts
+ *                                                   replaced by "<redacted>" first)
  *
  * Every line is redacted (see include/kb/redact.h) before it reaches
  * stderr. Logging never waits for a full stderr (include/kb/log.h): a line
@@ -16,6 +17,7 @@
 
 #include "kb/log.h"
 #include "kb/lua_modules.h"
+#include "kb/lua_util.h"
 #include "kb/redact.h"
 
 static kb_log_level check_level(lua_State *L, int arg) {
@@ -67,18 +69,16 @@ static int l_enabled(lua_State *L) {
   return 1;
 }
 
+/* log.redact(text [, secrets]): the pattern rules, after every string of
+ * the list secrets (in its order) is replaced by "<redacted>". */
 static int l_redact(lua_State *L) {
-  size_t len;
-  const char *in = luaL_checklstring(L, 1, &len);
-  luaL_Buffer b;
-  size_t cap = len + 64;
-  char *out = luaL_buffinitsize(L, &b, cap);
-  size_t n = kb_redact(in, len, out, cap);
-  if (n >= cap) {
-    out = luaL_prepbuffsize(&b, n + 1);
-    kb_redact(in, len, out, n + 1);
+  luaL_checkstring(L, 1);
+  int list = 0;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    list = 2;
   }
-  luaL_pushresultsize(&b, n);
+  kb_lua_push_scrubbed(L, 1, list);
   return 1;
 }
 

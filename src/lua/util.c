@@ -1,5 +1,10 @@
-/* Helpers shared by the Lua bindings: option tables, classes, null/array. */
+/* Helpers shared by the Lua bindings: option tables, classes, null/array,
+ * scrubbing. */
 #include "kb/lua_util.h"
+
+#include <string.h>
+
+#include "kb/redact.h"
 
 static int opt_field(lua_State *L, int idx, const char *key, int type) {
   if (lua_isnoneornil(L, idx)) return 0;
@@ -81,4 +86,66 @@ int kb_is_marked_array(lua_State *L, int idx) {
   int same = lua_rawequal(L, -1, -2);
   lua_pop(L, 2);
   return same;
+}
+
+/* ---- scrubbing (kb.secrets.scrub, kb.csv's cells) ------------------------------------------- */
+
+#define REDACTED_REGISTERED "<redacted>"
+
+/* Replaces every occurrence of secret (left to right, not overlapping) in
+ * the string at stack top by REDACTED_REGISTERED; leaves the result there. */
+static void replace_all(lua_State *L, const char *secret, size_t slen) {
+  size_t len;
+  const char *text = lua_tolstring(L, -1, &len);
+  const char *hit = slen ? memmem(text, len, secret, slen) : NULL;
+  if (!hit) return;
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  const char *p = text, *end = text + len;
+  while (hit) {
+    luaL_addlstring(&b, p, (size_t)(hit - p));
+    luaL_addstring(&b, REDACTED_REGISTERED);
+    p = hit + slen;
+    hit = memmem(p, (size_t)(end - p), secret, slen);
+  }
+  luaL_addlstring(&b, p, (size_t)(end - p));
+  luaL_pushresult(&b);
+  lua_remove(L, -2);
+}
+
+void kb_lua_push_scrubbed(lua_State *L, int idx, int list_idx) {
+  idx = lua_absindex(L, idx);
+  lua_pushvalue(L, idx);
+  if (list_idx) {
+    list_idx = lua_absindex(L, list_idx);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, list_idx);
+    for (lua_Integer i = 1; i <= n; i++) {
+      if (lua_rawgeti(L, list_idx, i) == LUA_TSTRING) {
+        size_t slen;
+        const char *secret = lua_tolstring(L, -1, &slen);
+        lua_insert(L, -2); /* the secret stays below the text while it is replaced */
+        replace_all(L, secret, slen);
+        lua_remove(L, -2);
+      } else {
+        lua_pop(L, 1);
+      }
+    }
+  }
+  size_t len;
+  const char *in = lua_tolstring(L, -1, &len);
+  luaL_Buffer b;
+  size_t cap = len + 64;
+  char *out = luaL_buffinitsize(L, &b, cap);
+  size_t n = kb_redact(in, len, out, cap);
+  if (n >= cap) {
+    out = luaL_prepbuffsize(&b, n + 1);
+    kb_redact(in, len, out, n + 1);
+  }
+  if (n == len && memcmp(out, in, len) == 0) { /* unchanged: the text itself */
+    luaL_pushresultsize(&b, 0);
+    lua_pop(L, 1);
+    return;
+  }
+  luaL_pushresultsize(&b, n);
+  lua_remove(L, -2);
 }

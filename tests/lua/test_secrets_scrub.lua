@@ -31,6 +31,48 @@ T.case("scrub: registered secrets (plain, base64, JSON-escaped), then the patter
   T.eq(secrets.scrub("x " .. later), "x <redacted>")
 end)
 
+-- The registered texts replaced as the Lua rules had it (each in list
+-- order, every occurrence left to right), then the pattern rules: what the
+-- C scrubber (log.redact with a list; kb.csv's cells) must give.
+local function reference_scrub(text, list)
+  for _, secret in ipairs(list) do
+    local at, out = 1, {}
+    while true do
+      local a, b = text:find(secret, at, true)
+      if not a then break end
+      out[#out + 1] = text:sub(at, a - 1) .. "<redacted>"
+      at = b + 1
+    end
+    out[#out + 1] = text:sub(at)
+    text = table.concat(out)
+  end
+  return require("kb.log").redact(text)
+end
+
+T.case("scrub in C: every occurrence of each registered text in list order, then the patterns", function()
+  local log = require "kb.log"
+  local csv = require "kb.csv"
+  local list = { "abcdabcd", "abcd", "cdab", "x%.y" } -- longest first, as kb.secrets keeps them
+  local pieces = { "abcd", "ab", "cd", "x%.y", "token=", "q", " ", ",", "abcdabcd", "dab" }
+  local state = 99
+  local function rand(n)
+    state = (state * 1103515245 + 12345) % 2147483648
+    return state % n + 1
+  end
+  for _ = 1, 2000 do
+    local parts = {}
+    for k = 1, rand(8) do parts[k] = pieces[rand(#pieces)] end
+    local text = table.concat(parts)
+    T.eq(log.redact(text, list), reference_scrub(text, list), string.format("%q", text))
+  end
+  -- the live register is what scrub and kb.csv's cells use
+  local s = "CsvCellSecret9Q"
+  secrets.register(s)
+  T.eq(csv.encode_row({ "a " .. s .. " b", 1 }), "a <redacted> b,1")
+  T.eq(secrets.scrub(s .. s), "<redacted><redacted>")
+  T.eq(log.redact("plain text", secrets.register_list()), "plain text")
+end)
+
 T.case("scrub_value: strings, credential-named fields, protected fields; the original untouched", function()
   local p = { api_key = "short", url = "https://u:p@h/x?sig=abc", n = 3, password = "pw1", empty = "" }
   secrets.protect(p, { "api_key" })
