@@ -422,16 +422,21 @@ static void peer_name(const http_host *h, char *out, size_t outsz) {
   snprintf(out, outsz, "%s port %d", ip, port);
 }
 
+/* libcurl 7.88's words for a connect that failed (rc says why). */
+static void connect_failed(http_conn *k, kb_http_request *r, CURLcode rc) {
+  char where[300];
+  peer_name(k->host, where, sizeof where);
+  snprintf(r->errbuf, sizeof r->errbuf, "Failed to connect to %.180s after %.0f ms: %s", where,
+           ms_since(r->t_start), curl_easy_strerror(rc));
+}
+
 static void on_connect(uv_connect_t *creq, int status) {
   http_conn *k = creq->data;
   if (status == UV_ECANCELED || k->closing) return;
   kb_http_request *r = k->req;
   if (status < 0) {
     if (r) {
-      char where[300];
-      peer_name(k->host, where, sizeof where);
-      snprintf(r->errbuf, sizeof r->errbuf, "Failed to connect to %.180s after %.0f ms: %s", where,
-               ms_since(r->t_start), curl_easy_strerror(CURLE_COULDNT_CONNECT));
+      connect_failed(k, r, CURLE_COULDNT_CONNECT);
       r->sock_errno = -status;
     }
     fail(k, CURLE_COULDNT_CONNECT);
@@ -466,12 +471,9 @@ static void on_conn_timer(uv_timer_t *t) {
     fail(k, rc);
     return;
   }
-  if (k->state == CONN_CONNECTING) { /* libcurl 7.88's words for it */
-    char where[300];
-    peer_name(k->host, where, sizeof where);
-    snprintf(r->errbuf, sizeof r->errbuf, "Failed to connect to %.180s after %.0f ms: %s", where,
-             ms_since(r->t_start), curl_easy_strerror(CURLE_OPERATION_TIMEDOUT));
-  } else
+  if (k->state == CONN_CONNECTING)
+    connect_failed(k, r, CURLE_OPERATION_TIMEDOUT);
+  else
     snprintf(r->errbuf, sizeof r->errbuf, "Operation timed out after %.0f milliseconds with "
              "%zu bytes received", ms_since(r->t_start), r->resp_body.len);
   fail(k, CURLE_OPERATION_TIMEDOUT);

@@ -257,6 +257,15 @@ static result get(kb_http_client *c, const char *method, const char *path) {
 
 static kb_http_client *C;
 
+/* A client on libcurl (curl = 1: KBRUN_HTTP=curl while it is made) or on
+ * the path kbrun chooses. */
+static kb_http_client *client_on(int curl) {
+  if (curl) setenv("KBRUN_HTTP", "curl", 1);
+  kb_http_client *c = kb_http_client_new(&S.loop, NULL);
+  unsetenv("KBRUN_HTTP");
+  return c;
+}
+
 static result get_url(kb_http_client *c, const char *url) {
   result res = {0};
   kb_http_request *r = kb_http_request_new(c, "GET", url);
@@ -476,9 +485,7 @@ static void head_of(kb_http_client *c, const char *method, const char *path, con
 }
 
 static void test_same_bytes_as_curl(void) {
-  setenv("KBRUN_HTTP", "curl", 1);
-  kb_http_client *curl = kb_http_client_new(&S.loop, NULL);
-  unsetenv("KBRUN_HTTP");
+  kb_http_client *curl = client_on(1);
   static const struct { const char *method, *path, *body; } cases[] = {
     {"GET", "/cl?a=1&b=%20", NULL},
     {"POST", "/cl", "{\"x\":1}"},
@@ -581,9 +588,7 @@ static int filled_listener(int *fill, int nfill, int *port) {
 }
 
 static result connect_timing_out(int use_curl, int port) {
-  if (use_curl) setenv("KBRUN_HTTP", "curl", 1);
-  kb_http_client *c = kb_http_client_new(&S.loop, NULL);
-  unsetenv("KBRUN_HTTP");
+  kb_http_client *c = client_on(use_curl);
   char url[64];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
   kb_http_request *r = kb_http_request_new(c, "GET", url);
@@ -598,8 +603,8 @@ static result connect_timing_out(int use_curl, int port) {
   return res;
 }
 
-/* The message with its "after N ms" figure cut out: the rest must be
- * libcurl's, word for word. */
+/* Do two messages say the same but for their "after N ms" figure? (The
+ * native path's must be libcurl's, word for word.) */
 static void without_ms(const char *msg, char *out, size_t n) {
   const char *a = strstr(msg, " after ");
   const char *b = a ? strstr(a, " ms") : NULL;
@@ -610,6 +615,13 @@ static void without_ms(const char *msg, char *out, size_t n) {
   snprintf(out, n, "%.*s%s", (int)(a - msg), msg, b + 3);
 }
 
+static int same_words(const char *native, const char *curl) {
+  char a[512], b[512];
+  without_ms(native, a, sizeof a);
+  without_ms(curl, b, sizeof b);
+  return strcmp(a, b) == 0;
+}
+
 static void test_connect_timeout(void) {
   int fill[4], port;
   int lfd = filled_listener(fill, 4, &port);
@@ -617,10 +629,7 @@ static void test_connect_timeout(void) {
   result native = connect_timing_out(0, port), curl = connect_timing_out(1, port);
   KB_CHECK(native.error == KB_HTTP_ERR_TIMEOUT);
   KB_CHECK(curl.error == KB_HTTP_ERR_TIMEOUT);
-  char a[512], b[512];
-  without_ms(native.message, a, sizeof a);
-  without_ms(curl.message, b, sizeof b);
-  KB_CHECK(strcmp(a, b) == 0);
+  KB_CHECK(same_words(native.message, curl.message));
   KB_CHECK(strstr(native.message, "Failed to connect to 127.0.0.1 port") != NULL);
   KB_CHECK(strstr(native.message, "Timeout was reached") != NULL);
   KB_CHECK(native.time.total >= 0.149 && native.time.total < 5);
@@ -635,16 +644,11 @@ static void test_connect_refused(void) {
   char url[64];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
   result native = get_url(C, url);
-  setenv("KBRUN_HTTP", "curl", 1);
-  kb_http_client *c = kb_http_client_new(&S.loop, NULL);
-  unsetenv("KBRUN_HTTP");
+  kb_http_client *c = client_on(1);
   result curl = get_url(c, url);
   kb_http_client_free(c);
   KB_CHECK(native.error == KB_HTTP_ERR_CONNECT && curl.error == KB_HTTP_ERR_CONNECT);
-  char a[512], b[512];
-  without_ms(native.message, a, sizeof a);
-  without_ms(curl.message, b, sizeof b);
-  KB_CHECK(strcmp(a, b) == 0);
+  KB_CHECK(same_words(native.message, curl.message));
   KB_CHECK(strstr(native.message, "Failed to connect to 127.0.0.1 port") != NULL);
 }
 

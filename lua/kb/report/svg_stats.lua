@@ -22,9 +22,6 @@ local function wquantile(xs, ws, total, q)
   return xs[#xs]
 end
 
---- Silverman's rule of thumb bandwidth of (optionally weighted) values:
--- 0.9 * min(sd, IQR / 1.34) * n^(-1/5). Never 0: identical values get a
--- bandwidth from their magnitude.
 -- Are all weights the same (a report's raw samples count 1 each)?
 local function uniform(weights, n)
   local w = weights[1]
@@ -34,6 +31,9 @@ local function uniform(weights, n)
   return true
 end
 
+--- Silverman's rule of thumb bandwidth of (optionally weighted) values:
+-- 0.9 * min(sd, IQR / 1.34) * n^(-1/5). Never 0: identical values get a
+-- bandwidth from their magnitude.
 function M.silverman(values, weights)
   local xs, ws, n, sum = {}, {}, 0, 0
   if weights and not uniform(weights, #values) then
