@@ -155,7 +155,10 @@ function Run:write_config()
   -- journaled once the scenario declared its parameters (params_ok): before,
   -- a value it declares secret (header=) is not known to be one yet
   if self.journal and self.params_ok then
-    self.journal:write{ k = "params", name = self.name, params = kb.params }
+    -- with the thresholds (validated: numbers and flags), so a rebuilt
+    -- result.json judges them as this run does (kb.results.rebuild)
+    self.journal:write{ k = "params", name = self.name, params = kb.params,
+      thresholds = self.scenario and self.scenario.thresholds }
   end
 end
 
@@ -208,7 +211,8 @@ function Run:close_journal(doc)
     kb.metrics.set_journal(nil)
     require("kb.timeseries").detach() -- its last rows, before "end"
     j:write{ k = "end", status = doc.status, exit_code = doc.exit_code, error = doc.error,
-      duration = doc.duration, clock = doc.clock, finished_at = doc.finished_at }
+      duration = doc.duration, clock = doc.clock, finished_at = doc.finished_at,
+      result = doc.result }
     j:close()
   end)
   if not ok then kb.log.warn("journal: %s", message_of(err)) end

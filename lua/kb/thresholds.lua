@@ -199,7 +199,11 @@ end
 --   no_data, allowed}, and whether all passed. kind is "histogram",
 --   "counter", "gauge" or "result"; unit "s" for histograms; actual is nil
 --   when there was nothing to judge (no_data = true for a histogram).
-function M.evaluate(thresholds, snapshot, result)
+-- opts.result_unknown: run()'s result is not known (a killed run rebuilt
+-- from its journal): a name that is no metric is then a result field
+-- without a value, not a counter never incremented (which would read 0).
+function M.evaluate(thresholds, snapshot, result, opts)
+  local result_unknown = opts ~= nil and opts.result_unknown == true
   M.validate(thresholds)
   local out = {}
   local names = {}
@@ -244,8 +248,8 @@ function M.evaluate(thresholds, snapshot, result)
             local field = not labelled and tonumber(result_field(result, name)) or nil
             if field ~= nil then
               t.kind, t.actual = "result", field
-            elseif not labelled and parent_exists(result, name) then
-              t.kind = "result" -- a field missing from a table the result has
+            elseif not labelled and (result_unknown or parent_exists(result, name)) then
+              t.kind = "result" -- a field missing from a table the result has (or unknown)
             else
               t.kind, t.actual = "counter", 0 -- never incremented
             end

@@ -169,6 +169,9 @@ T.case("kbrun report rebuilds a storm's runs.csv and latencies.csv", function()
   local a, b = json.decode(live["result.json"]), json.decode(fs.read(fs.join(dir, "result", "result.json")))
   same_metrics(a, b)
   T.eq(b.result.runs.succeeded, a.result.runs.succeeded)
+  T.same(b.result, a.result, "run()'s result, from the journal's end record")
+  T.ok(#a.thresholds >= 5, "taxi_50runs judges thresholds")
+  T.same(b.thresholds, a.thresholds, "the thresholds, judged again as the run judged them")
   T.contains(fs.read(fs.join(dir, "result", "report.html")), "Last KFP state of each run")
 
   -- the same journal without what the storm writes at its end: as if killed
@@ -193,6 +196,17 @@ T.case("kbrun report rebuilds a storm's runs.csv and latencies.csv", function()
   T.eq(killed.result.runs.requested, 4)
   T.eq(killed.result.runs.created, 4)
   T.eq(killed.result.runs.succeeded, a.result.runs.succeeded)
+  -- judged on what the journal held: the histograms as the live run's
+  -- (every call was journaled), the result's fields as the storm rebuilt them
+  local by_name = {}
+  for _, t in ipairs(a.thresholds) do by_name[t.name .. " " .. t.stat] = t end
+  T.eq(#killed.thresholds, #a.thresholds, "a killed storm's thresholds are judged too")
+  for _, t in ipairs(killed.thresholds) do
+    local l = by_name[t.name .. " " .. t.stat]
+    T.ok(l, "live threshold " .. t.name)
+    T.eq(t.actual, l.actual, t.name .. " " .. t.stat)
+    T.eq(t.passed, l.passed, t.name .. " passed")
+  end
   local rows = require("kb.csv").parse(fs.read(fs.join(dir, "result", "runs.csv")), { header = true })
   T.eq(#rows, 4)
   local live_rows = require("kb.csv").parse(live["runs.csv"], { header = true })
@@ -203,6 +217,71 @@ T.case("kbrun report rebuilds a storm's runs.csv and latencies.csv", function()
     T.eq(row.state, ids[row.id].state)
     T.eq(row.duration, ids[row.id].duration)
     T.eq(row.finished_at, ids[row.id].finished_at)
+  end
+end)
+
+-- A scenario with thresholds of each kind, one failing (exit 99).
+local THRESHOLDS = [[
+local kb = require "kb"
+return {
+  name = "threshold_probe",
+  thresholds = {
+    lat = { p50 = 0.5, p99 = 0.05, max = 2 },     -- p99 (0.1) fails
+    ["lat{op=b}"] = { mean = 1 },
+    requests = { max = 3, min = 1 },
+    never = { p99 = 1, allow_missing = true },
+    ["out.rate"] = 0.9,
+    ["out.nested.v"] = { min = 2 },
+  },
+  run = function()
+    for i = 1, 100 do kb.metrics.histogram("lat", { op = "a" }):record(i / 1000) end
+    kb.metrics.histogram("lat", { op = "b" }):record(0.25)
+    kb.metrics.counter("requests"):inc(3)
+    return { out = { rate = 0.95, nested = { v = 3 } } }
+  end,
+}
+]]
+
+T.case("a rebuilt result.json judges the run's thresholds as the run did", function()
+  local work = fs.tmpdir("kb-journal-thr-")
+  local file = fs.join(work, "probe.lua")
+  fs.write(file, THRESHOLDS)
+  local r = kbrun({ "-q", "-o", fs.join(work, "out"), file })
+  T.eq(r.code, 99, "a threshold fails: " .. r.stderr)
+  local dir = only_dir(fs.join(work, "out"))
+  local live = json.decode(fs.read(fs.join(dir, "result", "result.json")))
+  T.eq(live.status, "failed")
+  T.eq(#live.thresholds, 9, "every check of the spec")
+  local failed = {}
+  for _, t in ipairs(live.thresholds) do
+    if not t.passed then failed[#failed + 1] = t.name .. " " .. t.stat end
+  end
+  T.same(failed, { "lat p99" }, "the one failing check")
+  fs.remove(fs.join(dir, "result", "result.json"))
+  local _, doc = rebuild.experiment(dir)
+  local saved = json.decode(fs.read(fs.join(dir, "result", "result.json")))
+  T.same(saved.thresholds, live.thresholds, "rebuilt thresholds")
+  T.same(saved.result, live.result, "run()'s result")
+  T.eq(saved.status, "failed", "the status of the end record")
+  T.eq(doc.rebuilt.problems, nil)
+  T.contains(fs.read(fs.join(dir, "result", "report.html")), "lat")
+
+  -- killed before its end: no result, so the result's checks have no value
+  local path = fs.join(dir, "output", "journal.jsonl")
+  fs.write(path, (fs.read(path):gsub('{"[^\n]*"k":"end"[^\n]*\n$', "")))
+  _, doc = rebuild.experiment(dir)
+  T.eq(doc.status, "killed")
+  T.eq(#doc.thresholds, #live.thresholds)
+  for i, t in ipairs(doc.thresholds) do
+    local l = live.thresholds[i]
+    T.eq(t.name .. " " .. t.stat, l.name .. " " .. l.stat)
+    if l.kind == "result" then
+      T.eq(t.actual, nil, t.name .. ": no result to judge")
+      T.eq(t.passed, false, t.name)
+    else
+      T.eq(t.actual, l.actual, t.name .. " " .. t.stat)
+      T.eq(t.passed, l.passed, t.name .. " " .. t.stat .. " passed")
+    end
   end
 end)
 

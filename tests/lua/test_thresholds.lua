@@ -131,6 +131,24 @@ T.case("bad specs are refused with the entry named", function()
   T.raises(function() thresholds.validate("fast") end, "must be a table")
 end)
 
+T.case("an unknown result: a name that is no metric has no value, not a counter's 0", function()
+  local snap = { metrics = {} }
+  local spec = { ["runs.timed_out"] = { max = 0 }, success_rate = 0.9 }
+  local known = thresholds.evaluate(spec, snap, nil)
+  T.eq(known[1].name, "runs.timed_out")
+  T.eq(known[1].kind, "counter", "result known (nil): a counter never incremented")
+  T.eq(known[1].actual, 0)
+  T.eq(known[1].passed, true)
+  local checks, all = thresholds.evaluate(spec, snap, nil, { result_unknown = true })
+  T.eq(all, false)
+  T.eq(checks[1].kind, "result")
+  T.eq(checks[1].actual, nil, "runs.timed_out: no value")
+  T.eq(checks[1].passed, false)
+  T.eq(checks[2].actual, nil)
+  T.eq(checks[2].passed, false)
+  T.eq(thresholds.describe(checks[1]), "runs.timed_out missing (limit <= 0)")
+end)
+
 T.case("described in the metric's unit", function()
   local d = thresholds.describe
   T.eq(d{ name = "op", stat = "p99", op = "<=", limit = 1, actual = 0.950134, unit = "s", kind = "histogram" },

@@ -163,6 +163,26 @@ function M.document(st, info)
   return doc
 end
 
+--- The thresholds of the replayed run (journaled with its parameters),
+-- judged as kb.runner judges them: against the metrics as the journal
+-- last held them and run()'s result (journaled at its end; a storm's
+-- rebuilt from its events; a killed run's unknown, so its result checks
+-- have no value). nil when the run declared none; an empty list
+-- (the reason among the rebuild's problems) when they cannot be evaluated,
+-- as kb.runner leaves it.
+function M.thresholds(st, doc)
+  local spec = st.params and st.params.thresholds
+  if type(spec) ~= "table" then return nil end
+  local result = type(doc.result) == "table" and doc.result or nil
+  local e = st["end"]
+  local known = (e and e.result ~= nil) or result ~= nil
+  local ok, checks = pcall(require("kb.thresholds").evaluate, spec, doc.metrics, result,
+    { result_unknown = not known })
+  if ok then return checks end
+  st.problems[#st.problems + 1] = "thresholds: " .. tostring(checks)
+  return {}
+end
+
 --- Rebuilds the result files of the experiment folder `dir` from its
 -- journal (see above). Returns the path of report.html and the document.
 -- Raises when there is no journal.
@@ -185,6 +205,7 @@ function M.experiment(dir)
     problems = #st.problems > 0 and st.problems or nil,
     at = os.date("!%Y-%m-%dT%H:%M:%SZ") })
   local opts = {}
+  local e = st["end"]
   if session then
     local result, data = sr.rebuild(session)
     doc.result = result
@@ -194,6 +215,10 @@ function M.experiment(dir)
       opts.samples, opts.outcomes = data.samples, data.outcomes
     end
   end
+  -- a run that ended journaled run()'s result as it returned it
+  if e and e.result ~= nil then doc.result = e.result end
+  doc.thresholds = M.thresholds(st, doc)
+  doc.rebuilt.problems = #st.problems > 0 and st.problems or nil
   exp:write_json("result", "result.json", doc)
   if doc.timeseries then
     fs.write(fs.join(exp.result_dir, "timeseries.csv"), require("kb.timeseries").csv(doc.timeseries))
