@@ -12,6 +12,7 @@
 -- interval and metric, so memory follows the run's length, not its calls.
 -- Intervals where a metric saw nothing have no row.
 local core = require "kb.core"
+local ranks = require("kb.hist").ranks
 
 local M = {}
 
@@ -115,37 +116,12 @@ local function series(st, tbl, key, kind)
   return s
 end
 
--- Nearest-rank percentile of sorted values.
-local function rank(sorted, q)
-  local n = #sorted
-  local i = math.ceil(q * n)
-  return sorted[i < 1 and 1 or i > n and n or i]
-end
-
--- The row of an open interval (its values sorted in place). Weighted
--- values (h:record(v, n) with n ~= 1) are expanded as ranks over counts.
+-- The row of an interval: the nearest-rank p50, p90, p99 and the max of
+-- its values (kb.hist.ranks: sorted in C, the values left as they are).
+-- Weighted values (h:record(v, n) with n ~= 1) count as ranks over counts.
 local function close_row(s)
-  local v, w = s.values, s.weights
-  local t = s.bucket * s.iv
-  if not w then
-    table.sort(v)
-    return { t = t, count = #v, p50 = rank(v, 0.5), p90 = rank(v, 0.9), p99 = rank(v, 0.99), max = v[#v] }
-  end
-  local idx, total = {}, 0
-  for i = 1, #v do
-    idx[i] = i
-    total = total + (w[i] or 1)
-  end
-  table.sort(idx, function(a, b) return v[a] < v[b] end)
-  local function at(q)
-    local want, acc = math.max(1, math.ceil(q * total)), 0
-    for _, i in ipairs(idx) do
-      acc = acc + (w[i] or 1)
-      if acc >= want then return v[i] end
-    end
-    return v[idx[#idx]]
-  end
-  return { t = t, count = total, p50 = at(0.5), p90 = at(0.9), p99 = at(0.99), max = v[idx[#idx]] }
+  local count, p50, p90, p99, max = ranks(s.values, s.weights, 0.5, 0.9, 0.99)
+  return { t = s.bucket * s.iv, count = count, p50 = p50, p90 = p90, p99 = p99, max = max }
 end
 
 local function close(s)
@@ -200,11 +176,8 @@ function M.note_gauge(key, v)
   end
 end
 
--- An open interval's row, its values left as they are.
-local function open_row(s)
-  return close_row({ bucket = s.bucket, iv = s.iv, values = table.move(s.values, 1, #s.values, 1, {}),
-    weights = s.weights and table.move(s.weights, 1, #s.values, 1, {}) })
-end
+-- An open interval's row (its values stay as they are).
+local open_row = close_row
 
 -- ---- the journal ------------------------------------------------------------------
 --

@@ -27,6 +27,7 @@
 #include <lauxlib.h>
 
 #include "kb/hdr.h"
+#include "kb/ranks.h"
 #include "kb/lua_modules.h"
 #include "kb/lua_util.h"
 
@@ -466,8 +467,79 @@ static const luaL_Reg hist_meta[] = {
   {NULL, NULL}
 };
 
+/* hist.ranks(values, weights, q1, ..., qk) -> count, v1, ..., vk, max:
+ * the nearest-rank quantiles of the raw values (a sequence of numbers; not
+ * modified), weights nil or a table whose [i] counts values[i] that many
+ * times (absent: 1). count is #values, or the total weight; an empty
+ * sequence gives 0 and nothing else. For kb.timeseries' interval rows. */
+#define RANKS_MAX_Q 16
+
+static double check_quantile(lua_State *L, int idx) {
+  double q = luaL_checknumber(L, idx);
+  luaL_argcheck(L, q >= 0 && q <= 1, idx, "a quantile is within [0, 1]");
+  return q;
+}
+
+static double value_at(lua_State *L, lua_Integer i) {
+  int isnum;
+  double v = (lua_rawgeti(L, 1, i), lua_tonumberx(L, -1, &isnum));
+  lua_pop(L, 1);
+  if (!isnum) luaL_error(L, "kb.hist.ranks: values[%I] is not a number", i);
+  return v;
+}
+
+static int hist_ranks(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int weighted = !lua_isnoneornil(L, 2);
+  if (weighted) luaL_checktype(L, 2, LUA_TTABLE);
+  int nq = lua_gettop(L) - 2;
+  luaL_argcheck(L, nq >= 1 && nq <= RANKS_MAX_Q, 3, "1 to 16 quantiles");
+  double qs[RANKS_MAX_Q], out[RANKS_MAX_Q], max, total;
+  for (int i = 0; i < nq; i++) qs[i] = check_quantile(L, 3 + i);
+  lua_Integer n = luaL_len(L, 1);
+  if (n <= 0) {
+    lua_pushinteger(L, 0);
+    return 1;
+  }
+  luaL_checkstack(L, nq + 2, "kb.hist.ranks");
+  /* the scratch copy is a userdata: the collector owns it if we raise */
+  if (!weighted) {
+    double *v = lua_newuserdatauv(L, (size_t)n * sizeof *v, 0);
+    for (lua_Integer i = 1; i <= n; i++) v[i - 1] = value_at(L, i);
+    kb_ranks(v, (size_t)n, qs, (size_t)nq, out, &max);
+    lua_pushinteger(L, n);
+  } else {
+    kb_weighted *v = lua_newuserdatauv(L, (size_t)n * sizeof *v, 0);
+    int integral = 1;
+    lua_Integer count = 0;
+    for (lua_Integer i = 1; i <= n; i++) {
+      v[i - 1].value = value_at(L, i);
+      lua_Integer w = 1;
+      double wd = 1;
+      if (lua_rawgeti(L, 2, i) != LUA_TNIL) {
+        int isnum;
+        wd = lua_tonumberx(L, -1, &isnum);
+        if (!isnum || !(wd > 0)) luaL_error(L, "kb.hist.ranks: weights[%I] is not a positive number", i);
+        if (!lua_isinteger(L, -1)) integral = 0;
+        else w = lua_tointeger(L, -1);
+      }
+      lua_pop(L, 1);
+      v[i - 1].weight = wd;
+      count += w; /* a count of calls: far below overflow */
+    }
+    kb_ranks_weighted(v, (size_t)n, qs, (size_t)nq, out, &max, &total);
+    /* as Lua's own sum would be: an integer while every weight is one */
+    if (integral) lua_pushinteger(L, count);
+    else lua_pushnumber(L, total);
+  }
+  for (int i = 0; i < nq; i++) lua_pushnumber(L, out[i]);
+  lua_pushnumber(L, max);
+  return nq + 2;
+}
+
 static const luaL_Reg hist_functions[] = {
   {"new", hist_new},
+  {"ranks", hist_ranks},
   {"decode", hist_decode},
   {"is", hist_is},
   {NULL, NULL}

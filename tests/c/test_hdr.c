@@ -1,9 +1,11 @@
 /* HDR histogram: layout, percentiles against exact values, merge, encoding,
- * corrupt input, coordinated-omission correction, statistics. */
+ * corrupt input, coordinated-omission correction, statistics; and the
+ * nearest-rank quantiles of raw values (kb_ranks). */
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "kb/hdr.h"
+#include "kb/ranks.h"
 #include "kbtest.h"
 
 static const kb_hdr_config usec_hour = {.highest = INT64_C(3600000000), .digits = 3, .unit = 1e-6};
@@ -543,6 +545,27 @@ static void test_init_in(void) {
   free(buf);
 }
 
+/* Nearest ranks: an empty array, the ends (q = 0, 1), ties, weights that
+ * fall short of a rank by rounding (0.1 + 0.2 ...). */
+static void test_ranks(void) {
+  double out[3], max = -1, total = -1;
+  const double qs[3] = {0, 0.5, 1};
+  KB_CHECK(kb_ranks(NULL, 0, qs, 3, out, &max) == -1 && max == -1);
+  double v[5] = {5, 1, 4, 1, 3};
+  KB_CHECK(kb_ranks(v, 5, qs, 3, out, &max) == 0);
+  KB_CHECK(out[0] == 1 && out[1] == 3 && out[2] == 5 && max == 5); /* ranks 1, 3, 5 */
+  KB_CHECK(v[0] == 1 && v[1] == 1 && v[4] == 5);                   /* sorted in place */
+  kb_weighted w[3] = {{2, 1}, {1, 3}, {7, 0.5}};                    /* total 4.5 */
+  KB_CHECK(kb_ranks_weighted(w, 3, qs, 3, out, &max, &total) == 0);
+  KB_CHECK(total == 4.5 && out[0] == 1 && out[1] == 1 && out[2] == 7 && max == 7);
+  kb_weighted tenths[10];
+  for (int i = 0; i < 10; i++) tenths[i] = (kb_weighted){.value = i, .weight = 0.1};
+  const double one = 1;
+  KB_CHECK(kb_ranks_weighted(tenths, 10, &one, 1, out, &max, &total) == 0);
+  KB_CHECK(out[0] == 9); /* the running sum ends just short of 1: the last value */
+  KB_CHECK(kb_ranks_weighted(NULL, 0, qs, 3, out, &max, &total) == -1);
+}
+
 int main(void) {
   KB_RUN(test_layout);
   KB_RUN(test_config_errors);
@@ -558,5 +581,6 @@ int main(void) {
   KB_RUN(test_encode_roundtrip);
   KB_RUN(test_decode_corrupt);
   KB_RUN(test_init_in);
+  KB_RUN(test_ranks);
   return kb_test_report();
 }

@@ -307,4 +307,78 @@ T.case("tostring and len", function()
   T.eq(#h, 0)
 end)
 
+-- kb.hist.ranks against the rules kb.timeseries had in Lua (table.sort,
+-- then the nearest rank over the values, or over the counts when weighted)
+local function reference_ranks(v, w, qs)
+  local n = #v
+  if n == 0 then return { 0 } end
+  local out = {}
+  if not w then
+    local sorted = table.move(v, 1, n, 1, {})
+    table.sort(sorted)
+    out[1] = n
+    for i, q in ipairs(qs) do
+      local r = math.ceil(q * n)
+      out[i + 1] = sorted[r < 1 and 1 or r > n and n or r]
+    end
+    out[#qs + 2] = sorted[n]
+    return out
+  end
+  local idx, total = {}, 0
+  for i = 1, n do
+    idx[i] = i
+    total = total + (w[i] or 1)
+  end
+  table.sort(idx, function(a, b) return v[a] < v[b] end)
+  out[1] = total
+  for k, q in ipairs(qs) do
+    local want, acc = math.max(1, math.ceil(q * total)), 0
+    for _, i in ipairs(idx) do
+      acc = acc + (w[i] or 1)
+      if acc >= want then out[k + 1] = v[i] break end
+    end
+  end
+  out[#qs + 2] = v[idx[n]]
+  return out
+end
+
+T.case("ranks: nearest-rank quantiles of raw values, as the Lua rules give them", function()
+  local rand = lcg(7)
+  local qs = { 0.5, 0.9, 0.99, 0, 1 }
+  for trial = 1, 400 do
+    local n = trial % 50 == 0 and 0 or (trial % 7 == 0 and 1 or 1 + math.floor(rand() * 300))
+    local v, w = {}, nil
+    for i = 1, n do
+      -- ties often (a few distinct values), else spread over decades
+      v[i] = trial % 3 == 0 and math.floor(rand() * 4) / 8 or 10 ^ (rand() * 6 - 5)
+    end
+    if trial % 2 == 0 then
+      w = {}
+      for i = 1, n do
+        if rand() < 0.3 then w[i] = 1 + math.floor(rand() * 5) end
+      end
+    end
+    local got = table.pack(hist.ranks(v, w, table.unpack(qs)))
+    local want = reference_ranks(v, w, qs)
+    T.eq(got.n, n == 0 and 1 or #qs + 2, "results of trial " .. trial)
+    for i = 1, #want do T.eq(got[i], want[i], string.format("trial %d result %d", trial, i)) end
+    T.eq(math.type(got[1]), "integer", "count")
+  end
+  -- the values are not moved
+  local v = { 3, 1, 2 }
+  T.same({ hist.ranks(v, nil, 0.5) }, { 3, 2, 3 })
+  T.same(v, { 3, 1, 2 })
+  -- fractional weights: a float total
+  T.same({ hist.ranks({ 1, 2 }, { 0.5, 1.5 }, 0.5) }, { 2.0, 2, 2 })
+end)
+
+T.case("ranks: errors", function()
+  T.raises(hist.ranks, "values[2] is not a number", { 1, "x" }, nil, 0.5)
+  T.raises(hist.ranks, "weights[1] is not a positive number", { 1 }, { 0 }, 0.5)
+  T.raises(hist.ranks, "weights[1] is not a positive number", { 1 }, { "a" }, 0.5)
+  T.raises(hist.ranks, "a quantile is within [0, 1]", { 1 }, nil, 1.5)
+  T.raises(hist.ranks, "1 to 16 quantiles", { 1 }, nil)
+  T.raises(hist.ranks, "table expected", "x", nil, 0.5)
+end)
+
 T.run()
