@@ -48,4 +48,9 @@ int kb_is_marked_array(lua_State *L, int idx);
  * string itself when nothing changed (no copy, no new Lua string). */
 void kb_lua_push_scrubbed(lua_State *L, int idx, int list_idx);
 
+/* The first half of kb_lua_push_scrubbed: the list's strings replaced, no
+ * pattern rules (for the logger, which applies them itself: they are not
+ * idempotent, so a line must not pass them twice). */
+void kb_lua_push_replaced(lua_State *L, int idx, int list_idx);
+
 #endif

@@ -79,10 +79,6 @@ function M.describe_credentials(s)
   return #parts > 0 and table.concat(parts, " and ") or nil
 end
 
-local function escape_pattern(s)
-  return (s:gsub("[^%w]", "%%%0"))
-end
-
 -- A secret's base64, unpadded: "=" may be absent where it is echoed.
 local function b64(bytes)
   return (u.b64encode(bytes):gsub("=+$", ""))
@@ -186,19 +182,6 @@ end
 
 --- base64 (either alphabet, padding optional) -> bytes, or nil.
 M.b64decode = u.b64decode
-
-local function replace(text, secret)
-  return (text:gsub(escape_pattern(secret), "<redacted>"))
-end
-
--- text with the registered secrets replaced (the log wrappers: the C
--- logger applies the patterns itself).
-local function scrub_registered(text)
-  for _, secret in ipairs(list) do
-    if text:find(secret, 1, true) then text = replace(text, secret) end
-  end
-  return text
-end
 
 --- secrets.scrub(text [, list]) -> text with every registered secret, and
 -- every one of the list (4 characters or more; false and nil entries
@@ -447,7 +430,7 @@ if not rawget(log, "scrubs_registered") then
       if not log.enabled(level) then return end
       local msg
       if n > 1 then msg = format(...) else msg = tostring(fmt) end
-      return write(scrub_registered(msg))
+      return write(log.replace_secrets(msg, list)) -- the C logger applies the patterns
     end
   end
   log.scrubs_registered = true

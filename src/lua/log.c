@@ -8,6 +8,7 @@
  *   log.enabled("debug")                         -- skip costly messages
  *   log.redact(text [, secrets])                 -- kb_redact for reports (secrets: texts
  *                                                   replaced by "<redacted>" first)
+ *   log.replace_secrets(text, secrets)           -- only the texts replaced
  *
  * Every line is redacted (see include/kb/redact.h) before it reaches
  * stderr. Logging never waits for a full stderr (include/kb/log.h): a line
@@ -71,14 +72,24 @@ static int l_enabled(lua_State *L) {
 
 /* log.redact(text [, secrets]): the pattern rules, after every string of
  * the list secrets (in its order) is replaced by "<redacted>". */
+static int optional_list(lua_State *L, int idx) {
+  if (lua_isnoneornil(L, idx)) return 0;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  return idx;
+}
+
 static int l_redact(lua_State *L) {
   luaL_checkstring(L, 1);
-  int list = 0;
-  if (!lua_isnoneornil(L, 2)) {
-    luaL_checktype(L, 2, LUA_TTABLE);
-    list = 2;
-  }
-  kb_lua_push_scrubbed(L, 1, list);
+  kb_lua_push_scrubbed(L, 1, optional_list(L, 2));
+  return 1;
+}
+
+/* log.replace_secrets(text, secrets): only the list's strings replaced by
+ * "<redacted>", not the pattern rules: what kb.secrets' wrappers of the
+ * leveled functions do before the logger applies the rules itself. */
+static int l_replace_secrets(lua_State *L) {
+  luaL_checkstring(L, 1);
+  kb_lua_push_replaced(L, 1, optional_list(L, 2));
   return 1;
 }
 
@@ -86,7 +97,8 @@ int luaopen_kb_log(lua_State *L) {
   static const luaL_Reg formatted[] = {
     {"debug", l_debug}, {"info", l_info}, {"warn", l_warn}, {"error", l_error}, {NULL, NULL}};
   static const luaL_Reg plain[] = {
-    {"level", l_level}, {"enabled", l_enabled}, {"redact", l_redact}, {NULL, NULL}};
+    {"level", l_level}, {"enabled", l_enabled}, {"redact", l_redact},
+    {"replace_secrets", l_replace_secrets}, {NULL, NULL}};
   lua_newtable(L);
   luaL_requiref(L, LUA_STRLIBNAME, luaopen_string, 0);
   lua_getfield(L, -1, "format");

@@ -113,24 +113,27 @@ static void replace_all(lua_State *L, const char *secret, size_t slen) {
   lua_remove(L, -2);
 }
 
-void kb_lua_push_scrubbed(lua_State *L, int idx, int list_idx) {
+void kb_lua_push_replaced(lua_State *L, int idx, int list_idx) {
   idx = lua_absindex(L, idx);
   lua_pushvalue(L, idx);
-  if (list_idx) {
-    list_idx = lua_absindex(L, list_idx);
-    lua_Integer n = (lua_Integer)lua_rawlen(L, list_idx);
-    for (lua_Integer i = 1; i <= n; i++) {
-      if (lua_rawgeti(L, list_idx, i) == LUA_TSTRING) {
-        size_t slen;
-        const char *secret = lua_tolstring(L, -1, &slen);
-        lua_insert(L, -2); /* the secret stays below the text while it is replaced */
-        replace_all(L, secret, slen);
-        lua_remove(L, -2);
-      } else {
-        lua_pop(L, 1);
-      }
+  if (!list_idx) return;
+  list_idx = lua_absindex(L, list_idx);
+  lua_Integer n = (lua_Integer)lua_rawlen(L, list_idx);
+  for (lua_Integer i = 1; i <= n; i++) {
+    if (lua_rawgeti(L, list_idx, i) == LUA_TSTRING) {
+      size_t slen;
+      const char *secret = lua_tolstring(L, -1, &slen);
+      lua_insert(L, -2); /* the secret stays below the text while it is replaced */
+      replace_all(L, secret, slen);
+      lua_remove(L, -2);
+    } else {
+      lua_pop(L, 1);
     }
   }
+}
+
+void kb_lua_push_scrubbed(lua_State *L, int idx, int list_idx) {
+  kb_lua_push_replaced(L, idx, list_idx);
   size_t len;
   const char *in = lua_tolstring(L, -1, &len);
   luaL_Buffer b;

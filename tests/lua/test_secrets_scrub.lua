@@ -32,9 +32,10 @@ T.case("scrub: registered secrets (plain, base64, JSON-escaped), then the patter
 end)
 
 -- The registered texts replaced as the Lua rules had it (each in list
--- order, every occurrence left to right), then the pattern rules: what the
--- C scrubber (log.redact with a list; kb.csv's cells) must give.
-local function reference_scrub(text, list)
+-- order, every occurrence left to right): what log.replace_secrets must
+-- give; then the pattern rules: what the C scrubber (log.redact with a
+-- list; kb.csv's cells) must give.
+local function reference_replace(text, list)
   for _, secret in ipairs(list) do
     local at, out = 1, {}
     while true do
@@ -46,7 +47,10 @@ local function reference_scrub(text, list)
     out[#out + 1] = text:sub(at)
     text = table.concat(out)
   end
-  return require("kb.log").redact(text)
+  return text
+end
+local function reference_scrub(text, list)
+  return require("kb.log").redact(reference_replace(text, list))
 end
 
 T.case("scrub in C: every occurrence of each registered text in list order, then the patterns", function()
@@ -64,7 +68,11 @@ T.case("scrub in C: every occurrence of each registered text in list order, then
     for k = 1, rand(8) do parts[k] = pieces[rand(#pieces)] end
     local text = table.concat(parts)
     T.eq(log.redact(text, list), reference_scrub(text, list), string.format("%q", text))
+    -- the logger's half: only the texts (the patterns come in the logger)
+    T.eq(log.replace_secrets(text, list), reference_replace(text, list), string.format("%q", text))
   end
+  T.eq(log.replace_secrets("token=abcd x", list), "token=<redacted> x", "no pattern rule applied")
+  T.eq(log.replace_secrets("password=hunter22", {}), "password=hunter22")
   -- the live register is what scrub and kb.csv's cells use
   local s = "CsvCellSecret9Q"
   secrets.register(s)
