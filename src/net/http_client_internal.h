@@ -102,19 +102,31 @@ struct kb_http_request {
   int native_version;           /* 10 or 11 */
   uint64_t t_first;             /* uv_hrtime() at the first byte of the answer */
   uint64_t connect_ns;          /* the connect's own duration (0 on reuse) */
+  uint64_t dns_ns;              /* how long it waited for its host's lookup */
+  int native_lookup;            /* queued until its host's lookup ends */
+  size_t native_addr;           /* the host address its connect uses */
+  size_t native_tries;          /* addresses its connect tried before it */
 };
 
 /* ---- the native HTTP/1.1 path (http_native.c) ---------------------------------
  *
- * Plain http:// to an IP literal or a Unix socket, nothing only libcurl
+ * Plain http:// to an IP literal, a host name or a Unix socket, nothing only libcurl
  * does: the request goes out in one write on a pooled keep-alive
  * connection and its answer is parsed by http_parser, for a tenth of
  * libcurl's instructions per request (docs/design-notes.md "HTTP"). */
 typedef struct http_host {
   struct http_host *next;
-  char *key;                 /* "t:ADDR:PORT" or "u:PATH"; owned */
-  struct sockaddr_storage addr; /* TCP */
-  char *path;                /* a Unix socket's, owned; NULL: TCP to addr */
+  char *key;                 /* "t:ADDR:PORT", "n:NAME:PORT" or "u:PATH"; owned */
+  char *path;                /* a Unix socket's, owned; NULL: TCP to addrs */
+  char *name;                /* a host name (owned), looked up with getaddrinfo on
+                                libuv's threads; NULL: an IP literal */
+  int port;
+  struct sockaddr_storage *addrs; /* TCP: where to connect, in the resolver's
+                                     order (a literal's one); owned */
+  size_t naddrs;             /* 0: a name not resolved yet */
+  size_t preferred;          /* the address that connected last */
+  uint64_t resolved_ms;      /* uv_now() of the last lookup's answer */
+  struct http_lookup *lookup; /* the lookup in flight, or NULL */
   size_t nconns;             /* open, connecting included */
   struct http_conn *idle;    /* kept-alive connections, most recent first */
 } http_host;
@@ -198,16 +210,39 @@ typedef struct http_url {
   size_t authority_len;
   const char *target;    /* path?query, or "" for "/" */
   size_t target_len;
-  char host[64];         /* the IP literal, brackets off */
+  char host[256];        /* the IP literal (brackets off) or host name */
   int port;
   int v6;
+  int named;             /* host is a name to resolve, not a literal */
 } http_url;
 /* 1 and u filled if the native path can send r exactly as libcurl would
- * (plain http:// to an IP literal or over a Unix socket, nothing only
+ * (plain http:// to an IP literal or a plain host name, or over a Unix socket, nothing only
  * libcurl does); 0: libcurl takes it. */
 int kb__http_native_route(const kb_http_request *r, http_url *u);
 /* The request's bytes (head and body) into b: 0 or -ENOMEM. */
 int kb__http_native_build(const kb_http_request *r, const http_url *u, kb_buf *b);
+
+/* http_native_hosts.c: the native pool's hosts, their addresses */
+/* The pool's entry for u (or the Unix socket path), made on first use;
+ * NULL when out of memory. A literal has its address at once, a name
+ * after kb__http_host_resolve's lookup. */
+http_host *kb__http_host_get(kb_http_client *c, const http_url *u, const char *path);
+/* Starts a lookup of h's name unless one runs or its answer is fresh
+ * (curl's DNS cache: 60 s); kb__http_native_resolved runs at its end.
+ * 0, or a negative uv error (nothing started). */
+int kb__http_host_resolve(kb_http_client *c, http_host *h);
+/* Whether h's addresses are due to be looked up again. */
+int kb__http_host_stale(kb_http_client *c, const http_host *h);
+/* "NAME port P", "127.0.0.1 port P" or the socket's path: how curl names
+ * the peer in its messages. */
+void kb__http_host_peer(const http_host *h, char *out, size_t outsz);
+/* Frees every host of the pool; one with a lookup in flight is freed when
+ * it ends (the client stays alive until then: the lookup counts among its
+ * open handles). */
+void kb__http_hosts_free(kb_http_client *c);
+/* http_native.c: a lookup of h ended (ok: h has addresses now, or still
+ * has the old ones); serves or fails what waits for h. */
+void kb__http_native_resolved(kb_http_client *c, http_host *h, int ok, const char *error);
 
 /* http_native.c */
 /* Whether r can go on the native path, and if so starts it there:

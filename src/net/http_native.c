@@ -6,7 +6,8 @@
  * malloc); a keep-alive loop that writes the request curl would send and
  * parses the answer costs ~10k (docs/design-notes.md "HTTP"). So a
  * request takes this path when it needs nothing only libcurl does: the URL
- * is http:// to an IP literal (or a Unix socket: the embedded simulator),
+ * is http:// to an IP literal or a host name (looked up off the loop,
+ * http_native_hosts.c) or goes over a Unix socket (the embedded simulator),
  * no proxy, no redirects to follow, no HTTP/2, no compression, no
  * multipart, not a stream. Everything else, and every request when
  * KBRUN_HTTP=curl, stays on libcurl behind the same kb_http_request, and
@@ -64,6 +65,7 @@ typedef struct http_conn {
   int head_done;             /* its header block has ended */
   int in_value;              /* the parser's last header piece was a value */
   int handles;               /* uv handles not closed yet */
+  size_t addr;               /* which of its host's addresses it connects to */
   CURLcode fail_code;        /* a failure found while starting, for the timer */
   http_parser parser;
 } http_conn;
@@ -74,28 +76,6 @@ static void conn_close(http_conn *k);
 static void queue_kick(kb_http_client *c);
 
 /* ---- the pool --------------------------------------------------------------------- */
-
-static http_host *host_get(kb_http_client *c, const http_url *u, const char *path) {
-  char key[600];
-  if (path) snprintf(key, sizeof key, "u:%s", path);
-  else snprintf(key, sizeof key, "t:%s:%d", u->host, u->port);
-  for (http_host *h = c->native.hosts; h; h = h->next)
-    if (strcmp(h->key, key) == 0) return h;
-  http_host *h = calloc(1, sizeof *h);
-  if (!h || !(h->key = strdup(key)) || (path && !(h->path = strdup(path)))) goto fail;
-  if (!path) {
-    int rc = u->v6 ? uv_ip6_addr(u->host, u->port, (struct sockaddr_in6 *)&h->addr)
-                   : uv_ip4_addr(u->host, u->port, (struct sockaddr_in *)&h->addr);
-    if (rc != 0) goto fail;
-  }
-  h->next = c->native.hosts;
-  c->native.hosts = h;
-  return h;
-fail:
-  if (h) free(h->key), free(h->path);
-  free(h);
-  return NULL;
-}
 
 static void queue_push(http_native_pool *p, kb_http_request *r) {
   r->pnext = NULL;
@@ -124,11 +104,11 @@ static int host_full(const http_native_pool *p, const http_host *h) {
 }
 
 /* The oldest waiting request that can go now: its host has an idle
- * connection, or room for a new one within both limits. */
+ * connection, or an address and room for a new one within both limits. */
 static kb_http_request *queue_take(http_native_pool *p) {
   for (kb_http_request *q = p->qhead; q; q = q->pnext) {
     int fits = (q->host->idle && !q->native_fresh) ||
-               (!host_full(p, q->host) && p->nconns < (size_t)p->max_conns);
+               (q->host->naddrs > 0 && !host_full(p, q->host) && p->nconns < (size_t)p->max_conns);
     if (!fits) continue;
     queue_remove(p, q);
     return q;
@@ -402,32 +382,30 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   fail(k, CURLE_WEIRD_SERVER_REPLY);
 }
 
-/* "127.0.0.1 port 8080" or the socket's path, as curl names a peer. */
-static void peer_name(const http_host *h, char *out, size_t outsz) {
-  if (h->path) {
-    snprintf(out, outsz, "%s", h->path);
-    return;
-  }
-  char ip[INET6_ADDRSTRLEN] = "";
-  int port;
-  if (h->addr.ss_family == AF_INET6) {
-    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&h->addr;
-    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
-    port = ntohs(a->sin6_port);
-  } else {
-    const struct sockaddr_in *a = (const struct sockaddr_in *)&h->addr;
-    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
-    port = ntohs(a->sin_port);
-  }
-  snprintf(out, outsz, "%s port %d", ip, port);
-}
-
 /* libcurl 7.88's words for a connect that failed (rc says why). */
 static void connect_failed(http_conn *k, kb_http_request *r, CURLcode rc) {
   char where[300];
-  peer_name(k->host, where, sizeof where);
+  kb__http_host_peer(k->host, where, sizeof where);
   snprintf(r->errbuf, sizeof r->errbuf, "Failed to connect to %.180s after %.0f ms: %s", where,
            ms_since(r->t_start), curl_easy_strerror(rc));
+}
+
+static int conn_open(kb_http_client *c, http_host *h, kb_http_request *r);
+
+/* A connect to one of several addresses failed: r goes on to the next on
+ * a new connection, as curl tries each address of a name. 1 if it did. */
+static int next_address(http_conn *k, kb_http_request *r) {
+  http_host *h = k->host;
+  if (r->native_tries + 1 >= h->naddrs) return 0;
+  r->native_tries++;
+  r->native_addr = k->addr + 1;
+  k->req = NULL;
+  r->conn = NULL;
+  conn_close(k);
+  if (conn_open(r->client, h, r) == 0) return 1;
+  snprintf(r->errbuf, sizeof r->errbuf, "Out of memory");
+  finish(r, CURLE_OUT_OF_MEMORY);
+  return 1;
 }
 
 static void on_connect(uv_connect_t *creq, int status) {
@@ -435,6 +413,7 @@ static void on_connect(uv_connect_t *creq, int status) {
   if (status == UV_ECANCELED || k->closing) return;
   kb_http_request *r = k->req;
   if (status < 0) {
+    if (r && next_address(k, r)) return;
     if (r) {
       connect_failed(k, r, CURLE_COULDNT_CONNECT);
       r->sock_errno = -status;
@@ -442,6 +421,7 @@ static void on_connect(uv_connect_t *creq, int status) {
     fail(k, CURLE_COULDNT_CONNECT);
     return;
   }
+  k->host->preferred = k->addr; /* new connections start here */
   int rc = uv_read_start(&k->io.stream, on_alloc, on_read);
   if (!r) { /* its request is gone (cancelled): the connection waits for the next */
     if (rc == 0) detach(k, 1);
@@ -502,11 +482,12 @@ static int conn_open(kb_http_client *c, http_host *h, kb_http_request *r) {
   c->native.conns = k;
   k->req = r;
   r->conn = k;
+  k->addr = h->naddrs ? r->native_addr % h->naddrs : 0;
   k->connect_req.data = k;
   if (h->path) {
     uv_pipe_connect(&k->connect_req, &k->io.pipe, h->path, on_connect); /* errors: on_connect */
-  } else if ((rc = uv_tcp_connect(&k->connect_req, &k->io.tcp, (const struct sockaddr *)&h->addr,
-                                  on_connect)) != 0) {
+  } else if ((rc = uv_tcp_connect(&k->connect_req, &k->io.tcp,
+                                  (const struct sockaddr *)&h->addrs[k->addr], on_connect)) != 0) {
     r->sock_errno = -rc; /* socket() failed: EMFILE, ENOBUFS... */
     snprintf(r->errbuf, sizeof r->errbuf, "Failed to open a socket: %s", uv_strerror(rc));
     fail_later(k, CURLE_COULDNT_CONNECT);
@@ -536,11 +517,42 @@ static int dispatch(kb_http_request *r) {
     send_request(k);
     return 0;
   }
+  if (h->name && (h->naddrs == 0 || kb__http_host_stale(c, h))) {
+    /* a lookup that cannot start leaves h without one: the queue's timer
+     * then fails what waits for it */
+    kb__http_host_resolve(c, h);
+    if (h->naddrs == 0) { /* it waits for the answer (kb__http_native_resolved) */
+      r->native_lookup = 1;
+      queue_push(p, r);
+      queue_kick(c);
+      return 0;
+    }
+  }
+  r->native_addr = h->preferred;
+  r->native_tries = 0;
   if (!host_full(p, h) && p->nconns >= (size_t)p->max_conns) make_room(c, h);
   if (!host_full(p, h) && p->nconns < (size_t)p->max_conns) return conn_open(c, h, r);
   queue_push(p, r);
   queue_kick(c);
   return 0;
+}
+
+void kb__http_native_resolved(kb_http_client *c, http_host *h, int ok, const char *error) {
+  http_native_pool *p = &c->native;
+  uint64_t now = uv_hrtime();
+  for (kb_http_request *q = p->qhead, *next; q; q = next) {
+    next = q->pnext;
+    if (q->host != h || !q->native_lookup) continue;
+    q->native_lookup = 0;
+    q->dns_ns = now - q->t_start;
+    if (ok) continue;
+    queue_remove(p, q);
+    snprintf(q->errbuf, sizeof q->errbuf, "%s", error);
+    finish(q, CURLE_COULDNT_RESOLVE_HOST);
+    if (c->closing) return;
+    next = p->qhead; /* the callback may have cancelled any of them */
+  }
+  if (ok && p->qhead) queue_kick(c);
 }
 
 /* ---- the queue --------------------------------------------------------------------- */
@@ -553,11 +565,25 @@ static void on_queue_timer(uv_timer_t *t) {
   uint64_t now = uv_hrtime();
   for (kb_http_request *q = p->qhead, *next; q; q = next) {
     next = q->pnext;
-    if (!q->timeout_ms || q->clock_timeout || (now - q->t_start) / 1000000 < q->timeout_ms)
+    http_host *h = q->host;
+    int unresolvable = h->naddrs == 0 && !h->lookup;
+    if (!unresolvable &&
+        (!q->timeout_ms || q->clock_timeout || (now - q->t_start) / 1000000 < q->timeout_ms))
       continue;
     queue_remove(p, q);
-    snprintf(q->errbuf, sizeof q->errbuf, "Operation timed out after %.0f milliseconds with 0 "
-             "bytes received", ms_since(q->t_start));
+    if (unresolvable) { /* its lookup could not start */
+      snprintf(q->errbuf, sizeof q->errbuf, "Could not resolve host: %.200s", h->name);
+      finish(q, CURLE_COULDNT_RESOLVE_HOST);
+      if (c->closing) return;
+      next = p->qhead;
+      continue;
+    }
+    if (h->naddrs == 0) /* still waiting for its host's lookup */
+      snprintf(q->errbuf, sizeof q->errbuf, "Resolving timed out after %.0f milliseconds",
+               ms_since(q->t_start));
+    else
+      snprintf(q->errbuf, sizeof q->errbuf, "Operation timed out after %.0f milliseconds with 0 "
+               "bytes received", ms_since(q->t_start));
     finish(q, CURLE_OPERATION_TIMEDOUT);
     if (c->closing) return;
     next = p->qhead; /* the callback may have cancelled any of them */
@@ -644,12 +670,13 @@ static const http_parser_settings parser_settings = {
 int kb__http_native_start(kb_http_request *r) {
   http_url u;
   if (!kb__http_native_route(r, &u)) return 0;
-  http_host *h = host_get(r->client, &u, r->unix_path.len ? r->unix_path.data : NULL);
+  http_host *h = kb__http_host_get(r->client, &u, r->unix_path.len ? r->unix_path.data : NULL);
   if (!h || kb__http_native_build(r, &u, &r->wire) != 0) return -ENOMEM;
   r->host = h;
   r->conn = NULL;
   r->native_retried = r->native_fresh = 0;
-  r->t_first = r->connect_ns = 0;
+  r->t_first = r->connect_ns = r->dns_ns = 0;
+  r->native_lookup = 0;
   int rc = dispatch(r);
   if (rc != 0) return rc;
   r->native = 1;
@@ -680,7 +707,7 @@ void kb__http_native_abort(kb_http_request *r, CURLcode rc) {
 void kb__http_native_timings(const kb_http_request *r, kb_http_timings *t) {
   uint64_t now = uv_hrtime();
   t->total = (double)(now - r->t_start) / 1e9;
-  t->dns = 0;
+  t->dns = (double)r->dns_ns / 1e9;
   t->tls = 0;
   t->connect = (double)r->connect_ns / 1e9;
   t->ttfb = r->t_first ? (double)(r->t_first - r->t_start) / 1e9 : 0.0;
@@ -703,12 +730,6 @@ void kb__http_native_init(kb_http_client *c, long max_conns, long max_host_conns
 void kb__http_native_close(kb_http_client *c) {
   http_native_pool *p = &c->native;
   while (p->conns) conn_close(p->conns);
-  for (http_host *h = p->hosts, *next; h; h = next) {
-    next = h->next;
-    free(h->key);
-    free(h->path);
-    free(h);
-  }
-  p->hosts = NULL;
+  kb__http_hosts_free(c);
   uv_close((uv_handle_t *)&p->queue_timer, on_queue_timer_closed);
 }

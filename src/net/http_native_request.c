@@ -27,9 +27,37 @@ static int target_plain(const char *p, size_t n) {
 }
 
 
-/* "http://IPV4[:port][/...]" or "http://[IPV6][:port][/...]"; over a Unix
- * socket any host name (it only goes into Host:). 0 if the native path
- * cannot send it as curl would. */
+/* A host name the native path looks up itself as libcurl would: lower-case
+ * letters, digits, '-' and '.' (no IDN, which curl converts; no upper case,
+ * which curl may rewrite), labels that do not start or end with '-', and a
+ * last label that is not all digits (curl reads "10.1" or "1234" as an IPv4
+ * address in shorthand). */
+static int plain_name(const char *h) {
+  size_t n = strlen(h);
+  if (n == 0 || n > 253) return 0;
+  int last_has_letter = 0;
+  size_t label = 0;
+  for (size_t i = 0; i < n; i++) {
+    char ch = h[i];
+    if (ch == '.') {
+      if (label == 0 || h[i - 1] == '-') return 0;
+      label = 0;
+      last_has_letter = 0;
+      continue;
+    }
+    int letter = ch >= 'a' && ch <= 'z';
+    if (!letter && !(ch >= '0' && ch <= '9') && ch != '-') return 0;
+    if (ch == '-' && label == 0) return 0;
+    if (++label > 63) return 0;
+    last_has_letter |= letter;
+  }
+  return label > 0 && h[n - 1] != '-' && last_has_letter;
+}
+
+/* "http://IPV4[:port][/...]", "http://[IPV6][:port][/...]" or
+ * "http://NAME[:port][/...]" (plain_name); over a Unix socket any host name
+ * (it only goes into Host:). 0 if the native path cannot send it as curl
+ * would. */
 static int parse_url(const kb_http_request *r, http_url *u) {
   const char *url = r->url.data;
   if (strncmp(url, "http://", 7) != 0) return 0;
@@ -71,9 +99,13 @@ static int parse_url(const kb_http_request *r, http_url *u) {
   if (hlen == 0 || hlen >= sizeof u->host) return 0;
   memcpy(u->host, hstart, hlen);
   u->host[hlen] = '\0';
+  u->named = 0;
   if (r->unix_path.len) return 1;
   unsigned char bin[16];
-  return inet_pton(u->v6 ? AF_INET6 : AF_INET, u->host, bin) == 1;
+  if (inet_pton(u->v6 ? AF_INET6 : AF_INET, u->host, bin) == 1) return 1;
+  if (u->v6 || !plain_name(u->host)) return 0;
+  u->named = 1;
+  return 1;
 }
 
 /* The header lines a request was given ("Name: value", "Name;" for an

@@ -652,6 +652,145 @@ static void test_connect_refused(void) {
   KB_CHECK(strstr(native.message, "Failed to connect to 127.0.0.1 port") != NULL);
 }
 
+
+/* ---- host names ------------------------------------------------------------------------ */
+
+/* http://localhost:port goes on the native path (looked up off the loop),
+ * sends the bytes libcurl sends for it (Host: localhost:port), reports the
+ * lookup's time, and the next request reuses the connection. Names only
+ * libcurl can send as it would (upper case, IDN, a numeric shorthand, a
+ * trailing dot) stay on libcurl. */
+static void test_host_name(void) {
+  char url[96];
+  snprintf(url, sizeof url, "http://localhost:%d/cl", S.port);
+  kb_http_request *r = kb_http_request_new(C, "GET", url);
+  http_url u;
+  KB_CHECK(kb__http_native_route(r, &u) == 1);
+  KB_CHECK(u.named && strcmp(u.host, "localhost") == 0 && u.port == S.port);
+  int before = S.connections;
+  result first = {0};
+  perform(r, &first);
+  KB_CHECK(first.error == KB_HTTP_OK && first.status == 200);
+  KB_CHECK(first.time.dns > 0 && first.time.dns <= first.time.total);
+  char native[4096], viacurl[4096];
+  snprintf(native, sizeof native, "%s", S.last_head);
+  result again = get_url(C, url);
+  KB_CHECK(again.error == KB_HTTP_OK && again.time.dns == 0); /* the answer is kept */
+  KB_CHECK(S.connections == before + 1);                       /* and the connection */
+  kb_http_client *curl = client_on(1);
+  result viac = get_url(curl, url);
+  KB_CHECK(viac.status == 200);
+  snprintf(viacurl, sizeof viacurl, "%s", S.last_head);
+  kb_http_client_free(curl);
+  KB_CHECK_STR(native, viacurl);
+  static const char *const curl_only[] = {"http://LOCALHOST:1/", "http://1234:1/",
+                                          "http://10.1:1/", "http://localhost.:1/",
+                                          "http://-a.example:1/", "http://a_b.example:1/",
+                                          "http://xn--bcher-kva.example:1/x y"};
+  for (size_t i = 0; i < sizeof curl_only / sizeof *curl_only; i++) {
+    kb_http_request *q = kb_http_request_new(C, "GET", curl_only[i]);
+    KB_CHECK(kb__http_native_route(q, &u) == 0);
+    kb_http_request_free(q);
+  }
+  kb_http_request_free(kb_http_request_new(C, "GET", "http://kfp.example-1.test:8/"));
+  r = kb_http_request_new(C, "GET", "http://ml-pipeline.kubeflow.svc.cluster.local:8888/apis");
+  KB_CHECK(kb__http_native_route(r, &u) == 1 && u.named && u.port == 8888);
+  kb_http_request_free(r);
+}
+
+/* A name that does not resolve: libcurl's words (or, where no resolver
+ * answers in time, both paths time out resolving). */
+static void test_host_unresolvable(void) {
+  const char *url = "http://kbrun-no-such-host.invalid:81/";
+  result res[2];
+  for (int curl = 0; curl < 2; curl++) {
+    kb_http_client *c = client_on(curl);
+    kb_http_request *r = kb_http_request_new(c, "GET", url);
+    kb_http_options o = KB_HTTP_OPTIONS_INIT;
+    o.timeout_ms = 3000;
+    KB_CHECK(kb_http_request_set_options(r, &o) == 0);
+    memset(&res[curl], 0, sizeof res[curl]);
+    perform(r, &res[curl]);
+    kb_http_client_free(c);
+  }
+  KB_CHECK(res[0].error == res[1].error);
+  KB_CHECK(res[0].error == KB_HTTP_ERR_DNS || res[0].error == KB_HTTP_ERR_TIMEOUT);
+  KB_CHECK(same_words(res[0].message, res[1].message));
+  if (res[0].error == KB_HTTP_ERR_DNS)
+    KB_CHECK(strstr(res[0].message, "Could not resolve host: kbrun-no-such-host.invalid"));
+}
+
+/* A name with two addresses, the first refusing: the connect goes on to
+ * the second, as curl's does, and new connections then start there. The
+ * addresses are put in the pool's entry as a lookup would leave them. */
+static void test_host_next_address(void) {
+  int refused;
+  close(filled_listener(NULL, 0, &refused));
+  kb_http_client *c = kb_http_client_new(&S.loop, NULL);
+  http_url u = {.port = 1, .named = 1};
+  snprintf(u.host, sizeof u.host, "two.example");
+  http_host *h = kb__http_host_get(c, &u, NULL);
+  KB_CHECK(h != NULL && h->naddrs == 0 && h->name != NULL);
+  h->addrs = calloc(2, sizeof *h->addrs);
+  uv_ip4_addr("127.0.0.1", refused, (struct sockaddr_in *)&h->addrs[0]);
+  uv_ip4_addr("127.0.0.1", S.port, (struct sockaddr_in *)&h->addrs[1]);
+  h->naddrs = 2;
+  h->resolved_ms = uv_now(&S.loop);
+  int before = S.connections;
+  result res = get_url(c, "http://two.example:1/cl");
+  KB_CHECK(res.error == KB_HTTP_OK && res.status == 200);
+  KB_CHECK(S.connections == before + 1);
+  KB_CHECK(h->preferred == 1);
+  KB_CHECK(strstr(S.last_head, "Host: two.example:1\r\n") != NULL);
+  /* both refusing: curl's words, naming the host */
+  uv_ip4_addr("127.0.0.1", refused, (struct sockaddr_in *)&h->addrs[1]);
+  h->preferred = 0;
+  kb_http_client_free(c);
+  c = kb_http_client_new(&S.loop, NULL);
+  h = kb__http_host_get(c, &u, NULL);
+  h->addrs = calloc(2, sizeof *h->addrs);
+  uv_ip4_addr("127.0.0.1", refused, (struct sockaddr_in *)&h->addrs[0]);
+  uv_ip4_addr("127.0.0.1", refused, (struct sockaddr_in *)&h->addrs[1]);
+  h->naddrs = 2;
+  h->resolved_ms = uv_now(&S.loop);
+  res = get_url(c, "http://two.example:1/cl");
+  KB_CHECK(res.error == KB_HTTP_ERR_CONNECT);
+  KB_CHECK(strstr(res.message, "Failed to connect to two.example port 1 after ") != NULL);
+  KB_CHECK(strstr(res.message, "Couldn't connect to server") != NULL);
+  kb_http_client_free(c);
+  uv_run(&S.loop, UV_RUN_NOWAIT);
+}
+
+/* An answer older than curl's DNS cache (60 s) is looked up again in the
+ * background: the request goes at once to the address it had. A client
+ * freed while a lookup runs lives until the lookup ends. */
+static void test_host_refresh_and_free(void) {
+  char url[96], closing[96];
+  snprintf(url, sizeof url, "http://localhost:%d/cl", S.port);
+  snprintf(closing, sizeof closing, "http://localhost:%d/close", S.port);
+  kb_http_client *c = kb_http_client_new(&S.loop, NULL);
+  result res = get_url(c, closing); /* no connection stays: the next one is new */
+  KB_CHECK(res.error == KB_HTTP_OK);
+  http_host *h = c->native.hosts;
+  KB_CHECK(h != NULL && h->name != NULL && h->naddrs >= 1 && h->idle == NULL);
+  h->resolved_ms -= 61000;
+  kb_http_request *r = kb_http_request_new(c, "GET", url);
+  result again = {0};
+  KB_CHECK(kb_http_request_start(r, on_done, &again) == 0);
+  KB_CHECK(h->lookup != NULL); /* looking up again */
+  run_until(&again.done, 1);
+  KB_CHECK(again.error == KB_HTTP_OK && again.time.dns == 0);
+  for (int i = 0; i < 200 && h->lookup; i++) uv_run(&S.loop, UV_RUN_ONCE);
+  KB_CHECK(h->lookup == NULL && uv_now(&S.loop) - h->resolved_ms < 60000);
+  /* freed while its lookup runs: the lookup ends on its own */
+  kb_http_request *w = kb_http_request_new(c, "GET", "http://kbrun-lookup-in-flight.invalid:1/");
+  result never = {0};
+  KB_CHECK(kb_http_request_start(w, on_done, &never) == 0);
+  kb_http_client_free(c);
+  for (int i = 0; i < 500; i++) uv_run(&S.loop, UV_RUN_NOWAIT), usleep(1000);
+  KB_CHECK(never.done == 0);
+}
+
 int main(void) {
   uv_loop_init(&S.loop);
   struct sockaddr_in addr;
@@ -689,6 +828,10 @@ int main(void) {
   KB_RUN(test_ipv6_literal);
   KB_RUN(test_connect_timeout);
   KB_RUN(test_connect_refused);
+  KB_RUN(test_host_name);
+  KB_RUN(test_host_unresolvable);
+  KB_RUN(test_host_next_address);
+  KB_RUN(test_host_refresh_and_free);
 
   kb_http_client_free(C);
   uv_close((uv_handle_t *)&S.tcp, NULL);
