@@ -113,8 +113,10 @@ int kb__http_host_resolve(kb_http_client *c, http_host *h) {
   l->req.data = l;
   char port[8];
   snprintf(port, sizeof port, "%d", h->port);
+  /* no AI_ADDRCONFIG: with only a loopback interface (a sandbox, a pod
+   * without a network yet) it would hide localhost's addresses */
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_ADDRCONFIG | AI_NUMERICSERV};
+                           .ai_flags = AI_NUMERICSERV};
   int rc = uv_getaddrinfo(c->loop, &l->req, on_lookup, h->name, port, &hints);
   if (rc != 0) {
     free(l);

@@ -715,9 +715,13 @@ static void test_host_unresolvable(void) {
   }
   KB_CHECK(res[0].error == res[1].error);
   KB_CHECK(res[0].error == KB_HTTP_ERR_DNS || res[0].error == KB_HTTP_ERR_TIMEOUT);
-  KB_CHECK(same_words(res[0].message, res[1].message));
-  if (res[0].error == KB_HTTP_ERR_DNS)
+  if (res[0].error == KB_HTTP_ERR_DNS) {
+    KB_CHECK_STR(res[0].message, res[1].message);
     KB_CHECK(strstr(res[0].message, "Could not resolve host: kbrun-no-such-host.invalid"));
+  } else { /* "Resolving timed out after N milliseconds", N a millisecond apart */
+    KB_CHECK(strncmp(res[0].message, "Resolving timed out after ", 26) == 0);
+    KB_CHECK(strncmp(res[1].message, "Resolving timed out after ", 26) == 0);
+  }
 }
 
 /* A name with two addresses, the first refusing: the connect goes on to
