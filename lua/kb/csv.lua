@@ -60,9 +60,9 @@ end
 -- nil and json.null are empty cells; a cell with a comma, a quote, CR, LF
 -- or a blank at either end is quoted; a lone empty cell is "" (a blank
 -- line would be skipped by parse).
-local function encode_cells(list, n)
+local function encode_cells(list, n, eol)
   registered = registered or require("kb.secrets").register_list()
-  return codec.encode_row(list, n, registered, json.null)
+  return codec.encode_row(list, n, registered, json.null, eol)
 end
 
 --- Encodes one row (a list; `list.n` counts trailing nils) as a line without
@@ -261,7 +261,7 @@ end
 function Writer:_line(map)
   local cells = { n = #self.columns }
   for i, name in ipairs(self.columns) do cells[i] = map[name] end
-  return M.encode_row(cells) .. self.eol
+  return encode_cells(cells, cells.n, self.eol)
 end
 
 -- Writes one held item: a line (the columns are fixed once an unlocked
@@ -382,7 +382,7 @@ function Writer:write(row)
     if #row > n then
       error(format("kb.csv.writer: row has %d fields but the header has %d", #row, n), 2)
     end
-    item = encode_cells(row, n) .. self.eol
+    item = encode_cells(row, n, self.eol)
   else
     item = self:_map(row)
     if self.ready and not self.lock then item = self:_line(item) end

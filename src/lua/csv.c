@@ -4,7 +4,7 @@
  * shortest form, each text searched three times for what needs quotes)
  * cost about a third of the call's own HTTP request (bench/kfp.md).
  *
- *   codec.encode_row(list, n, secrets, null) -> line (no line ending)
+ *   codec.encode_row(list, n, secrets, null [, eol]) -> line (and eol)
  *   codec.format_number(x) -> text
  *   codec.parse_rows(text [, limit]) -> rows | nil, what, pos [, char]
  *
@@ -25,20 +25,23 @@
 #include "kb/lua_modules.h"
 #include "kb/lua_util.h"
 
+/* The text of number idx into buf (KB_JSON_NUMBUF bytes): its length. */
+static size_t format_number(lua_State *L, int idx, char *buf) {
+  if (lua_isinteger(L, idx)) return kb_json_format_int64(buf, (int64_t)lua_tointeger(L, idx));
+  double d = lua_tonumber(L, idx);
+  size_t n = kb_json_format_double(buf, d);
+  if (n == 0) { /* not finite: JSON has no form for it, a CSV cell does */
+    const char *word = d != d ? "nan" : d > 0 ? "inf" : "-inf";
+    n = strlen(word);
+    memcpy(buf, word, n + 1);
+  }
+  return n;
+}
+
 /* Pushes the text of number idx. */
 static void push_number(lua_State *L, int idx) {
   char num[KB_JSON_NUMBUF];
-  size_t n;
-  if (lua_isinteger(L, idx)) {
-    n = kb_json_format_int64(num, (int64_t)lua_tointeger(L, idx));
-  } else {
-    double d = lua_tonumber(L, idx);
-    n = kb_json_format_double(num, d);
-    if (n == 0) { /* not finite: JSON has no form for it, a CSV cell does */
-      lua_pushstring(L, d != d ? "nan" : d > 0 ? "inf" : "-inf");
-      return;
-    }
-  }
+  size_t n = format_number(L, idx, num);
   lua_pushlstring(L, num, n);
 }
 
@@ -59,14 +62,15 @@ static void add_quoted(luaL_Buffer *b, const char *s, size_t len) {
   luaL_addchar(b, '"');
 }
 
-/* Pushes the text of cell v (at idx), scrubbed when it is a string. */
+/* Pushes the text of cell v (at idx), scrubbed when it is a string; a
+ * number is pushed as it is (encode_row formats it into the line). */
 static void push_cell_text(lua_State *L, int idx, int secrets, int null) {
   switch (lua_type(L, idx)) {
   case LUA_TSTRING:
     kb_lua_push_scrubbed(L, idx, secrets);
     break;
   case LUA_TNUMBER:
-    push_number(L, idx);
+    lua_pushvalue(L, idx);
     break;
   case LUA_TNIL:
     lua_pushliteral(L, "");
@@ -82,27 +86,37 @@ static int l_encode_row(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_Integer n = luaL_checkinteger(L, 2);
   luaL_checktype(L, 3, LUA_TTABLE);
-  lua_settop(L, 4); /* 4: kb.json.null (any value) */
+  size_t eol_len = 0;
+  const char *eol = luaL_optlstring(L, 5, "", &eol_len);
+  lua_settop(L, 5); /* 4: kb.json.null (any value); 5: the line ending */
   if (n < 0 || n > 100000) return luaL_argerror(L, 2, "cell count out of range");
   luaL_checkstack(L, (int)n + LUA_MINSTACK, "kb.csv: too many cells");
-  /* Every cell's text first, on the stack: the buffer then only adds. */
-  size_t total = 0;
+  /* Every cell's text (a number as it is) first, on the stack: the buffer
+   * then only adds. */
+  int empty = 1;
   for (lua_Integer i = 1; i <= n; i++) {
     lua_geti(L, 1, i);
     push_cell_text(L, lua_gettop(L), 3, 4);
     lua_remove(L, -2);
-    total += lua_rawlen(L, -1);
+    if (lua_type(L, -1) == LUA_TNUMBER || lua_rawlen(L, -1) > 0) empty = 0;
   }
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   for (lua_Integer i = 1; i <= n; i++) {
-    size_t len;
-    const char *s = lua_tolstring(L, 4 + (int)i, &len);
+    int at = 5 + (int)i;
     if (i > 1) luaL_addchar(&b, ',');
+    if (lua_type(L, at) == LUA_TNUMBER) { /* never quoted: digits, '.', '-', e, nan, inf */
+      char num[KB_JSON_NUMBUF];
+      luaL_addlstring(&b, num, format_number(L, at, num));
+      continue;
+    }
+    size_t len;
+    const char *s = lua_tolstring(L, at, &len);
     if (needs_quotes(s, len)) add_quoted(&b, s, len);
     else luaL_addlstring(&b, s, len);
   }
-  if (n == 1 && total == 0) luaL_addlstring(&b, "\"\"", 2);
+  if (n == 1 && empty) luaL_addlstring(&b, "\"\"", 2);
+  luaL_addlstring(&b, eol, eol_len);
   luaL_pushresult(&b);
   return 1;
 }
