@@ -194,6 +194,10 @@ function Run:open_journal()
   end)
   journal.set_active(j)
   kb.metrics.set_journal(j)
+  -- how busy kbrun's own loop is, sampled at each flush (result.json's client)
+  local meter = require("kb.saturation").start()
+  self.meter = meter
+  j:on_flush(function() meter:sample() end)
   j:start_flusher()
   -- what happened over time (kb.timeseries), from the run's first record
   -- (journaled, so `kbrun report` rebuilds it after a kill)
@@ -212,7 +216,7 @@ function Run:close_journal(doc)
     require("kb.timeseries").detach() -- its last rows, before "end"
     j:write{ k = "end", status = doc.status, exit_code = doc.exit_code, error = doc.error,
       duration = doc.duration, clock = doc.clock, finished_at = doc.finished_at,
-      result = doc.result }
+      result = doc.result, client = doc.client }
     j:close()
   end)
   if not ok then kb.log.warn("journal: %s", message_of(err)) end
@@ -267,6 +271,7 @@ function Run:result_document()
     environment = M.environment(),
     metrics = kb.metrics.snapshot(),
     timeseries = require("kb.timeseries").snapshot(),
+    client = self.meter and self.meter:summary() or nil,
     result = result,
   }
 end
@@ -340,6 +345,8 @@ function Run:finish()
   if self.journal then self.journal:start_flusher() end -- cancelled above; cleanup may be long
   self:cleanup()
   local doc = self:result_document()
+  local saturated = require("kb.saturation").warning(doc.client, doc.clock)
+  if saturated then kb.log.warn("%s", saturated) end
   self:check_thresholds(doc)
   if #self.unobserved > 0 then
     for _, text in ipairs(self.unobserved) do

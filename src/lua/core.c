@@ -134,6 +134,16 @@ static int l_time(lua_State *L) {
   return 1;
 }
 
+/* kb.core.loop_idle() -> idle, now: the seconds the event loop has spent
+ * waiting for events since it started, and the monotonic real time in
+ * seconds (uv_hrtime): busy share over an interval = 1 - d(idle) / d(now). */
+static int l_loop_idle(lua_State *L) {
+  uv_loop_t *loop = kb_rt_loop(kb_rt_from_lua(L));
+  lua_pushnumber(L, (lua_Number)uv_metrics_idle_time(loop) / 1e9);
+  lua_pushnumber(L, (lua_Number)uv_hrtime() / 1e9);
+  return 2;
+}
+
 static int l_clock_speed(lua_State *L) {
   lua_pushnumber(L, kb_vclock_speed(kb_rt_clock(kb_rt_from_lua(L))));
   return 1;
@@ -326,6 +336,7 @@ static const luaL_Reg core_functions[] = {
   {"clock_speed", l_clock_speed},
   {"clock_kind", l_clock_kind},
   {"clock_skipped", l_clock_skipped},
+  {"loop_idle", l_loop_idle},
   {"sleep_real", l_sleep_real},
   {"semaphore", l_semaphore},
   {"exit", l_exit},

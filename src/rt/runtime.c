@@ -46,6 +46,9 @@ kb_rt *kb_rt_new(void) {
     return NULL;
   }
   rt->loop.data = rt;
+  /* how long the loop waits for events: kb.core.loop_idle, the share of
+   * the run kbrun itself was busy (the runner's `client` figures) */
+  uv_loop_configure(&rt->loop, UV_METRICS_IDLE_TIME);
   uv_idle_init(&rt->loop, &rt->ready_idle);
   rt->ready_idle.data = rt;
   rt->clock = kb_vclock_new(&rt->loop, KB_VCLOCK_LINEAR, 1.0);

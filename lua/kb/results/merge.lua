@@ -575,7 +575,8 @@ function M.documents(docs, opts)
     if type(d.exit_code) == "number" and d.exit_code > exit_code then exit_code = d.exit_code end
     if type(d.duration) == "number" and d.duration > duration then duration = d.duration end
     shards[i] = { experiment_id = d.experiment_id, dir = opts.dirs and opts.dirs[i], shard = d.shard,
-      status = d.status, seed = d.seed, duration = d.duration, result = d.result }
+      status = d.status, seed = d.seed, duration = d.duration, result = d.result,
+      client = d.client } -- each process's own load (kb.saturation): it does not add
   end
   local clock = first.clock
   for i, d in ipairs(docs) do

@@ -158,6 +158,7 @@ function M.document(st, info)
     environment = b.environment,
     metrics = st.metrics,
     timeseries = st.timeseries,
+    client = e and e.client or nil,
     rebuilt = info,
   }
   return doc
