@@ -9,7 +9,8 @@
 -- (the busiest) and between samples (the saturated time), and the
 -- process's CPU time. The runner samples it at every
 -- journal flush and writes the figures as result.json's `client`; it warns
--- when the loop was saturated (a window at least M.SATURATED busy) unless
+-- when the loop was saturated (at least M.SATURATED busy) for M.WINDOW
+-- seconds or more in all, unless
 -- the run's clock fast-forwards (the embedded simulator's events clock,
 -- where the client's own time is not in the latencies).
 --
@@ -20,9 +21,10 @@ local core = require "kb.core"
 
 local M = {}
 
---- A window at least this busy is a saturated one.
+--- A stretch at least this busy is a saturated one.
 M.SATURATED = 0.95
---- Real seconds a window spans at least.
+--- Real seconds a window spans at least (and the saturated time that is
+-- warned about).
 M.WINDOW = 1
 
 local Meter = {}
@@ -83,7 +85,7 @@ function Meter:summary()
   return {
     cpu_seconds = round(os.clock() - self.cpu0, 3),
     wall_seconds = round(wall, 3),
-    loop_busy = wall > 0 and round(math.min(1, math.max(0, 1 - (idle - self.idle0) / wall)), 3) or nil,
+    loop_busy = wall > 0 and round(busy_share(idle - self.idle0, wall), 3) or nil,
     loop_busy_max = round(self.busy_max, 3),
     saturated_seconds = round(self.saturated, 1),
   }

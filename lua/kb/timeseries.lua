@@ -117,15 +117,16 @@ local function series(st, tbl, key, kind)
 end
 
 -- The row of an interval: the nearest-rank p50, p90, p99 and the max of
--- its values (kb.hist.ranks: sorted in C, the values left as they are).
+-- its values (kb.hist.ranks: sorted in C, the values left as they are, so
+-- an open interval's row is made the same way).
 -- Weighted values (h:record(v, n) with n ~= 1) count as ranks over counts.
-local function close_row(s)
+local function interval_row(s)
   local count, p50, p90, p99, max = ranks(s.values, s.weights, 0.5, 0.9, 0.99)
   return { t = s.bucket * s.iv, count = count, p50 = p50, p90 = p90, p99 = p99, max = max }
 end
 
 local function close(s)
-  if s.values and #s.values > 0 then s.rows[#s.rows + 1] = close_row(s) end
+  if s.values and #s.values > 0 then s.rows[#s.rows + 1] = interval_row(s) end
   s.values, s.weights, s.bucket = nil, nil, nil
 end
 
@@ -176,8 +177,6 @@ function M.note_gauge(key, v)
   end
 end
 
--- An open interval's row (its values stay as they are).
-local open_row = close_row
 
 -- ---- the journal ------------------------------------------------------------------
 --
@@ -224,7 +223,7 @@ journal_rows = function(j, st, force)
     s.journaled = #s.rows
     if s.kind == "h" and s.values and #s.values > 0 then
       if open_due then
-        j:write(row_record(s, open_row(s)))
+        j:write(row_record(s, interval_row(s)))
       else
         s.dirty, keep[#keep + 1] = true, s -- its open interval at a later flush
       end
@@ -283,7 +282,7 @@ function M.snapshot(c)
   for key, s in pairs(st.hist) do
     local rows = {}
     for i, r in ipairs(s.rows) do rows[i] = r end
-    if s.values and #s.values > 0 then rows[#rows + 1] = open_row(s) end
+    if s.values and #s.values > 0 then rows[#rows + 1] = interval_row(s) end
     out.histograms[key] = rows
   end
   for key, s in pairs(st.count) do
@@ -325,7 +324,7 @@ function M.samples()
       if s.rows[i].t == last then row = s.rows[i] break end
       if s.rows[i].t < last then break end
     end
-    if not row and s.values and #s.values > 0 and s.bucket * iv == last then row = open_row(s) end
+    if not row and s.values and #s.values > 0 and s.bucket * iv == last then row = interval_row(s) end
     add("kbrun_interval_count", "values a histogram recorded in the last complete interval", key, row and row.count or 0)
     if row then
       for _, q in ipairs({ "p50", "p90", "p99", "max" }) do

@@ -70,14 +70,15 @@ static int l_enabled(lua_State *L) {
   return 1;
 }
 
-/* log.redact(text [, secrets]): the pattern rules, after every string of
- * the list secrets (in its order) is replaced by "<redacted>". */
+/* The index of an optional list argument (a table), or 0 when absent. */
 static int optional_list(lua_State *L, int idx) {
   if (lua_isnoneornil(L, idx)) return 0;
   luaL_checktype(L, idx, LUA_TTABLE);
   return idx;
 }
 
+/* log.redact(text [, secrets]): the pattern rules, after every string of
+ * the list secrets (in its order) is replaced by "<redacted>". */
 static int l_redact(lua_State *L) {
   luaL_checkstring(L, 1);
   kb_lua_push_scrubbed(L, 1, optional_list(L, 2));

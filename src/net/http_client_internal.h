@@ -242,7 +242,7 @@ void kb__http_host_peer(const http_host *h, char *out, size_t outsz);
 void kb__http_hosts_free(kb_http_client *c);
 /* http_native.c: a lookup of h ended (ok: h has addresses now, or still
  * has the old ones); serves or fails what waits for h. */
-void kb__http_native_resolved(kb_http_client *c, http_host *h, int ok, const char *error);
+void kb__http_native_resolved(kb_http_client *c, http_host *h, int ok);
 
 /* http_native.c */
 /* Whether r can go on the native path, and if so starts it there:

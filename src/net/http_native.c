@@ -537,7 +537,13 @@ static int dispatch(kb_http_request *r) {
   return 0;
 }
 
-void kb__http_native_resolved(kb_http_client *c, http_host *h, int ok, const char *error) {
+/* Ends q, which waited for its host's lookup, in libcurl's words. */
+static void resolve_failed(kb_http_request *q) {
+  snprintf(q->errbuf, sizeof q->errbuf, "Could not resolve host: %.200s", q->host->name);
+  finish(q, CURLE_COULDNT_RESOLVE_HOST);
+}
+
+void kb__http_native_resolved(kb_http_client *c, http_host *h, int ok) {
   http_native_pool *p = &c->native;
   uint64_t now = uv_hrtime();
   for (kb_http_request *q = p->qhead, *next; q; q = next) {
@@ -547,8 +553,7 @@ void kb__http_native_resolved(kb_http_client *c, http_host *h, int ok, const cha
     q->dns_ns = now - q->t_start;
     if (ok) continue;
     queue_remove(p, q);
-    snprintf(q->errbuf, sizeof q->errbuf, "%s", error);
-    finish(q, CURLE_COULDNT_RESOLVE_HOST);
+    resolve_failed(q);
     if (c->closing) return;
     next = p->qhead; /* the callback may have cancelled any of them */
   }
@@ -572,8 +577,7 @@ static void on_queue_timer(uv_timer_t *t) {
       continue;
     queue_remove(p, q);
     if (unresolvable) { /* its lookup could not start */
-      snprintf(q->errbuf, sizeof q->errbuf, "Could not resolve host: %.200s", h->name);
-      finish(q, CURLE_COULDNT_RESOLVE_HOST);
+      resolve_failed(q);
       if (c->closing) return;
       next = p->qhead;
       continue;

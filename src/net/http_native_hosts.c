@@ -97,10 +97,8 @@ static void on_lookup(uv_getaddrinfo_t *req, int status, struct addrinfo *res) {
   if (ok) h->resolved_ms = uv_now(c->loop);
   uv_freeaddrinfo(res);
   free(l);
-  char error[300];
-  snprintf(error, sizeof error, "Could not resolve host: %.250s", h->name);
   /* a failed refresh keeps the addresses it had */
-  kb__http_native_resolved(c, h, ok || h->naddrs > 0, error);
+  kb__http_native_resolved(c, h, ok || h->naddrs > 0);
   kb__http_handle_closed(c);
 }
 

@@ -174,11 +174,11 @@ end
 function M.thresholds(st, doc)
   local spec = st.params and st.params.thresholds
   if type(spec) ~= "table" then return nil end
+  -- doc.result: the end record's (json.null when run() returned nothing),
+  -- a storm's rebuilt one, or nil when the run was killed
   local result = type(doc.result) == "table" and doc.result or nil
-  local e = st["end"]
-  local known = (e and e.result ~= nil) or result ~= nil
   local ok, checks = pcall(require("kb.thresholds").evaluate, spec, doc.metrics, result,
-    { result_unknown = not known })
+    { result_unknown = doc.result == nil })
   if ok then return checks end
   st.problems[#st.problems + 1] = "thresholds: " .. tostring(checks)
   return {}
