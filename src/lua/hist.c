@@ -501,7 +501,7 @@ static int hist_ranks(lua_State *L) {
     lua_pushinteger(L, 0);
     return 1;
   }
-  luaL_checkstack(L, nq + 2, "kb.hist.ranks");
+  luaL_checkstack(L, nq + 3, "kb.hist.ranks"); /* the scratch copy, count, the nq values, max */
   /* the scratch copy is a userdata: the collector owns it if we raise */
   if (!weighted) {
     double *v = lua_newuserdatauv(L, (size_t)n * sizeof *v, 0);

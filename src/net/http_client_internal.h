@@ -106,6 +106,7 @@ struct kb_http_request {
   int native_lookup;            /* queued until its host's lookup ends */
   size_t native_addr;           /* the host address its connect uses */
   size_t native_tries;          /* addresses its connect tried before it */
+  uint64_t connect_t0;          /* uv_hrtime() at its first address's connect */
 };
 
 /* ---- the native HTTP/1.1 path (http_native.c) ---------------------------------

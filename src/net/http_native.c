@@ -245,18 +245,31 @@ static void conn_close(http_conn *k) {
 }
 
 /* The request's remaining time on the real clock (0: none), or while
- * connecting the connect timeout if that comes first. */
-static uint64_t timer_ms(const kb_http_request *r, int connecting) {
-  uint64_t left = 0;
+ * connecting the connect timeout's if that comes first. The connect
+ * timeout counts from the first address's connect; an address with others
+ * after it gets half of what is left, as curl gives it, so a name whose
+ * first address never answers still reaches the next. */
+static uint64_t timer_ms(const http_conn *k) {
+  const kb_http_request *r = k->req;
+  uint64_t now = uv_hrtime(), left = 0;
   if (r->timeout_ms && !r->clock_timeout) {
-    uint64_t spent = (uv_hrtime() - r->t_start) / 1000000;
+    uint64_t spent = (now - r->t_start) / 1000000;
     left = spent >= r->timeout_ms ? 1 : r->timeout_ms - spent;
   }
-  if (connecting) {
+  if (k->state == CONN_CONNECTING) {
     uint64_t ct = r->connect_timeout_ms ? r->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
+    uint64_t spent = (now - r->connect_t0) / 1000000;
+    ct = spent >= ct ? 1 : ct - spent;
+    if (r->native_tries + 1 < k->host->naddrs && ct > 1) ct /= 2;
     if (!left || ct < left) left = ct;
   }
   return left;
+}
+
+/* 1 when r's own timeout (not its connect's) has passed. */
+static int request_timed_out(const kb_http_request *r) {
+  return r->timeout_ms && !r->clock_timeout &&
+         (uv_hrtime() - r->t_start) / 1000000 >= r->timeout_ms;
 }
 
 /* The timer counts from the loop's time, which is the time of its last
@@ -264,7 +277,7 @@ static uint64_t timer_ms(const kb_http_request *r, int connecting) {
  * behind, and a timeout would end that much early. It is brought up to now
  * first (a clock read); libcurl measures its own timeouts the same way. */
 static void arm_timer(http_conn *k) {
-  uint64_t ms = timer_ms(k->req, k->state == CONN_CONNECTING);
+  uint64_t ms = timer_ms(k);
   if (ms) {
     uv_update_time(k->client->loop);
     uv_timer_start(&k->timer, on_conn_timer, ms, 0);
@@ -451,6 +464,7 @@ static void on_conn_timer(uv_timer_t *t) {
     fail(k, rc);
     return;
   }
+  if (k->state == CONN_CONNECTING && !request_timed_out(r) && next_address(k, r)) return;
   if (k->state == CONN_CONNECTING)
     connect_failed(k, r, CURLE_OPERATION_TIMEDOUT);
   else
@@ -483,6 +497,7 @@ static int conn_open(kb_http_client *c, http_host *h, kb_http_request *r) {
   k->req = r;
   r->conn = k;
   k->addr = h->naddrs ? r->native_addr % h->naddrs : 0;
+  if (r->native_tries == 0) r->connect_t0 = uv_hrtime();
   k->connect_req.data = k;
   if (h->path) {
     uv_pipe_connect(&k->connect_req, &k->io.pipe, h->path, on_connect); /* errors: on_connect */

@@ -765,6 +765,58 @@ static void test_host_next_address(void) {
   uv_run(&S.loop, UV_RUN_NOWAIT);
 }
 
+/* A client whose host "two.example:1" has the two addresses given
+ * (127.0.0.1 ports), looked up just now. */
+static kb_http_client *two_address_client(int port0, int port1, http_host **hp) {
+  kb_http_client *c = kb_http_client_new(&S.loop, NULL);
+  http_url u = {.port = 1, .named = 1};
+  snprintf(u.host, sizeof u.host, "two.example");
+  http_host *h = kb__http_host_get(c, &u, NULL);
+  KB_CHECK(h != NULL && h->naddrs == 0);
+  h->addrs = calloc(2, sizeof *h->addrs);
+  uv_ip4_addr("127.0.0.1", port0, (struct sockaddr_in *)&h->addrs[0]);
+  uv_ip4_addr("127.0.0.1", port1, (struct sockaddr_in *)&h->addrs[1]);
+  h->naddrs = 2;
+  h->resolved_ms = uv_now(&S.loop);
+  *hp = h;
+  return c;
+}
+
+static result get_with_connect_timeout(kb_http_client *c, const char *url, uint64_t ms) {
+  kb_http_request *r = kb_http_request_new(c, "GET", url);
+  kb_http_options o = KB_HTTP_OPTIONS_INIT;
+  o.connect_timeout_ms = ms;
+  KB_CHECK(r != NULL && kb_http_request_set_options(r, &o) == 0);
+  result res = {0};
+  perform(r, &res);
+  return res;
+}
+
+/* A first address that never answers (a full listen queue) does not end
+ * the request: as curl, it gets half of the connect timeout and the next
+ * address the rest. Both silent: one timeout in all, in curl's words. */
+static void test_host_next_address_after_timeout(void) {
+  int fill[4], silent;
+  int lfd = filled_listener(fill, 4, &silent);
+  http_host *h;
+  kb_http_client *c = two_address_client(silent, S.port, &h);
+  result res = get_with_connect_timeout(c, "http://two.example:1/cl", 400);
+  KB_CHECK(res.error == KB_HTTP_OK && res.status == 200);
+  KB_CHECK(h->preferred == 1);
+  KB_CHECK(res.time.total >= 0.195 && res.time.total < 5); /* it waited its half first */
+  kb_http_client_free(c);
+  c = two_address_client(silent, silent, &h);
+  res = get_with_connect_timeout(c, "http://two.example:1/cl", 300);
+  KB_CHECK(res.error == KB_HTTP_ERR_TIMEOUT);
+  KB_CHECK(strstr(res.message, "Failed to connect to two.example port 1 after ") != NULL);
+  KB_CHECK(strstr(res.message, "Timeout was reached") != NULL);
+  KB_CHECK(res.time.total >= 0.295 && res.time.total < 5); /* the whole timeout, once */
+  kb_http_client_free(c);
+  for (int i = 0; i < 4; i++) close(fill[i]);
+  close(lfd);
+  uv_run(&S.loop, UV_RUN_NOWAIT);
+}
+
 /* An answer older than curl's DNS cache (60 s) is looked up again in the
  * background: the request goes at once to the address it had. A client
  * freed while a lookup runs lives until the lookup ends. */
@@ -835,6 +887,7 @@ int main(void) {
   KB_RUN(test_host_name);
   KB_RUN(test_host_unresolvable);
   KB_RUN(test_host_next_address);
+  KB_RUN(test_host_next_address_after_timeout);
   KB_RUN(test_host_refresh_and_free);
 
   kb_http_client_free(C);
