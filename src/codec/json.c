@@ -528,6 +528,32 @@ size_t kb_json_format_int64(char out[KB_JSON_NUMBUF], int64_t v) {
   return i;
 }
 
+/* The last few non-integral doubles formatted on this thread and their
+ * text. A storm writes each call's start and latency twice, in its
+ * latencies.csv row and in its journal line, and the shortest form costs
+ * up to three printf and two strtod calls. Thread-local: the embedded
+ * simulator formats on its own thread. */
+#define FORMAT_CACHE 4
+static _Thread_local struct {
+  uint64_t bits[FORMAT_CACHE];
+  unsigned char len[FORMAT_CACHE]; /* 0: empty */
+  char text[FORMAT_CACHE][KB_JSON_NUMBUF];
+  unsigned next;
+} format_cache;
+
+static size_t format_shortest(char out[KB_JSON_NUMBUF], double d) {
+  int n = 0;
+  for (int prec = 15; prec <= 17; prec++) {
+    n = snprintf(out, KB_JSON_NUMBUF, "%.*g", prec, d);
+    /* A locale with a decimal comma: JSON needs '.'. */
+    for (int i = 0; i < n; i++)
+      if (out[i] != '-' && out[i] != '+' && out[i] != 'e' && !is_digit((unsigned char)out[i]))
+        out[i] = '.';
+    if (prec == 17 || kb_json_number_double(out, (size_t)n) == d) break;
+  }
+  return (size_t)n;
+}
+
 size_t kb_json_format_double(char out[KB_JSON_NUMBUF], double d) {
   if (!isfinite(d)) return 0;
   /* Integral values print like integers: cheaper, and what APIs that expect
@@ -539,16 +565,19 @@ size_t kb_json_format_double(char out[KB_JSON_NUMBUF], double d) {
     }
     return kb_json_format_int64(out, (int64_t)d);
   }
-  int n = 0;
-  for (int prec = 15; prec <= 17; prec++) {
-    n = snprintf(out, KB_JSON_NUMBUF, "%.*g", prec, d);
-    /* A locale with a decimal comma: JSON needs '.'. */
-    for (int i = 0; i < n; i++)
-      if (out[i] != '-' && out[i] != '+' && out[i] != 'e' && !is_digit((unsigned char)out[i]))
-        out[i] = '.';
-    if (prec == 17 || kb_json_number_double(out, (size_t)n) == d) break;
-  }
-  return (size_t)n;
+  uint64_t bits;
+  memcpy(&bits, &d, sizeof bits);
+  for (unsigned i = 0; i < FORMAT_CACHE; i++)
+    if (format_cache.len[i] && format_cache.bits[i] == bits) {
+      memcpy(out, format_cache.text[i], (size_t)format_cache.len[i] + 1);
+      return format_cache.len[i];
+    }
+  size_t n = format_shortest(out, d);
+  unsigned slot = format_cache.next++ % FORMAT_CACHE;
+  format_cache.bits[slot] = bits;
+  format_cache.len[slot] = (unsigned char)n;
+  memcpy(format_cache.text[slot], out, n + 1);
+  return n;
 }
 
 /* ---- strings ---------------------------------------------------------------- */

@@ -565,6 +565,46 @@ static int roundtrips(double d) {
   return n > 0 && n == strlen(buf) && kb_json_number_double(buf, n) == d;
 }
 
+/* The shortest of %.15g/%.16g/%.17g that reads back: what the formatter
+ * must give, worked out here without it. */
+static void shortest_reference(double d, char out[KB_JSON_NUMBUF]) {
+  for (int prec = 15; prec <= 17; prec++) {
+    int n = snprintf(out, KB_JSON_NUMBUF, "%.*g", prec, d);
+    if (prec == 17 || strtod(out, NULL) == d) return;
+    (void)n;
+  }
+}
+
+/* The formatter keeps its last few texts (a storm formats each number
+ * twice): a value formatted again, between others, near ones (one bit
+ * apart) and the same value's other sign, still gets its own text. */
+static void test_format_double_repeated(void) {
+  uint64_t x = 0x2545f4914f6cdd1dULL;
+  double recent[8] = {0};
+  int bad = 0;
+  for (int i = 0; i < 50000; i++) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    double d = (double)(x >> 11) / 9007199254740992.0 * 3.7; /* latencies: [0, 3.7) */
+    if (i % 3 == 0) { /* one bit apart from the last value */
+      uint64_t b;
+      memcpy(&b, &recent[(i + 7) % 8], sizeof b);
+      b ^= 1;
+      memcpy(&d, &b, sizeof d);
+    }
+    if (i % 7 == 0) d = -recent[(i + 3) % 8];
+    recent[i % 8] = d;
+    for (int k = 0; k < 3; k++) {
+      double v = recent[(i + 8 - k * 2) % 8];
+      char got[KB_JSON_NUMBUF], want[KB_JSON_NUMBUF];
+      kb_json_format_double(got, v);
+      if (v == floor(v)) continue; /* integral: printed as an integer */
+      shortest_reference(v, want);
+      if (strcmp(got, want) != 0 && bad++ < 5) printf("  %.17g: got %s, want %s\n", v, got, want);
+    }
+  }
+  KB_CHECK(bad == 0);
+}
+
 static void test_format_double(void) {
   char buf[KB_JSON_NUMBUF];
   static const struct {
@@ -718,6 +758,7 @@ int main(void) {
   KB_RUN(test_big_integers);
   KB_RUN(test_format_int);
   KB_RUN(test_format_double);
+  KB_RUN(test_format_double_repeated);
   KB_RUN(test_write_string);
   KB_RUN(test_mutations);
   return kb_test_report();
