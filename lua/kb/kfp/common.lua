@@ -43,7 +43,6 @@ function M.need_id(id, what, fn)
   return id
 end
 
---- The arguments table of a method, checked.
 --- A method acting on one object by id: DELETE <collection><id>, else
 -- POST <collection><id><sep><verb> (sep ":" by default: v2's custom verbs
 -- and v1's archive; v1's terminate, retry, enable and disable use "/").
@@ -57,6 +56,23 @@ function M.object_action(collection, what, fn_suffix, op, verb, sep)
   end
 end
 
+--- The experiment methods both APIs share (the same paths, ops and
+-- answers): get_experiment (its answer through V.experiment, the
+-- dialect's mapping) and delete, archive and unarchive_experiment, added
+-- to dialect table V.
+function M.experiment_methods(V)
+  function V.get_experiment(c, id)
+    M.need_id(id, "experiment", "get_experiment")
+    return V.experiment(c:request{ op = "experiment.get", method = "GET",
+      path = "/experiments/" .. M.seg(id) })
+  end
+  for _, verb in ipairs({ "delete", "archive", "unarchive" }) do
+    V[verb .. "_experiment"] = M.object_action("/experiments/", "experiment", "_experiment",
+      "experiment." .. verb, verb)
+  end
+end
+
+--- The arguments table of a method, checked.
 function M.args(a, fn)
   if a == nil then return {} end
   if type(a) ~= "table" then

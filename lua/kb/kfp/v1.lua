@@ -215,12 +215,6 @@ function V.create_experiment(c, a)
       owner_query({}, "NAMESPACE", ns), "experiments", "name", "name", a.name) })
 end
 
-function V.get_experiment(c, id)
-  need_id(id, "experiment", "get_experiment")
-  return V.experiment(c:request{ op = "experiment.get", method = "GET",
-    path = "/experiments/" .. seg(id) })
-end
-
 function V.list_experiments(c, a)
   a = C.args(a, "list_experiments")
   local doc = c:request{ op = "experiment.list", method = "GET", path = "/experiments",
@@ -228,13 +222,8 @@ function V.list_experiments(c, a)
   return C.page(doc, "experiments", V.experiment)
 end
 
-local function experiment_action(op, verb)
-  return C.object_action("/experiments/", "experiment", "_experiment", op, verb)
-end
-
-V.delete_experiment = experiment_action("experiment.delete", "delete")
-V.archive_experiment = experiment_action("experiment.archive", "archive")
-V.unarchive_experiment = experiment_action("experiment.unarchive", "unarchive")
+-- get, delete, archive, unarchive: the same paths in both APIs
+C.experiment_methods(V)
 
 -- ---- runs ------------------------------------------------------------------------
 
