@@ -244,6 +244,14 @@ static void conn_close(http_conn *k) {
   if (!c->closing && c->native.qhead) queue_kick(c); /* its place is free */
 }
 
+/* The milliseconds left of r's own timeout on the real clock: 0 once it
+ * has passed, UINT64_MAX when it has none. */
+static uint64_t request_left_ms(const kb_http_request *r, uint64_t now) {
+  if (!r->timeout_ms || r->clock_timeout) return UINT64_MAX;
+  uint64_t spent = (now - r->t_start) / 1000000;
+  return spent >= r->timeout_ms ? 0 : r->timeout_ms - spent;
+}
+
 /* The request's remaining time on the real clock (0: none), or while
  * connecting the connect timeout's if that comes first. The connect
  * timeout counts from the first address's connect; an address with others
@@ -251,25 +259,16 @@ static void conn_close(http_conn *k) {
  * first address never answers still reaches the next. */
 static uint64_t timer_ms(const http_conn *k) {
   const kb_http_request *r = k->req;
-  uint64_t now = uv_hrtime(), left = 0;
-  if (r->timeout_ms && !r->clock_timeout) {
-    uint64_t spent = (now - r->t_start) / 1000000;
-    left = spent >= r->timeout_ms ? 1 : r->timeout_ms - spent;
-  }
+  uint64_t now = uv_hrtime(), left = request_left_ms(r, now);
+  if (left == 0) left = 1; /* passed: fire at once */
   if (k->state == CONN_CONNECTING) {
     uint64_t ct = r->connect_timeout_ms ? r->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
     uint64_t spent = (now - r->connect_t0) / 1000000;
     ct = spent >= ct ? 1 : ct - spent;
     if (r->native_tries + 1 < k->host->naddrs && ct > 1) ct /= 2;
-    if (!left || ct < left) left = ct;
+    if (ct < left) left = ct;
   }
-  return left;
-}
-
-/* 1 when r's own timeout (not its connect's) has passed. */
-static int request_timed_out(const kb_http_request *r) {
-  return r->timeout_ms && !r->clock_timeout &&
-         (uv_hrtime() - r->t_start) / 1000000 >= r->timeout_ms;
+  return left == UINT64_MAX ? 0 : left;
 }
 
 /* The timer counts from the loop's time, which is the time of its last
@@ -464,12 +463,15 @@ static void on_conn_timer(uv_timer_t *t) {
     fail(k, rc);
     return;
   }
-  if (k->state == CONN_CONNECTING && !request_timed_out(r) && next_address(k, r)) return;
-  if (k->state == CONN_CONNECTING)
+  if (k->state == CONN_CONNECTING) {
+    /* its address's share of the connect timeout: on to the next one,
+     * unless the request's own timeout is what ended */
+    if (request_left_ms(r, uv_hrtime()) > 0 && next_address(k, r)) return;
     connect_failed(k, r, CURLE_OPERATION_TIMEDOUT);
-  else
+  } else {
     snprintf(r->errbuf, sizeof r->errbuf, "Operation timed out after %.0f milliseconds with "
              "%zu bytes received", ms_since(r->t_start), r->resp_body.len);
+  }
   fail(k, CURLE_OPERATION_TIMEDOUT);
 }
 

@@ -569,9 +569,8 @@ static int roundtrips(double d) {
  * must give, worked out here without it. */
 static void shortest_reference(double d, char out[KB_JSON_NUMBUF]) {
   for (int prec = 15; prec <= 17; prec++) {
-    int n = snprintf(out, KB_JSON_NUMBUF, "%.*g", prec, d);
+    snprintf(out, KB_JSON_NUMBUF, "%.*g", prec, d);
     if (prec == 17 || strtod(out, NULL) == d) return;
-    (void)n;
   }
 }
 
