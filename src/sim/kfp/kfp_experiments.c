@@ -70,36 +70,21 @@ void kb_kfp_h_get_experiment(kfp_req *r) {
   if (e) kb_kfp_reply(r, r->ver == 1 ? kb_kfp_j_v1_experiment(r->kfp, e) : kb_kfp_j_v2_experiment(r->kfp, e));
 }
 
-static cJSON *j2(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v2_experiment(k, o); }
-static cJSON *j1(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v1_experiment(k, o); }
+static cJSON *render_v2(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v2_experiment(k, o); }
+static cJSON *render_v1(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v1_experiment(k, o); }
 
 void kb_kfp_h_list_experiments(kfp_req *r) {
   kb_sim_kfp *kfp = r->kfp;
-  kfp_vec cand = {0}, page;
+  kfp_vec cand = {0};
   for (size_t i = 0; i < kfp->experiments.n; i++) {
     kfp_experiment *e = kfp->experiments.items[i];
     if (!e->deleted) kb_kfp_vec_push(&cand, e);
   }
-  size_t total;
-  char *next;
   r->stored_rows = cand.n;
   char wrap[100];
   snprintf(wrap, sizeof wrap, "Failed to list experiments%s", v1s(r));
-  int rc = kb_kfp_list(r, &kb_kfp_list_experiments, cand.items, cand.n, wrap, &page, &total, &next);
-  free(cand.items);
-  if (rc) return;
-  cJSON *o = cJSON_CreateObject();
-  if (page.n) {
-    cJSON *a = cJSON_AddArrayToObject(o, "experiments");
-    for (size_t i = 0; i < page.n; i++)
-      cJSON_AddItemToArray(a, (r->ver == 1 ? j1 : j2)(kfp, page.items[i]));
-  }
-  if (total) cJSON_AddNumberToObject(o, "total_size", (double)total);
-  if (next) cJSON_AddStringToObject(o, "next_page_token", next);
-  r->items = page.n;
-  free(next);
-  free(page.items);
-  kb_kfp_reply(r, o);
+  kb_kfp_reply_list(r, &kb_kfp_list_experiments, &cand, wrap, "experiments",
+                    r->ver == 1 ? render_v1 : render_v2);
 }
 
 void kb_kfp_h_delete_experiment(kfp_req *r) {

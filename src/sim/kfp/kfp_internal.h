@@ -317,6 +317,15 @@ extern const kfp_listable kb_kfp_list_runs, kb_kfp_list_pipelines, kb_kfp_list_v
 int kb_kfp_list(kfp_req *r, const kfp_listable *l, void **cand, size_t n, const char *wrap,
              kfp_vec *page, size_t *total, char **next_token);
 
+/* One object of a list as its API version writes it. */
+typedef cJSON *kfp_render_fn(const kb_sim_kfp *kfp, const void *obj);
+
+/* A list handler's answer: pages the candidates (kb_kfp_list), frees
+ * them, and replies {key: [render(each)], total_size, next_page_token},
+ * or the error kb_kfp_list replied. */
+void kb_kfp_reply_list(kfp_req *r, const kfp_listable *l, kfp_vec *cand, const char *wrap,
+                       const char *key, kfp_render_fn *render);
+
 /* ---- handlers ---------------------------------------------------------------- */
 
 void kb_kfp_h_healthz(kfp_req *r);

@@ -511,3 +511,25 @@ const kfp_listable kb_kfp_list_versions = {"pipeline_versions", "PipelineVersion
 const kfp_listable kb_kfp_list_experiments = {"experiments", "Experiment", experiment_map,
                                            experiment_field};
 const kfp_listable kb_kfp_list_recurring = {"jobs", "Job", recurring_map, recurring_field};
+
+void kb_kfp_reply_list(kfp_req *r, const kfp_listable *l, kfp_vec *cand, const char *wrap,
+                       const char *key, kfp_render_fn *render) {
+  kfp_vec page;
+  size_t total;
+  char *next;
+  int rc = kb_kfp_list(r, l, cand->items, cand->n, wrap, &page, &total, &next);
+  free(cand->items);
+  *cand = (kfp_vec){0};
+  if (rc) return;
+  cJSON *o = cJSON_CreateObject();
+  if (page.n) {
+    cJSON *a = cJSON_AddArrayToObject(o, key);
+    for (size_t i = 0; i < page.n; i++) cJSON_AddItemToArray(a, render(r->kfp, page.items[i]));
+  }
+  if (total) cJSON_AddNumberToObject(o, "total_size", (double)total);
+  if (next) cJSON_AddStringToObject(o, "next_page_token", next);
+  r->items = page.n;
+  free(next);
+  free(page.items);
+  kb_kfp_reply(r, o);
+}

@@ -286,41 +286,22 @@ void kb_kfp_h_get_pipeline_by_name(kfp_req *r) {
   kb_kfp_reply(r, r->ver == 1 ? kb_kfp_j_v1_pipeline(r->kfp, p) : kb_kfp_j_v2_pipeline(r->kfp, p));
 }
 
-static void reply_list(kfp_req *r, const char *key, kfp_vec *page, size_t total, char *next,
-                       cJSON *(*one)(const kb_sim_kfp *, const void *)) {
-  cJSON *o = cJSON_CreateObject();
-  if (page->n) {
-    cJSON *a = cJSON_AddArrayToObject(o, key);
-    for (size_t i = 0; i < page->n; i++) cJSON_AddItemToArray(a, one(r->kfp, page->items[i]));
-  }
-  if (total) cJSON_AddNumberToObject(o, "total_size", (double)total);
-  if (next) cJSON_AddStringToObject(o, "next_page_token", next);
-  r->items = page->n;
-  free(next);
-  free(page->items);
-  kb_kfp_reply(r, o);
-}
-
 static cJSON *j_p2(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v2_pipeline(k, o); }
 static cJSON *j_p1(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v1_pipeline(k, o); }
 static cJSON *j_v2(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v2_version(k, o); }
 static cJSON *j_v1(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v1_version(k, o); }
 
 void kb_kfp_h_list_pipelines(kfp_req *r) {
-  kfp_vec cand = {0}, page;
+  kfp_vec cand = {0};
   kb_sim_kfp *kfp = r->kfp;
   for (size_t i = 0; i < kfp->pipelines.n; i++) {
     kfp_pipeline *p = kfp->pipelines.items[i];
     if (!p->deleted) kb_kfp_vec_push(&cand, p);
   }
-  size_t total;
-  char *next;
   r->stored_rows = cand.n;
-  int rc = kb_kfp_list(r, &kb_kfp_list_pipelines, cand.items, cand.n,
+  kb_kfp_reply_list(r, &kb_kfp_list_pipelines, &cand,
                     r->ver == 1 ? "Failed to list pipelines (v1beta1)" : "Failed to list pipelines",
-                    &page, &total, &next);
-  free(cand.items);
-  if (!rc) reply_list(r, "pipelines", &page, total, next, r->ver == 1 ? j_p1 : j_p2);
+                    "pipelines", r->ver == 1 ? j_p1 : j_p2);
 }
 
 /* With its versions (cascade). */
@@ -443,20 +424,15 @@ void kb_kfp_h_list_versions(kfp_req *r) {
     return;
   }
   if (!find_pipeline(r, pid, wrap)) return;
-  kfp_vec cand = {0}, page;
+  kfp_vec cand = {0};
   kb_sim_kfp *kfp = r->kfp;
   for (size_t i = 0; i < kfp->versions.n; i++) {
     kfp_version *v = kfp->versions.items[i];
     if (!v->deleted && !strcmp(v->pipeline_id, pid)) kb_kfp_vec_push(&cand, v);
   }
-  size_t total;
-  char *next;
   r->stored_rows = cand.n;
-  int rc = kb_kfp_list(r, &kb_kfp_list_versions, cand.items, cand.n, wrap, &page, &total, &next);
-  free(cand.items);
-  if (!rc)
-    reply_list(r, r->ver == 1 ? "versions" : "pipeline_versions", &page, total, next,
-               r->ver == 1 ? j_v1 : j_v2);
+  kb_kfp_reply_list(r, &kb_kfp_list_versions, &cand, wrap,
+                    r->ver == 1 ? "versions" : "pipeline_versions", r->ver == 1 ? j_v1 : j_v2);
 }
 
 static void reply_template(kfp_req *r, const kfp_version *v) {

@@ -159,6 +159,11 @@ void kb_kfp_h_get_recurring(kfp_req *r) {
   if (rr) kb_kfp_reply(r, r->ver == 1 ? kb_kfp_j_v1_job(r->kfp, rr) : kb_kfp_j_v2_recurring(r->kfp, rr));
 }
 
+static cJSON *render_v2(const kb_sim_kfp *k, const void *o) {
+  return kb_kfp_j_v2_recurring(k, o);
+}
+static cJSON *render_v1(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v1_job(k, o); }
+
 void kb_kfp_h_list_recurring(kfp_req *r) {
   kb_sim_kfp *kfp = r->kfp;
   const char *exp = kb_kfp_query(r, "experiment_id");
@@ -167,33 +172,16 @@ void kb_kfp_h_list_recurring(kfp_req *r) {
     exp = type && !strcmp(type, "EXPERIMENT") ? kb_kfp_query(r, "resource_reference_key.id") : NULL;
   }
   if (exp && !*exp) exp = NULL;
-  kfp_vec cand = {0}, page;
+  kfp_vec cand = {0};
   for (size_t i = 0; i < kfp->recurring.n; i++) {
     kfp_recurring *rr = kfp->recurring.items[i];
     if (!rr->deleted && (!exp || !strcmp(rr->experiment_id, exp))) kb_kfp_vec_push(&cand, rr);
   }
-  size_t total;
-  char *next;
   r->stored_rows = cand.n;
-  int rc = kb_kfp_list(r, &kb_kfp_list_recurring, cand.items, cand.n,
-                    r->ver == 1 ? "Failed to list jobs" : "Failed to list recurring runs", &page,
-                    &total, &next);
-  free(cand.items);
-  if (rc) return;
-  cJSON *o = cJSON_CreateObject();
-  if (page.n) {
-    /* the server's quirk: camelCase key in v2 */
-    cJSON *a = cJSON_AddArrayToObject(o, r->ver == 1 ? "jobs" : "recurringRuns");
-    for (size_t i = 0; i < page.n; i++)
-      cJSON_AddItemToArray(a, r->ver == 1 ? kb_kfp_j_v1_job(kfp, page.items[i])
-                                          : kb_kfp_j_v2_recurring(kfp, page.items[i]));
-  }
-  if (total) cJSON_AddNumberToObject(o, "total_size", (double)total);
-  if (next) cJSON_AddStringToObject(o, "next_page_token", next);
-  r->items = page.n;
-  free(next);
-  free(page.items);
-  kb_kfp_reply(r, o);
+  /* the server's quirk: camelCase key in v2 */
+  kb_kfp_reply_list(r, &kb_kfp_list_recurring, &cand,
+                    r->ver == 1 ? "Failed to list jobs" : "Failed to list recurring runs",
+                    r->ver == 1 ? "jobs" : "recurringRuns", r->ver == 1 ? render_v1 : render_v2);
 }
 
 void kb_kfp_h_delete_recurring(kfp_req *r) {

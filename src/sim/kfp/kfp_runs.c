@@ -335,8 +335,8 @@ void kb_kfp_h_get_run(kfp_req *r) {
   if (run) kb_kfp_reply(r, r->ver == 1 ? kb_kfp_j_v1_run_detail(r->kfp, run) : kb_kfp_j_v2_run_detail(r->kfp, run));
 }
 
-static cJSON *j2(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v2_run(k, o); }
-static cJSON *j1(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v1_run(k, o); }
+static cJSON *render_v2(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v2_run(k, o); }
+static cJSON *render_v1(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v1_run(k, o); }
 
 void kb_kfp_h_list_runs(kfp_req *r) {
   kb_sim_kfp *kfp = r->kfp;
@@ -348,33 +348,17 @@ void kb_kfp_h_list_runs(kfp_req *r) {
     if (type && !strcmp(type, "EXPERIMENT")) exp = kb_kfp_query(r, "resource_reference_key.id");
   }
   if (exp && !*exp) exp = NULL;
-  kfp_vec cand = {0}, page;
+  kfp_vec cand = {0};
   for (size_t i = 0; i < kfp->runs.n; i++) {
     kfp_run *run = kfp->runs.items[i];
     if (run->deleted) continue;
     if (exp && (!run->experiment_id || strcmp(run->experiment_id, exp))) continue;
     kb_kfp_vec_push(&cand, run);
   }
-  size_t total;
-  char *next;
   r->stored_rows = kb_kfp_live_count(&kfp->runs);
-  int rc = kb_kfp_list(r, &kb_kfp_list_runs, cand.items, cand.n,
-                    r->ver == 1 ? "Failed to list v1beta1 runs" : "Failed to list runs", &page,
-                    &total, &next);
-  free(cand.items);
-  if (rc) return;
-  cJSON *o = cJSON_CreateObject();
-  if (page.n) {
-    cJSON *a = cJSON_AddArrayToObject(o, "runs");
-    for (size_t i = 0; i < page.n; i++)
-      cJSON_AddItemToArray(a, (r->ver == 1 ? j1 : j2)(kfp, page.items[i]));
-  }
-  if (total) cJSON_AddNumberToObject(o, "total_size", (double)total);
-  if (next) cJSON_AddStringToObject(o, "next_page_token", next);
-  r->items = page.n;
-  free(next);
-  free(page.items);
-  kb_kfp_reply(r, o);
+  kb_kfp_reply_list(r, &kb_kfp_list_runs, &cand,
+                    r->ver == 1 ? "Failed to list v1beta1 runs" : "Failed to list runs", "runs",
+                    r->ver == 1 ? render_v1 : render_v2);
 }
 
 void kb_kfp_h_delete_run(kfp_req *r) {
