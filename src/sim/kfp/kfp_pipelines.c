@@ -286,10 +286,18 @@ void kb_kfp_h_get_pipeline_by_name(kfp_req *r) {
   kb_kfp_reply(r, r->ver == 1 ? kb_kfp_j_v1_pipeline(r->kfp, p) : kb_kfp_j_v2_pipeline(r->kfp, p));
 }
 
-static cJSON *j_p2(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v2_pipeline(k, o); }
-static cJSON *j_p1(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v1_pipeline(k, o); }
-static cJSON *j_v2(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v2_version(k, o); }
-static cJSON *j_v1(const kb_sim_kfp *k, const void *o) { return kb_kfp_j_v1_version(k, o); }
+static cJSON *render_pipeline_v2(const kb_sim_kfp *k, const void *o) {
+  return kb_kfp_j_v2_pipeline(k, o);
+}
+static cJSON *render_pipeline_v1(const kb_sim_kfp *k, const void *o) {
+  return kb_kfp_j_v1_pipeline(k, o);
+}
+static cJSON *render_version_v2(const kb_sim_kfp *k, const void *o) {
+  return kb_kfp_j_v2_version(k, o);
+}
+static cJSON *render_version_v1(const kb_sim_kfp *k, const void *o) {
+  return kb_kfp_j_v1_version(k, o);
+}
 
 void kb_kfp_h_list_pipelines(kfp_req *r) {
   kfp_vec cand = {0};
@@ -301,7 +309,7 @@ void kb_kfp_h_list_pipelines(kfp_req *r) {
   r->stored_rows = cand.n;
   kb_kfp_reply_list(r, &kb_kfp_list_pipelines, &cand,
                     r->ver == 1 ? "Failed to list pipelines (v1beta1)" : "Failed to list pipelines",
-                    "pipelines", r->ver == 1 ? j_p1 : j_p2);
+                    "pipelines", r->ver == 1 ? render_pipeline_v1 : render_pipeline_v2);
 }
 
 /* With its versions (cascade). */
@@ -432,7 +440,8 @@ void kb_kfp_h_list_versions(kfp_req *r) {
   }
   r->stored_rows = cand.n;
   kb_kfp_reply_list(r, &kb_kfp_list_versions, &cand, wrap,
-                    r->ver == 1 ? "versions" : "pipeline_versions", r->ver == 1 ? j_v1 : j_v2);
+                    r->ver == 1 ? "versions" : "pipeline_versions",
+                    r->ver == 1 ? render_version_v1 : render_version_v2);
 }
 
 static void reply_template(kfp_req *r, const kfp_version *v) {
