@@ -89,12 +89,12 @@ static int put_scalar(pb_ctx *c, const ProtobufCFieldDescriptor *fd, const cJSON
   case PROTOBUF_C_TYPE_INT64:
   case PROTOBUF_C_TYPE_SINT64:
   case PROTOBUF_C_TYPE_SFIXED64:
-    if (integral(c, v, fd->name, -9007199254740992.0, 9007199254740992.0, &d)) return -1;
+    if (integral(c, v, fd->name, -KB_PB_JSON_INT_MAX, KB_PB_JSON_INT_MAX, &d)) return -1;
     *(int64_t *)p = (int64_t)d;
     return 0;
   case PROTOBUF_C_TYPE_UINT64:
   case PROTOBUF_C_TYPE_FIXED64:
-    if (integral(c, v, fd->name, 0, 9007199254740992.0, &d)) return -1;
+    if (integral(c, v, fd->name, 0, KB_PB_JSON_INT_MAX, &d)) return -1;
     *(uint64_t *)p = (uint64_t)d;
     return 0;
   case PROTOBUF_C_TYPE_FLOAT:

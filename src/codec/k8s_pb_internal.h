@@ -10,6 +10,11 @@
 #include <cjson/cJSON.h>
 #include <protobuf-c/protobuf-c.h>
 
+/* The largest magnitude of an integer a JSON number (a double, in cJSON and
+ * in Lua's decoded tables) holds exactly: 2^53. A 64-bit field beyond it is
+ * refused both ways, never rounded into another number. */
+#define KB_PB_JSON_INT_MAX 9007199254740992.0
+
 typedef struct pb_ctx {
   char err[256]; /* the first failure */
 } pb_ctx;

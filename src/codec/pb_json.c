@@ -68,6 +68,17 @@ static cJSON *utf8_string(pb_ctx *c, const char *s, const char *field) {
   return cJSON_CreateString(s);
 }
 
+#define JSON_INT_MAX ((int64_t)KB_PB_JSON_INT_MAX)
+
+/* A 64-bit integer JSON cannot hold exactly is refused, not rounded. */
+static cJSON *beyond_json(pb_ctx *c, const ProtobufCFieldDescriptor *fd, int negative,
+                          uint64_t v) {
+  uint64_t magnitude = negative ? (uint64_t)0 - v : v;
+  kb_pb_fail(c, "field %s: %s%" PRIu64 " is beyond 2^53, more than a JSON number holds exactly",
+             fd->name, negative ? "-" : "", magnitude);
+  return NULL;
+}
+
 /* The value at p of a field of type fd->type; *zero says whether it is the
  * Go zero value. */
 static cJSON *scalar(pb_ctx *c, const ProtobufCFieldDescriptor *fd, const void *p, int *zero) {
@@ -78,11 +89,21 @@ static cJSON *scalar(pb_ctx *c, const ProtobufCFieldDescriptor *fd, const void *
   case PROTOBUF_C_TYPE_SFIXED32: d = *(const int32_t *)p; break;
   case PROTOBUF_C_TYPE_INT64:
   case PROTOBUF_C_TYPE_SINT64:
-  case PROTOBUF_C_TYPE_SFIXED64: d = (double)*(const int64_t *)p; break;
+  case PROTOBUF_C_TYPE_SFIXED64: {
+    int64_t v = *(const int64_t *)p;
+    if (v > JSON_INT_MAX || v < -JSON_INT_MAX) return beyond_json(c, fd, v < 0, (uint64_t)v);
+    d = (double)v;
+    break;
+  }
   case PROTOBUF_C_TYPE_UINT32:
   case PROTOBUF_C_TYPE_FIXED32: d = *(const uint32_t *)p; break;
   case PROTOBUF_C_TYPE_UINT64:
-  case PROTOBUF_C_TYPE_FIXED64: d = (double)*(const uint64_t *)p; break;
+  case PROTOBUF_C_TYPE_FIXED64: {
+    uint64_t v = *(const uint64_t *)p;
+    if (v > JSON_INT_MAX) return beyond_json(c, fd, 0, v);
+    d = (double)v;
+    break;
+  }
   case PROTOBUF_C_TYPE_FLOAT: d = *(const float *)p; break;
   case PROTOBUF_C_TYPE_DOUBLE: d = *(const double *)p; break;
   case PROTOBUF_C_TYPE_ENUM: d = *(const int *)p; break;

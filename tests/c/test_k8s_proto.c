@@ -4,6 +4,7 @@
  * (`kubectl create secret generic`, `create job`, the DeleteOptions of
  * `kubectl drain`, taken from `-v=9`). Every value decoded is compared with
  * what was packed. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -466,6 +467,36 @@ static void test_refusals(void) {
   KB_CHECK(!kb_k8s_proto_media(NULL));
 }
 
+/* A 64-bit integer up to 2^53 decodes exactly (and encodes back); one
+ * beyond, which a JSON number would round into another, is refused with the
+ * field named. The fuzzer's find: 2^56-1 decoded, then failed to encode. */
+static void test_int64_json_bound(void) {
+  K8s__Io__Api__Core__V1__PodSpec spec = K8S__IO__API__CORE__V1__POD_SPEC__INIT;
+  K8s__Io__Api__Core__V1__Pod pod = K8S__IO__API__CORE__V1__POD__INIT;
+  pod.spec = &spec;
+  spec.has_terminationgraceperiodseconds = 1;
+  const int64_t fits[] = {9007199254740992LL, -9007199254740992LL, 30};
+  for (size_t i = 0; i < sizeof fits / sizeof fits[0]; i++) {
+    spec.terminationgraceperiodseconds = fits[i];
+    cJSON *o = decode_msg("v1", "Pod", &pod.base);
+    const cJSON *v = at(o, "spec.terminationGracePeriodSeconds");
+    KB_CHECK(cJSON_IsNumber(v) && v && (int64_t)v->valuedouble == fits[i]);
+    cJSON_Delete(o);
+  }
+  const int64_t beyond[] = {9007199254740993LL, -9007199254740993LL, 72057594037927935LL,
+                            INT64_MIN};
+  const char *const said[] = {"9007199254740993 is beyond 2^53", "-9007199254740993 is beyond",
+                              "72057594037927935 is beyond", "-9223372036854775808 is beyond"};
+  for (size_t i = 0; i < sizeof beyond / sizeof beyond[0]; i++) {
+    spec.terminationgraceperiodseconds = beyond[i];
+    size_t len;
+    uint8_t *b = envelope("v1", "Pod", &pod.base, &len);
+    expect_fail(b, len, said[i]);
+    KB_CHECK(strstr(err, "terminationGracePeriodSeconds") != NULL);
+    free(b);
+  }
+}
+
 int main(void) {
   KB_RUN(test_pod);
   KB_RUN(test_secret_bytes);
@@ -474,5 +505,6 @@ int main(void) {
   KB_RUN(test_kubectl_bodies);
   KB_RUN(test_raw_and_fields);
   KB_RUN(test_refusals);
+  KB_RUN(test_int64_json_bound);
   return kb_test_report();
 }
