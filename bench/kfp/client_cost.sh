@@ -17,6 +17,13 @@
 #
 #   bench/kfp/client_cost.sh                          # 10,000 runs, 1,000 in flight
 #   NUM_RUNS=300 CONCURRENCY=64 RUNS=1 bench/kfp/client_cost.sh
+#   ICOUNT=1 bench/kfp/client_cost.sh     # and Lua VM instructions per call
+# ICOUNT=1 runs each storm once more with KBRUN_LUA_PROFILE_EVERY=100 (a
+# count hook every 100 VM instructions, src/rt/profile.c) and prints the
+# Lua instructions per call, the storm's and its end's (the samples under
+# the runner's finish: result files, report, results database): a figure
+# this machine's noise does not move, for comparing two trees' per-call
+# code. That run's CPU is not measured (the hook costs some).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -97,3 +104,31 @@ for kind in http poll list; do
 done
 echo
 echo "NUM_RUNS=$NUM_RUNS CONCURRENCY=$CONCURRENCY RUNS=$RUNS, medians by CPU per call; $(nproc) cores"
+
+# Lua VM instructions per call (ICOUNT=1): one more storm of each kind
+count_instructions() {
+  local kind=$1 out="$tmp/icount-$kind"
+  rm -rf "$out" "$tmp/icount.txt"
+  KBRUN_LUA_PROFILE="$tmp/icount.txt" KBRUN_LUA_PROFILE_EVERY=100 timeout 900 "$KBRUN" -q \
+    -o "$out" "$ROOT/scenarios/taxi_50runs.lua" host="$url" api=v2beta1 scrape_metrics=false \
+    measure_list=false tracking="$kind" num_runs="$NUM_RUNS" concurrency="$CONCURRENCY" \
+    pipeline_file_url="$PIPELINE" pipeline_params='{}' run_timeout=0 > "$tmp/log" 2>&1 || true
+  python3 - "$(ls "$out"/*/result/result.json)" "$tmp/icount.txt" "$kind" <<'PY'
+import json, sys
+calls = json.load(open(sys.argv[1]))["result"]["calls"]
+total = end = 0
+for line in open(sys.argv[2]):
+    stack, n = line.rstrip("\n").rsplit(" ", 1)
+    total += int(n)
+    if "kb/runner.lua" in stack and " finish" in stack:
+        end += int(n)
+print("| storm, tracking=%s | %d | %.0f | %.0f | %.0f |" % (sys.argv[3], calls,
+      total * 100 / calls, (total - end) * 100 / calls, end * 100 / calls))
+PY
+}
+if [[ -n ${ICOUNT:-} ]]; then
+  echo
+  echo "| Lua VM instructions | calls | per call | before the runner's end | the runner's end |"
+  echo "|---|---|---|---|---|"
+  for kind in poll list; do count_instructions "$kind"; done
+fi
