@@ -119,4 +119,8 @@ int kb_json_write_string(kb_buf *b, const char *s, size_t len, size_t *bad);
  * one (truncated, overlong, surrogate, beyond U+10FFFF). */
 int kb_json_utf8_seq(const unsigned char *s, size_t n);
 
+/* Offset of the first byte of s[0..len) that does not start a valid UTF-8
+ * sequence (kb_json_utf8_seq), or len when all of it is valid. */
+size_t kb_json_utf8_bad(const char *s, size_t len);
+
 #endif

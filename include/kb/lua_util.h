@@ -42,6 +42,18 @@ int kb_is_null(lua_State *L, int idx);
 void kb_mark_array(lua_State *L, int idx);
 int kb_is_marked_array(lua_State *L, int idx);
 
+/* Error paths of the document converters (kb.json.encode, the Lua ->
+ * cJSON conversion): the step naming key s, ".name" for an identifier (cut
+ * at 200 bytes), else ["..."] with quotes and backslashes escaped and the
+ * bytes that are not text (controls, DEL, every byte >= 0x80 of a key that
+ * is not UTF-8) as \xNN, cut at 48 bytes ("..." after). The step of the
+ * key at stack index idx: a string as kb_path_key, a number [n] (floats
+ * %.14g), a boolean [true], anything else [<type>]. Both write a
+ * NUL-terminated step of at most KB_PATH_STEP bytes and return its length. */
+#define KB_PATH_STEP 256
+size_t kb_path_key(char out[KB_PATH_STEP], const char *s, size_t len);
+size_t kb_path_stack_key(lua_State *L, int idx, char out[KB_PATH_STEP]);
+
 /* Pushes the string at idx scrubbed as kb.secrets.scrub does: every
  * occurrence of each string of the list at list_idx (0: none), in list
  * order, replaced by "<redacted>", then the pattern rules (kb_redact). The

@@ -72,6 +72,21 @@ int kb_json_utf8_seq(const unsigned char *s, size_t n) {
   return 0;
 }
 
+size_t kb_json_utf8_bad(const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < len) {
+    if (p[i] < 0x80) {
+      i++;
+      continue;
+    }
+    int n = kb_json_utf8_seq(p + i, len - i);
+    if (!n) return i;
+    i += (size_t)n;
+  }
+  return len;
+}
+
 /* ---- parser ----------------------------------------------------------------- */
 
 typedef struct parser {

@@ -52,18 +52,10 @@ static cJSON *b64(const uint8_t *p, size_t n) {
 /* A protobuf string: JSON holds only UTF-8 (the body check of the other
  * media types, here field by field). */
 static cJSON *utf8_string(pb_ctx *c, const char *s, const char *field) {
-  size_t n = strlen(s);
-  for (size_t i = 0; i < n;) {
-    if ((unsigned char)s[i] < 0x80) {
-      i++;
-      continue;
-    }
-    int k = kb_json_utf8_seq((const unsigned char *)s + i, n - i);
-    if (k <= 0) {
-      kb_pb_fail(c, "field %s is not valid UTF-8 (byte %zu)", field, i);
-      return NULL;
-    }
-    i += (size_t)k;
+  size_t n = strlen(s), bad = kb_json_utf8_bad(s, n);
+  if (bad < n) {
+    kb_pb_fail(c, "field %s is not valid UTF-8 (byte %zu)", field, bad);
+    return NULL;
   }
   return cJSON_CreateString(s);
 }

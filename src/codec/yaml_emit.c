@@ -12,6 +12,7 @@
 #include <yaml.h>
 
 #include "kb/buf.h"
+#include "kb/json.h"
 #include "kb/yaml.h"
 #include "yaml_scalar.h"
 
@@ -94,39 +95,10 @@ static int emit_scalar(emitter *e, const char *s, size_t len, yaml_scalar_style_
   return emit(e, &ev, ok);
 }
 
-/* Length of the valid UTF-8 sequence at s, 0 if invalid. */
-static int utf8_seq(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  int len;
-  unsigned min, cp;
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) len = 2, min = 0x80, cp = c & 0x1F;
-  else if ((c & 0xF0) == 0xE0) len = 3, min = 0x800, cp = c & 0x0F;
-  else if ((c & 0xF8) == 0xF0) len = 4, min = 0x10000, cp = c & 0x07;
-  else return 0;
-  if ((size_t)len > n) return 0;
-  for (int i = 1; i < len; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (s[i] & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return len;
-}
-
-static int valid_utf8(const char *s, size_t len) {
-  const unsigned char *p = (const unsigned char *)s;
-  for (size_t i = 0; i < len;) {
-    int n = utf8_seq(p + i, len - i);
-    if (!n) return 0;
-    i += (size_t)n;
-  }
-  return 1;
-}
-
 static int emit_string(emitter *e, const char *s) {
   if (!s) s = "";
   size_t len = strlen(s);
-  if (!valid_utf8(s, len)) return fail(e, "invalid UTF-8 in string");
+  if (kb_json_utf8_bad(s, len) != len) return fail(e, "invalid UTF-8 in string");
   yaml_scalar_style_t style = YAML_ANY_SCALAR_STYLE;
   if (memchr(s, '\n', len)) {
     style = YAML_LITERAL_SCALAR_STYLE; /* libyaml falls back to quotes if it must */

@@ -7,6 +7,7 @@
 
 #include <lauxlib.h>
 
+#include "kb/json.h"
 #include "kb/lua_cjson.h"
 #include "kb/lua_util.h"
 
@@ -85,47 +86,6 @@ typedef struct conv {
   step path[MAX_DEPTH + 1];
 } conv;
 
-static int is_identifier(const char *s, size_t len) {
-  if (len == 0 || (s[0] >= '0' && s[0] <= '9')) return 0;
-  for (size_t i = 0; i < len; i++) {
-    char c = s[i];
-    if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-          (c >= '0' && c <= '9'))) {
-      return 0;
-    }
-  }
-  return 1;
-}
-
-/* Length of the valid UTF-8 sequence at s[0..n), 0 if invalid. */
-static int utf8_seq(const unsigned char *s, size_t n) {
-  unsigned c = s[0], cp, min;
-  int len;
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) len = 2, min = 0x80, cp = c & 0x1F;
-  else if ((c & 0xF0) == 0xE0) len = 3, min = 0x800, cp = c & 0x0F;
-  else if ((c & 0xF8) == 0xF0) len = 4, min = 0x10000, cp = c & 0x07;
-  else return 0;
-  if ((size_t)len > n) return 0;
-  for (int i = 1; i < len; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (s[i] & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return len;
-}
-
-/* Offset of the first invalid UTF-8 byte, or len when there is none. */
-static size_t utf8_bad(const char *s, size_t len) {
-  size_t i = 0;
-  while (i < len) {
-    int n = utf8_seq((const unsigned char *)s + i, len - i);
-    if (!n) return i;
-    i += (size_t)n;
-  }
-  return len;
-}
-
 typedef struct pathbuf {
   char *p;
   size_t n, used;
@@ -139,64 +99,16 @@ static void add(pathbuf *b, const char *s) {
   b->p[b->used] = '\0';
 }
 
-/* .name, or ["odd key"] with quotes, backslashes and non-text escaped,
- * cut at 48 bytes. */
-static void add_key(pathbuf *b, const char *s, size_t len) {
-  if (is_identifier(s, len)) {
-    char tmp[256];
-    snprintf(tmp, sizeof tmp, ".%.*s", (int)(len > 200 ? 200 : len), s);
-    add(b, tmp);
-    return;
-  }
-  int utf8 = utf8_bad(s, len) == len;
-  add(b, "[\"");
-  for (size_t i = 0; i < len && i < 48; i++) {
-    unsigned char c = (unsigned char)s[i];
-    char tmp[8];
-    if (c == '"' || c == '\\') snprintf(tmp, sizeof tmp, "\\%c", c);
-    else if (c < 0x20 || c == 0x7f || (c >= 0x80 && !utf8)) snprintf(tmp, sizeof tmp, "\\x%02x", c);
-    else snprintf(tmp, sizeof tmp, "%c", c);
-    add(b, tmp);
-  }
-  if (len > 48) add(b, "...");
-  add(b, "\"]");
-}
-
 static void add_step(pathbuf *b, const step *s) {
   if (s->key) {
-    add_key(b, s->key, s->keylen);
+    char text[KB_PATH_STEP];
+    kb_path_key(text, s->key, s->keylen);
+    add(b, text);
   } else {
     char tmp[32];
     snprintf(tmp, sizeof tmp, "[%lld]", (long long)s->index);
     add(b, tmp);
   }
-}
-
-/* A key still on the Lua stack (found while scanning a table). */
-static void add_stack_key(lua_State *L, pathbuf *b, int idx) {
-  char tmp[64];
-  switch (lua_type(L, idx)) {
-  case LUA_TSTRING: {
-    size_t len;
-    const char *s = lua_tolstring(L, idx, &len);
-    add_key(b, s, len);
-    return;
-  }
-  case LUA_TNUMBER:
-    if (lua_isinteger(L, idx)) {
-      snprintf(tmp, sizeof tmp, "[%lld]", (long long)lua_tointeger(L, idx));
-    } else {
-      snprintf(tmp, sizeof tmp, "[%.14g]", (double)lua_tonumber(L, idx));
-    }
-    break;
-  case LUA_TBOOLEAN:
-    snprintf(tmp, sizeof tmp, "[%s]", lua_toboolean(L, idx) ? "true" : "false");
-    break;
-  default:
-    snprintf(tmp, sizeof tmp, "[<%s>]", luaL_typename(L, idx));
-    break;
-  }
-  add(b, tmp);
 }
 
 /* "<what> at $.path.to[3]", the key at stack index keyidx appended when
@@ -219,7 +131,11 @@ static cJSON *fail(conv *c, int keyidx, const char *fmt, ...) {
     add(&b, "...");
     for (int i = n - tail; i < n; i++) add_step(&b, &c->path[i]);
   }
-  if (keyidx) add_stack_key(c->L, &b, keyidx);
+  if (keyidx) {
+    char text[KB_PATH_STEP];
+    kb_path_stack_key(c->L, keyidx, text);
+    add(&b, text);
+  }
   return NULL;
 }
 
@@ -279,9 +195,9 @@ static cJSON *convert_object(conv *c, int idx, lua_Integer n) {
       fail(c, lua_absindex(L, -2), "table key contains a NUL byte");
       goto done;
     }
-    if (utf8_bad(key, len) != len) {
+    if (kb_json_utf8_bad(key, len) != len) {
       fail(c, lua_absindex(L, -2), "invalid UTF-8 in a key (byte %d)",
-           (int)utf8_bad(key, len) + 1);
+           (int)kb_json_utf8_bad(key, len) + 1);
       goto done;
     }
     char *copy = strdup(key);
@@ -404,7 +320,7 @@ static cJSON *convert(conv *c, int idx) {
     size_t len;
     const char *s = lua_tolstring(L, idx, &len);
     if (memchr(s, '\0', len)) return fail(c, 0, "string contains a NUL byte");
-    size_t bad = utf8_bad(s, len);
+    size_t bad = kb_json_utf8_bad(s, len);
     if (bad != len) return fail(c, 0, "invalid UTF-8 in string (byte %d)", (int)bad + 1);
     node = cJSON_CreateString(s);
     break;

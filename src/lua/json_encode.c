@@ -14,52 +14,9 @@
 
 /* ---- error paths --------------------------------------------------------- */
 
-static int is_identifier(const char *s, size_t len) {
-  if (len == 0 || (s[0] >= '0' && s[0] <= '9')) return 0;
-  for (size_t i = 0; i < len; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-          (c >= '0' && c <= '9')))
-      return 0;
-  }
-  return 1;
-}
-
-static int valid_utf8(const char *s, size_t len) {
-  const unsigned char *p = (const unsigned char *)s, *e = p + len;
-  while (p < e) {
-    int n = kb_json_utf8_seq(p, (size_t)(e - p));
-    if (!n) return 0;
-    p += n;
-  }
-  return 1;
-}
-
 static void path_add_string(luaL_Buffer *b, const char *s, size_t len) {
-  if (is_identifier(s, len)) {
-    luaL_addchar(b, '.');
-    luaL_addlstring(b, s, len);
-    return;
-  }
-  /* Keep messages short and printable: a bad key may be long or binary. */
-  size_t n = len > 48 ? 48 : len;
-  int utf8 = valid_utf8(s, len);
-  luaL_addstring(b, "[\"");
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c == '"' || c == '\\') {
-      luaL_addchar(b, '\\');
-      luaL_addchar(b, (char)c);
-    } else if (c < 0x20 || c == 0x7f || (c >= 0x80 && !utf8)) {
-      char hex[8];
-      snprintf(hex, sizeof hex, "\\x%02x", c);
-      luaL_addstring(b, hex);
-    } else {
-      luaL_addchar(b, (char)c);
-    }
-  }
-  if (n < len) luaL_addstring(b, "...");
-  luaL_addstring(b, "\"]");
+  char step[KB_PATH_STEP];
+  luaL_addlstring(b, step, kb_path_key(step, s, len));
 }
 
 static void path_add_frame(luaL_Buffer *b, const frame *f) {
@@ -72,32 +29,6 @@ static void path_add_frame(luaL_Buffer *b, const frame *f) {
     luaL_addstring(b, num);
     luaL_addchar(b, ']');
   }
-}
-
-/* A key that is still on the stack (found while scanning a table). */
-static void path_add_key(lua_State *L, luaL_Buffer *b, int idx) {
-  char num[64];
-  switch (lua_type(L, idx)) {
-  case LUA_TSTRING: {
-    size_t len;
-    const char *s = lua_tolstring(L, idx, &len);
-    path_add_string(b, s, len);
-    return;
-  }
-  case LUA_TNUMBER:
-    if (lua_isinteger(L, idx))
-      snprintf(num, sizeof num, "[%lld]", (long long)lua_tointeger(L, idx));
-    else
-      snprintf(num, sizeof num, "[%.14g]", (double)lua_tonumber(L, idx));
-    break;
-  case LUA_TBOOLEAN:
-    snprintf(num, sizeof num, "[%s]", lua_toboolean(L, idx) ? "true" : "false");
-    break;
-  default:
-    snprintf(num, sizeof num, "[<%s>]", luaL_typename(L, idx));
-    break;
-  }
-  luaL_addstring(b, num);
 }
 
 /* ---- encoding ------------------------------------------------------------ */
@@ -128,7 +59,10 @@ static int enc_error(encoder *e, int keyidx, const char *fmt, ...) {
     luaL_addstring(&b, "...");
     for (unsigned i = n - tail; i < n; i++) path_add_frame(&b, &e->st->frames[i]);
   }
-  if (keyidx) path_add_key(L, &b, keyidx);
+  if (keyidx) {
+    char step[KB_PATH_STEP];
+    luaL_addlstring(&b, step, kb_path_stack_key(L, keyidx, step));
+  }
   luaL_pushresult(&b);
   kb__ljson_state_release(e->st);
   kb_error_new(L, "json", "kb.json.encode: %s at %s", lua_tostring(L, what),

@@ -2,8 +2,10 @@
  * scrubbing. */
 #include "kb/lua_util.h"
 
+#include <stdio.h>
 #include <string.h>
 
+#include "kb/json.h"
 #include "kb/redact.h"
 
 static int opt_field(lua_State *L, int idx, const char *key, int type) {
@@ -86,6 +88,72 @@ int kb_is_marked_array(lua_State *L, int idx) {
   int same = lua_rawequal(L, -1, -2);
   lua_pop(L, 2);
   return same;
+}
+
+/* ---- error paths of the document converters ---------------------------------------------- */
+
+static int is_identifier(const char *s, size_t len) {
+  if (len == 0 || (s[0] >= '0' && s[0] <= '9')) return 0;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+          (c >= '0' && c <= '9')))
+      return 0;
+  }
+  return 1;
+}
+
+size_t kb_path_key(char out[KB_PATH_STEP], const char *s, size_t len) {
+  if (is_identifier(s, len)) {
+    return (size_t)snprintf(out, KB_PATH_STEP, ".%.*s", (int)(len > 200 ? 200 : len), s);
+  }
+  /* Keep messages short and printable: a bad key may be long or binary. */
+  static const char hex[] = "0123456789abcdef";
+  size_t n = len > 48 ? 48 : len, w = 0;
+  int utf8 = kb_json_utf8_bad(s, len) == len;
+  out[w++] = '[';
+  out[w++] = '"';
+  for (size_t i = 0; i < n; i++) { /* at most 4 bytes each: 2 + 192 + 3 + 2 < KB_PATH_STEP */
+    unsigned char c = (unsigned char)s[i];
+    if (c == '"' || c == '\\') {
+      out[w++] = '\\';
+      out[w++] = (char)c;
+    } else if (c < 0x20 || c == 0x7f || (c >= 0x80 && !utf8)) {
+      out[w++] = '\\';
+      out[w++] = 'x';
+      out[w++] = hex[c >> 4];
+      out[w++] = hex[c & 15];
+    } else {
+      out[w++] = (char)c;
+    }
+  }
+  if (n < len) w += (size_t)snprintf(out + w, KB_PATH_STEP - w, "...");
+  w += (size_t)snprintf(out + w, KB_PATH_STEP - w, "\"]");
+  return w;
+}
+
+size_t kb_path_stack_key(lua_State *L, int idx, char out[KB_PATH_STEP]) {
+  int w;
+  switch (lua_type(L, idx)) {
+  case LUA_TSTRING: {
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    return kb_path_key(out, s, len);
+  }
+  case LUA_TNUMBER:
+    if (lua_isinteger(L, idx))
+      w = snprintf(out, KB_PATH_STEP, "[%lld]", (long long)lua_tointeger(L, idx));
+    else
+      w = snprintf(out, KB_PATH_STEP, "[%.14g]", (double)lua_tonumber(L, idx));
+    break;
+  case LUA_TBOOLEAN:
+    w = snprintf(out, KB_PATH_STEP, "[%s]", lua_toboolean(L, idx) ? "true" : "false");
+    break;
+  default:
+    w = snprintf(out, KB_PATH_STEP, "[<%s>]", luaL_typename(L, idx));
+    break;
+  }
+  return (size_t)w;
 }
 
 /* ---- scrubbing (kb.secrets.scrub, kb.csv's cells) ------------------------------------------- */

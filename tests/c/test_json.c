@@ -262,6 +262,14 @@ static void test_utf8_seq(void) {
     if (got != cases[i].len) fprintf(stderr, "utf8 case %zu: got %d\n", i, got);
     KB_CHECK(got == cases[i].len);
   }
+  /* kb_json_utf8_bad: the first bad byte's offset, or the length */
+  KB_CHECK(kb_json_utf8_bad("", 0) == 0);
+  KB_CHECK(kb_json_utf8_bad("plain", 5) == 5);
+  KB_CHECK(kb_json_utf8_bad("caf\xc3\xa9 \xe2\x82\xac", 9) == 9);
+  KB_CHECK(kb_json_utf8_bad("ab\xff" "cd", 5) == 2);
+  KB_CHECK(kb_json_utf8_bad("\xc3\xa9\xed\xa0\x80", 5) == 2); /* a surrogate after é */
+  KB_CHECK(kb_json_utf8_bad("ok\xe2\x82", 4) == 2);             /* cut short at the end */
+  KB_CHECK(kb_json_utf8_bad("a\0\xc3\xa9", 4) == 4);             /* a NUL is ASCII */
 }
 
 static void test_errors(void) {

@@ -303,6 +303,17 @@ T.case("encode errors name the place, in kb.json's words", function()
   T.eq(err.message, "kb.yaml.encode: invalid UTF-8 in string (byte 5) at $.name")
   err = yaml_error(yaml.encode_all, { { ok = 1 }, { f = print } })
   T.eq(err.message, "kb.yaml.encode_all: cannot encode a function at $[2].f")
+  -- an odd key: quotes, a backslash and a control escaped, a byte that is
+  -- not UTF-8 as \xNN, cut at 48 bytes; the same step as kb.json's
+  local odd = 'a"b\\c\1' .. ("x"):rep(50)
+  local step = '["a\\"b\\\\c\\x01' .. ("x"):rep(42) .. '..."]'
+  err = yaml_error(yaml.encode, { [odd] = { f = print } })
+  T.eq(err.path, "$" .. step .. ".f")
+  local ok, jerr = pcall(require("kb.json").encode, { [odd] = { f = print } })
+  T.eq(ok, false)
+  T.eq(jerr.message, "kb.json.encode: cannot encode a function at $" .. step .. ".f")
+  err = yaml_error(yaml.encode, { ["k\255"] = { [true] = 1 } })
+  T.contains(err.message, '$["k\\xff"]')
 end)
 
 T.case("encode_all and decode_all round trip", function()
