@@ -195,9 +195,9 @@ static cJSON *convert_object(conv *c, int idx, lua_Integer n) {
       fail(c, lua_absindex(L, -2), "table key contains a NUL byte");
       goto done;
     }
-    if (kb_json_utf8_bad(key, len) != len) {
-      fail(c, lua_absindex(L, -2), "invalid UTF-8 in a key (byte %d)",
-           (int)kb_json_utf8_bad(key, len) + 1);
+    size_t bad = kb_json_utf8_bad(key, len);
+    if (bad != len) {
+      fail(c, lua_absindex(L, -2), "invalid UTF-8 in a key (byte %d)", (int)bad + 1);
       goto done;
     }
     char *copy = strdup(key);
